@@ -1,0 +1,3 @@
+from h2m2sim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""The ``h2m2sim`` command line.
+
+Each subcommand lives in its own module ``h2m2sim/cli/cmd_<name>.py`` that defines
+``register(subparsers)``; it adds its parser and sets ``func`` (called with the parsed
+arguments, returning an exit status). Modules are discovered automatically, so adding
+a subcommand never touches this file.
+
+User errors (:class:`~h2m2sim.errors.SimError`, including every configuration error)
+print one line, ``error: <key>: <message>``, and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from h2m2sim import __version__
+from h2m2sim.errors import SimError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="h2m2sim",
+        description="Cycle-level simulator of accelerator memory systems for LLM inference.")
+    parser.add_argument("--version", action="version", version=f"h2m2sim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("cmd_"):
+            importlib.import_module(f"{__name__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SimError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,8 @@
+"""Workload data shipped with h2m2sim: the LLM model zoo (``models/*.yaml``), request
+traces (``traces/``) and example run configurations (``configs/``)."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+MODELS_DIR = ROOT / "models"
+CONFIGS_DIR = ROOT / "configs"
+TRACES_DIR = ROOT / "traces"
