@@ -1,0 +1,60 @@
+"""``h2m2sim plot RESULTS``: speedup curves and grouped bar charts from sweep results."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "plot sweep results (lines or grouped bars, optionally as speedup over a baseline)"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plot", help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ". With --baseline, y becomes the speedup "
+        "of each row over the baseline row that has the same values of the other swept "
+        "columns.")
+    p.add_argument("results", help="sweep result directory or its results.csv")
+    p.add_argument("--x", required=True, metavar="COL", help="column on the x axis")
+    p.add_argument("--y", required=True, metavar="COL", help="metric column on the y axis")
+    p.add_argument("--hue", metavar="COL", help="one line / bar colour per value of COL")
+    p.add_argument("--baseline", metavar="[COL=]VALUE",
+                   help="plot speedup over the rows whose swept column equals VALUE "
+                        "(e.g. a system preset name)")
+    p.add_argument("--better", choices=("lower", "higher"),
+                   help="for --baseline: whether lower or higher y is better (default: "
+                        "guessed from the name; times are lower-is-better)")
+    p.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
+                   help="keep only rows with COL=VALUE (repeatable)")
+    p.add_argument("--kind", choices=("line", "bar"), default="line",
+                   help="line (curves) or bar (grouped bars); default line")
+    p.add_argument("--out", metavar="FILE",
+                   help="output file (.png, .pdf or .svg); default "
+                        "<results dir>/<y>_vs_<x>.png")
+    p.add_argument("--title", help="figure title")
+    p.add_argument("--logx", action="store_true", help="log2 x axis (numeric x)")
+    p.add_argument("--logy", action="store_true", help="log y axis")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from h2m2sim import plotting
+    res = plotting.load_results(args.results)
+    x = plotting.column(res, args.x, "--x")
+    y = plotting.column(res, args.y, "--y")
+    hue = plotting.column(res, args.hue, "--hue")
+    rows = plotting.filter_rows(res, args.where)
+    ylabel, reference = y, None
+    if args.baseline:
+        base_col, base_val = plotting.find_baseline_column(res, args.baseline)
+        better = args.better or plotting.guess_better(y)
+        match = res.axes or [c for c in (x, hue) if c]
+        rows = plotting.add_speedup(rows, y, base_col, base_val, match, better)
+        ylabel, reference, y = f"speedup over {args.baseline} ({y})", 1.0, "speedup"
+    xs, hues, data = plotting.pivot(rows, x, y, hue, res.axes or res.columns)
+    src = res.source if res.source.is_dir() else res.source.parent
+    out = Path(args.out) if args.out else src / f"{args.y}_vs_{x}.png".replace("/", "_")
+    plotting.plot(xs, hues, data, x=x, ylabel=ylabel, hue=hue, out=out, kind=args.kind,
+                  title=args.title, reference=reference, logx=args.logx, logy=args.logy)
+    print(plotting.format_pivot(xs, hues, data, x))
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,39 @@
+"""Run configuration: YAML -> validated, frozen dataclasses (``RunConfig``).
+
+A run configuration has five sections::
+
+    system:      preset name, {preset: NAME, <overrides>}, or inline   (required)
+    model:       model-zoo name or inline mapping                       (required)
+    workload:    batch, seq, phase, iterations, serving                 (optional)
+    policy:      mapper, mapper_params, allocator, allocator_params, baseline
+    simulation:  fidelity, seed, cache, cache_dir, workers
+
+``system``, ``model`` and ``workload.serving`` are resolved by the layers that own them,
+through the :data:`RESOLVERS` table (``"module:function"`` entries, resolved lazily);
+mapper and allocator names are checked against the :data:`REGISTRIES` table. Both are
+plain dicts: assign items to swap an implementation or install a fake.
+
+Typical use::
+
+    from h2m2sim.config import load_file, dump_yaml
+    cfg = load_file("run.yaml", sets=["workload.batch=64"])
+"""
+from h2m2sim.config.schema import (REGISTRIES, REQUIRED_SECTIONS, RESOLVERS, SECTIONS,
+                                   PolicyConfig, RunConfig, SimulationConfig,
+                                   WorkloadConfig)
+from h2m2sim.config.lazy import Unavailable, import_ref, optional_ref
+from h2m2sim.config.loader import (apply_sets, dump_yaml, load_config, load_file,
+                                   normalize_raw, parse_yaml, read_yaml, resolve_section)
+from h2m2sim.errors import ConfigError
+
+__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "RunConfig",
+           "WorkloadConfig", "PolicyConfig", "SimulationConfig", "ConfigError",
+           "Unavailable", "import_ref", "optional_ref", "apply_sets", "dump_yaml",
+           "load_config", "load_file", "normalize_raw", "parse_yaml", "read_yaml",
+           "resolve_section", "config_hash"]
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Content hash of a resolved configuration (see :func:`h2m2sim.cache.config_hash`)."""
+    from h2m2sim.cache import config_hash as _hash
+    return _hash(cfg)

@@ -1,0 +1,202 @@
+"""Stand-ins for the physics layers, for testing the configuration / sweep / plot
+framework before (and independently of) the real system, model and serving layers.
+
+They follow the real interfaces exactly: resolvers ``fn(raw, key) -> frozen dataclass``
+raising ConfigError with the full key path, registries ``{name: class}``, jobs
+``fn(cfg) -> dict``. The numbers are toy roofline arithmetic, not simulation results.
+:func:`install` puts them into every table (pass ``monkeypatch.setitem`` in tests).
+
+Two environment variables let tests interrupt a sweep deterministically:
+``H2M2SIM_FAKE_FAIL_SEQ=N`` makes the iteration job raise RuntimeError for a point whose
+first sequence length is N; ``H2M2SIM_FAKE_SLEEP=S`` makes every job sleep S seconds.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import numpy as np
+
+from dram_models.schema import deep_merge, load, param, suggest
+from h2m2sim.errors import ConfigError, OutOfMemoryError
+
+__all__ = ["FakeSide", "FakeSystem", "FakeModel", "FakeServing", "SYSTEM_PRESETS",
+           "MODEL_ZOO", "MAPPERS", "ALLOCATORS", "resolve_system", "load_model",
+           "resolve_serving", "run_iteration", "run_serving", "list_presets",
+           "list_models", "list_standards", "install"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FakeSide:
+    name: str = param(doc="side name")
+    kind: Literal["hbm", "lpddr"] = param("hbm", doc="memory technology")
+    bandwidth_gbps: float = param(gt=0, unit="GB/s", doc="peak bandwidth")
+    capacity_bytes: int = param(gt=0, unit="bytes", doc="capacity")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FakeSystem:
+    name: str = param("custom", doc="system name")
+    sides: tuple[FakeSide, ...] = param(default_factory=tuple, doc="memory sides")
+    link_gbps: float = param(64.0, gt=0, unit="GB/s", doc="chip-to-chip link")
+
+    def _check(self) -> None:
+        if not self.sides:
+            raise ConfigError("sides", "needs at least one memory side")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FakeModel:
+    name: str = param("custom", doc="model name")
+    layers: int = param(ge=1, doc="decoder layers")
+    hidden: int = param(ge=1, doc="hidden size")
+    params: float = param(gt=0, doc="parameter count")
+    dtype_bytes: int = param(1, ge=1, le=8, unit="bytes", doc="bytes per element")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FakeServing:
+    trace: Optional[str] = param(None, doc="request trace path")
+    rate_rps: float = param(1.0, gt=0, unit="requests/s", doc="arrival rate")
+    requests: int = param(100, ge=1, doc="requests to serve")
+
+
+SYSTEM_PRESETS: dict[str, dict[str, Any]] = {
+    "h2m2": {"name": "h2m2", "sides": [
+        {"name": "hbm", "kind": "hbm", "bandwidth_gbps": 2048.0, "capacity_bytes": 96 * 10**9},
+        {"name": "lpddr", "kind": "lpddr", "bandwidth_gbps": 544.0,
+         "capacity_bytes": 512 * 10**9}]},
+    "lpddr-only": {"name": "lpddr-only", "sides": [
+        {"name": "lpddr", "kind": "lpddr", "bandwidth_gbps": 544.0,
+         "capacity_bytes": 1024 * 10**9}]},
+    "hbm-8": {"name": "hbm-8", "sides": [
+        {"name": "hbm", "kind": "hbm", "bandwidth_gbps": 8 * 819.0,
+         "capacity_bytes": 768 * 10**9}]},
+}
+
+MODEL_ZOO: dict[str, dict[str, Any]] = {
+    "gpt3-175b": {"name": "gpt3-175b", "layers": 96, "hidden": 12288, "params": 175e9},
+    "chinchilla-70b": {"name": "chinchilla-70b", "layers": 80, "hidden": 8192,
+                       "params": 70e9},
+    "llama2-70b": {"name": "llama2-70b", "layers": 80, "hidden": 1024, "params": 70e9},
+}
+
+
+class _Greedy:
+    pass
+
+
+class _Oracle:
+    @dataclass(frozen=True)
+    class Params:
+        max_configs: int = param(64, ge=1, doc="configurations to search per sublayer")
+
+
+MAPPERS = {"greedy": _Greedy, "oracle": _Oracle, "flexgen": _Greedy}
+ALLOCATORS = {"static": object, "paged": object, "odma": object}
+
+
+def _named(kind: str, table: Mapping[str, Any], name: Any, key: str) -> dict[str, Any]:
+    if not isinstance(name, str) or name not in table:
+        raise ConfigError(key, f"unknown {kind} {name!r}" + suggest(str(name), list(table))
+                          + f"; available: {', '.join(table)}")
+    return table[name]
+
+
+def resolve_system(raw: Any, key: str) -> FakeSystem:
+    if isinstance(raw, str):
+        return load(FakeSystem, _named("preset", SYSTEM_PRESETS, raw, key), key)
+    if isinstance(raw, Mapping) and "preset" in raw:
+        base = _named("preset", SYSTEM_PRESETS, raw["preset"], f"{key}.preset")
+        rest = {k: v for k, v in raw.items() if k != "preset"}
+        try:
+            merged = deep_merge(base, rest)
+        except ConfigError as err:
+            raise err.prefixed(f"{key}.sides") from None
+        return load(FakeSystem, merged, key)
+    return load(FakeSystem, raw, key)
+
+
+def load_model(raw: Any, key: str) -> FakeModel:
+    if isinstance(raw, str):
+        return load(FakeModel, _named("model", MODEL_ZOO, raw, key), key)
+    return load(FakeModel, raw, key)
+
+
+def resolve_serving(raw: Any, key: str) -> FakeServing:
+    return load(FakeServing, raw, key)
+
+
+def _rng(cfg: Any) -> np.random.Generator:
+    from h2m2sim.cache import config_hash
+    return np.random.default_rng([cfg.simulation.seed, int(config_hash(cfg)[:12], 16)])
+
+
+def run_iteration(cfg: Any) -> dict[str, Any]:
+    """Toy roofline: weights + KV bytes over the summed side bandwidth, with a small
+    seeded jitter so that determinism tests can tell seeds apart."""
+    delay = float(os.environ.get("H2M2SIM_FAKE_SLEEP", "0") or 0)
+    if delay:
+        time.sleep(delay)
+    w = cfg.workload
+    lens = w.seq if isinstance(w.seq, tuple) else (w.seq,) * w.batch
+    fail = os.environ.get("H2M2SIM_FAKE_FAIL_SEQ")
+    if fail and int(fail) == lens[0]:
+        raise RuntimeError(f"fake job told to fail at seq={fail}")
+    m, sys_ = cfg.model, cfg.system
+    kv_bytes = 2 * m.layers * m.hidden * m.dtype_bytes * int(sum(lens))
+    w_bytes = m.params * m.dtype_bytes
+    cap = sum(s.capacity_bytes for s in sys_.sides)
+    if kv_bytes + w_bytes > cap:
+        raise OutOfMemoryError(sys_.sides[0].name, int(kv_bytes + w_bytes), int(cap), "KV cache")
+    bw = sum(s.bandwidth_gbps for s in sys_.sides)  # GB/s == bytes/ns
+    jitter = 1.0 + 0.01 * float(_rng(cfg).random())
+    per_side = {s.name: {"weights_ns": w_bytes / bw * jitter,
+                         "kv_ns": kv_bytes / bw * jitter} for s in sys_.sides}
+    t = (w_bytes + kv_bytes) / bw * jitter * w.iterations
+    return {"iteration_time_ns": t, "tokens_per_s": w.batch * w.iterations / (t * 1e-9),
+            "kv_bytes": kv_bytes, "breakdown": per_side}
+
+
+def run_serving(cfg: Any) -> dict[str, Any]:
+    s = cfg.workload.serving
+    rng = _rng(cfg)
+    gaps = rng.exponential(1.0 / s.rate_rps, size=s.requests)
+    total = float(gaps.sum()) * 1e9
+    return {"total_time_ns": total, "tokens_per_s": s.requests / (total * 1e-9),
+            "ttft_ms": float(np.median(gaps)) * 1e3}
+
+
+def list_presets() -> list[str]:
+    return list(SYSTEM_PRESETS)
+
+
+def list_models() -> list[str]:
+    return list(MODEL_ZOO)
+
+
+def list_standards() -> list[str]:
+    return ["HBM3-6400", "LPDDR5X-8533"]
+
+
+def install(setitem: Callable[[dict, str, Any], None] | None = None) -> None:
+    """Point every interface table at these fakes (``setitem(table, name, value)``;
+    default: plain assignment; in tests pass ``monkeypatch.setitem``)."""
+    from h2m2sim import runner
+    from h2m2sim.cli import cmd_presets
+    from h2m2sim.config import schema
+    put = setitem or (lambda d, k, v: d.__setitem__(k, v))
+    me = __name__
+    for section, fn in (("system", "resolve_system"), ("model", "load_model"),
+                        ("serving", "resolve_serving")):
+        put(schema.RESOLVERS, section, f"{me}:{fn}")
+    put(schema.REGISTRIES, "mapper", f"{me}:MAPPERS")
+    put(schema.REGISTRIES, "allocator", f"{me}:ALLOCATORS")
+    put(runner.JOBS, "iteration", f"{me}:run_iteration")
+    put(runner.JOBS, "serving", f"{me}:run_serving")
+    for what, fn in (("systems", "list_presets"), ("dram", "list_standards"),
+                     ("models", "list_models")):
+        put(cmd_presets.LISTERS, what, f"{me}:{fn}")

@@ -1,0 +1,200 @@
+"""Reading, overriding and resolving run configurations.
+
+``raw`` data (what YAML parsing yields) flows: :func:`read_yaml` -> :func:`apply_sets`
+(``--set KEY=VALUE``) -> :func:`load_config` -> :class:`RunConfig`. Every user mistake
+surfaces as one :class:`ConfigError` naming the full key path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dram_models.schema import load, set_path, suggest, to_dict
+from h2m2sim.config import schema
+from h2m2sim.config.lazy import Unavailable, import_ref, optional_ref
+from h2m2sim.config.schema import (PolicyConfig, RunConfig, SimulationConfig,
+                                   WorkloadConfig)
+from h2m2sim.errors import ConfigError, join_key
+
+__all__ = ["read_yaml", "parse_yaml", "normalize_raw", "apply_sets", "load_config",
+           "load_file", "resolve_section", "dump_yaml", "MAX_DEPTH"]
+
+MAX_DEPTH = 64
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+def parse_yaml(text: str, name: str) -> Any:
+    """Parse YAML text; errors name ``name`` and the line number."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{name}:{mark.line + 1}" if mark is not None else name
+        raise ConfigError(where, "invalid YAML: " + _one_line(err.problem or err.context
+                                                             or "syntax error")) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(name, "invalid YAML: " + _one_line(err)) from None
+    except RecursionError:
+        raise ConfigError(name, f"invalid YAML: nested more than {MAX_DEPTH} levels "
+                                "deep") from None
+    except (ValueError, OverflowError) as err:  # e.g. an impossible date 2020-13-45
+        raise ConfigError(name, "invalid YAML value: " + _one_line(err)) from None
+    return normalize_raw(data, "")
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """Parsed contents of a YAML file (errors name the file)."""
+    name = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ConfigError(name, "no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(name, "is a directory, expected a YAML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(name, "is not a text (YAML) file") from None
+    except OSError as err:
+        raise ConfigError(name, f"cannot read: {err.strerror or err}") from None
+    return parse_yaml(text, name)
+
+
+def normalize_raw(data: Any, key: str = "", _depth: int = 0, _path: frozenset = frozenset()
+                  ) -> Any:
+    """A plain copy of ``data`` (mappings, lists, str, int, float, bool, None).
+
+    Dates (YAML turns ``2024-01-01`` into one) become ISO strings; recursive YAML aliases,
+    binary data, sets and over-deep nesting are rejected with a ConfigError."""
+    if _depth > MAX_DEPTH:
+        raise ConfigError(key, f"nested more than {MAX_DEPTH} levels deep")
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, (datetime.date, datetime.datetime)):
+        return data.isoformat()
+    if isinstance(data, (Mapping, list, tuple)):
+        if id(data) in _path:
+            raise ConfigError(key, "refers to itself (recursive YAML alias)")
+        inner = _path | {id(data)}
+        if isinstance(data, Mapping):
+            out = {}
+            for k, v in data.items():
+                if k is None or not isinstance(k, (str, int, float, bool)):
+                    raise ConfigError(key, f"has a key that is not a name: {k!r}")
+                out[k] = normalize_raw(v, join_key(key, str(k)), _depth + 1, inner)
+            return out
+        return [normalize_raw(v, f"{key}[{i}]", _depth + 1, inner) for i, v in enumerate(data)]
+    if isinstance(data, (bytes, bytearray)):
+        raise ConfigError(key, "binary data is not a valid value")
+    raise ConfigError(key, f"unsupported value of type {type(data).__name__}")
+
+
+def apply_sets(raw: Any, sets: Iterable[str] = ()) -> Any:
+    """Apply ``KEY=VALUE`` overrides (VALUE parsed as YAML) to raw config data."""
+    for item in sets:
+        key, sep, text = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("--set", f"expected KEY=VALUE (e.g. workload.batch=64), "
+                                       f"got {item!r}")
+        value = parse_yaml(text, f"--set {key}")
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(key, "cannot set: the configuration is not a mapping")
+        raw = set_path(dict(raw), key, value)
+    return raw
+
+
+def resolve_section(section: str, raw: Any, key: str) -> Any:
+    """Resolve ``raw`` with ``RESOLVERS[section]``; the raw value (checked only for its
+    shape) is kept when the owning layer does not exist yet."""
+    if section == "serving":
+        if not isinstance(raw, Mapping):
+            raise ConfigError(key, f"must be a mapping (trace, rate, ...), got {_what(raw)}")
+    elif not isinstance(raw, (str, Mapping)):
+        what = "preset name" if section == "system" else "model-zoo name"
+        raise ConfigError(key, f"must be a {what} or a mapping, got {_what(raw)}")
+    try:
+        resolver = import_ref(schema.RESOLVERS[section])
+    except Unavailable:
+        return raw
+    return resolver(raw, key)
+
+
+def _what(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_registry(policy: PolicyConfig, field: str) -> PolicyConfig:
+    registry = optional_ref(schema.REGISTRIES.get(field))
+    if registry is None:
+        return policy
+    name = getattr(policy, field)
+    key = f"policy.{field}"
+    if name not in registry:
+        names = sorted(map(str, registry))
+        raise ConfigError(key, f"unknown {field} {name!r}" + suggest(name, names)
+                          + f"; available: {', '.join(names)}")
+    params_cls = getattr(registry[name], "Params", None)
+    if params_cls is not None and dataclasses.is_dataclass(params_cls):
+        pkey = f"{field}_params"
+        params = load(params_cls, getattr(policy, pkey), f"policy.{pkey}")
+        policy = dataclasses.replace(policy, **{pkey: to_dict(params)})
+    return policy
+
+
+def load_config(raw: Any, key: str = "") -> RunConfig:
+    """Validate raw config data and resolve every section into a :class:`RunConfig`."""
+    raw = normalize_raw(raw, key)
+    if raw is None:
+        raise ConfigError(key, "empty configuration; 'system' and 'model' are required")
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, f"must be a mapping of sections ({', '.join(schema.SECTIONS)})"
+                               f", got {_what(raw)}")
+    for k in raw:
+        if k not in schema.SECTIONS:
+            raise ConfigError(join_key(key, str(k)), "unknown section"
+                              + suggest(str(k), schema.SECTIONS)
+                              + f"; allowed: {', '.join(schema.SECTIONS)}")
+    for k in schema.REQUIRED_SECTIONS:
+        if k not in raw:
+            raise ConfigError(join_key(key, k), "missing required section")
+    system = resolve_section("system", raw["system"], join_key(key, "system"))
+    model = resolve_section("model", raw["model"], join_key(key, "model"))
+    workload = load(WorkloadConfig, raw.get("workload"), join_key(key, "workload"))
+    if workload.serving is not None:
+        workload = dataclasses.replace(workload, serving=resolve_section(
+            "serving", workload.serving, join_key(key, "workload.serving")))
+    policy = load(PolicyConfig, raw.get("policy"), join_key(key, "policy"))
+    for field in ("mapper", "allocator"):
+        policy = _check_registry(policy, field)
+    if policy.baseline is not None:
+        policy = dataclasses.replace(policy, baseline=resolve_section(
+            "system", policy.baseline, join_key(key, "policy.baseline")))
+    simulation = load(SimulationConfig, raw.get("simulation"), join_key(key, "simulation"))
+    return RunConfig(system=system, model=model, workload=workload, policy=policy,
+                     simulation=simulation)
+
+
+def load_file(path: str | os.PathLike, sets: Iterable[str] = ()) -> RunConfig:
+    """Read, override and resolve a configuration file."""
+    return load_config(apply_sets(read_yaml(path), sets))
+
+
+def dump_yaml(cfg: RunConfig) -> str:
+    """The resolved configuration as YAML (loadable again: every section is inline)."""
+    from h2m2sim.cache import plain
+    return yaml.safe_dump(plain(cfg), sort_keys=False, default_flow_style=False,
+                          allow_unicode=True)

@@ -1,0 +1,120 @@
+"""The run configuration: one YAML file, five sections, frozen dataclasses.
+
+``system`` and ``model`` are owned by their layers and turned into dataclasses by the
+*resolvers* named in :data:`RESOLVERS`; ``workload``, ``policy`` and ``simulation`` are
+declared here. Mapper and allocator names are checked against the registries named in
+:data:`REGISTRIES`. Both tables map to ``"module:attribute"`` strings resolved on first
+use; change them by item assignment (``RESOLVERS['system'] = ...``), not by rebinding.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
+
+from dram_models.schema import param
+from h2m2sim.errors import ConfigError
+
+__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "WorkloadConfig",
+           "PolicyConfig", "SimulationConfig", "RunConfig"]
+
+#: Section name -> ``fn(raw_value, key) -> frozen dataclass`` raising ConfigError with the
+#: full key path. ``system`` also resolves ``policy.baseline``; ``serving`` resolves
+#: ``workload.serving``.
+RESOLVERS: dict[str, Any] = {
+    "system": "h2m2sim.system.config:resolve_system",
+    "model": "h2m2sim.model:load_model",
+    "serving": "h2m2sim.serving.config:resolve_serving",
+}
+
+#: Policy field -> registry ``{name: class}``. A class may declare a dataclass ``Params``;
+#: the matching ``*_params`` mapping is then validated against it (defaults filled in).
+REGISTRIES: dict[str, Any] = {
+    "mapper": "h2m2sim.mapping:MAPPERS",
+    "allocator": "h2m2sim.memory.allocators:ALLOCATORS",
+}
+
+SECTIONS = ("system", "model", "workload", "policy", "simulation")
+REQUIRED_SECTIONS = ("system", "model")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What is run: a batch of requests for some iterations, or a serving trace."""
+
+    batch: int = param(1, ge=1, unit="requests",
+                       doc="Requests processed together in one iteration (batch size).")
+    seq: Union[int, tuple[int, ...]] = param(
+        2048, ge=1, unit="tokens",
+        doc="Context length of every request, or a list with one length per request "
+            "(the list must have `batch` entries).")
+    phase: Literal["decode", "prefill"] = param(
+        "decode", doc="Which inference phase one iteration models: decode (one new token "
+                      "per request) or prefill (the whole prompt).")
+    iterations: int = param(1, ge=1, unit="iterations",
+                            doc="Iterations to simulate; with more than one, every sequence "
+                                "grows by one token per decode iteration (dynamic lengths).")
+    serving: Any = param(None, doc="Request-level serving run instead of fixed iterations: a "
+                                   "mapping (request trace path, arrival rate, ...) handed "
+                                   "to the serving layer's resolver. Null = no serving.")
+
+    def _check(self) -> None:
+        if isinstance(self.seq, tuple) and len(self.seq) != self.batch:
+            raise ConfigError("seq", f"lists {len(self.seq)} sequence lengths but batch is "
+                                     f"{self.batch}; give one length per request")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How the system is driven: mapping of kernels to memory sides, KV allocation."""
+
+    mapper: str = param("greedy", doc="Mapping algorithm (a name from the mapper registry, "
+                                      "e.g. greedy = H2M2 Algorithm 1).")
+    mapper_params: dict[str, Any] = param(default_factory=dict,
+                                          doc="Parameters of the mapper (mapper-specific).")
+    allocator: str = param("static", doc="KV-cache allocator (a name from the allocator "
+                                         "registry, e.g. static worst-case reservation).")
+    allocator_params: dict[str, Any] = param(default_factory=dict,
+                                             doc="Parameters of the allocator "
+                                                 "(allocator-specific).")
+    baseline: Any = param(None, doc="System to compare against (preset name or system "
+                                    "mapping, like `system`); when set, runs also report "
+                                    "`speedup` over it. Null = no comparison.")
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """How the simulator runs (not what it simulates)."""
+
+    fidelity: Literal["cycle", "estimate"] = param(
+        "cycle", doc="cycle = cycle-level DRAM/NPU simulation; estimate = fast analytical "
+                     "estimate from cached tables.")
+    seed: int = param(0, ge=0, doc="Seed of every random choice (arrivals, predictors, "
+                                   "noise); same config and seed give identical results.")
+    cache: bool = param(True, doc="Reuse cached kernel/iteration tables (content-hash "
+                                  "cache); false recomputes and stores nothing.")
+    cache_dir: Optional[str] = param(None, doc="Directory of the content-hash cache. Null = "
+                                              "$H2M2SIM_CACHE, else ~/.cache/h2m2sim.")
+    workers: Optional[int] = param(None, ge=1, unit="processes",
+                                   doc="Worker processes for sweeps. Null = one per CPU "
+                                       "core. `sweep --workers` overrides it.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A fully resolved run configuration (what ``h2m2sim validate`` prints)."""
+
+    system: Any = param(doc="The simulated system: a preset name (`h2m2`), a mapping "
+                            "`{preset: NAME, <field overrides>}`, or a full inline mapping. "
+                            "Resolved by the system layer (see its reference).")
+    model: Any = param(doc="The LLM: a model-zoo name (`gpt3-175b`) or an inline mapping. "
+                           "Resolved by the model layer (see its reference).")
+    workload: WorkloadConfig = param(default_factory=WorkloadConfig,
+                                     doc="Batch, sequence lengths, phase, or serving trace.")
+    policy: PolicyConfig = param(default_factory=PolicyConfig,
+                                 doc="Mapper, allocator and baseline for speedups.")
+    simulation: SimulationConfig = param(default_factory=SimulationConfig,
+                                         doc="Fidelity, seed, cache, workers.")
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,96 @@
+"""One run: a resolved :class:`~h2m2sim.config.RunConfig` in, a dict of metrics out.
+
+The work itself is done by a *job* chosen by the kind of workload (:data:`JOBS`):
+
+* ``"iteration"`` (no ``workload.serving``): decode/prefill iterations of a fixed batch,
+  ``h2m2sim.system.job:run_iteration``;
+* ``"serving"`` (``workload.serving`` set): a request-level serving run,
+  ``h2m2sim.serving.job:run_serving``.
+
+A job is ``fn(cfg) -> dict`` of JSON-able metrics: flat scalars (names carry units,
+e.g. ``iteration_time_ns``) plus optional nested mappings such as ``breakdown``. It must
+be deterministic (same config and seed, same metrics) and a top-level function, so that
+sweep workers in other processes can import it.
+
+When ``policy.baseline`` names a system, the job runs a second time on it (baseline
+config = same config with ``system`` replaced by the baseline and no baseline of its
+own) and the metrics gain ``baseline_<T>`` and ``speedup = baseline_<T> / <T>``, where
+``<T>`` is the kind's time metric in :data:`TIME_METRIC`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from h2m2sim.config.lazy import Unavailable, import_ref
+from h2m2sim.errors import SimError
+
+__all__ = ["JOBS", "TIME_METRIC", "job_kind", "get_job", "run", "JobError"]
+
+#: Workload kind -> job (``"module:function"`` or the function itself).
+JOBS: dict[str, Any] = {
+    "iteration": "h2m2sim.system.job:run_iteration",
+    "serving": "h2m2sim.serving.job:run_serving",
+}
+
+#: Workload kind -> the metric (lower is better) that speedups compare.
+TIME_METRIC: dict[str, str] = {
+    "iteration": "iteration_time_ns",
+    "serving": "total_time_ns",
+}
+
+
+class JobError(SimError):
+    """A job cannot be found, or returned something that is not a metrics dict."""
+
+
+def job_kind(cfg: Any) -> str:
+    """``"serving"`` if the workload has a serving section, else ``"iteration"``."""
+    return "serving" if cfg.workload.serving is not None else "iteration"
+
+
+def get_job(kind: str) -> Callable[[Any], Mapping[str, Any]]:
+    """The job function registered for a workload kind."""
+    if kind not in JOBS:
+        raise JobError(f"no job registered for workload kind '{kind}'")
+    try:
+        return import_ref(JOBS[kind])
+    except Unavailable as err:
+        raise JobError(f"cannot run a {kind} workload yet: {err}") from None
+
+
+def _clean(metrics: Any, where: str) -> dict[str, Any]:
+    from h2m2sim.cache import plain
+    if not isinstance(metrics, Mapping):
+        raise JobError(f"{where} returned {type(metrics).__name__}, expected a dict of metrics")
+    out = plain(metrics)
+    try:
+        json.dumps(out, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise JobError(f"{where} returned metrics that are not JSON-able: {err}") from None
+    return out
+
+
+def run(cfg: Any, job: Callable[[Any], Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Run ``cfg`` (with ``job``, default: the registered job for its workload kind)
+    and return its metrics, plus ``speedup`` when a baseline is configured."""
+    kind = job_kind(cfg)
+    job = get_job(kind) if job is None else job
+    name = getattr(job, "__qualname__", repr(job))
+    metrics = _clean(job(cfg), f"job {name}")
+    baseline = cfg.policy.baseline
+    if baseline is None:
+        return metrics
+    base_cfg = dataclasses.replace(cfg, system=baseline,
+                                   policy=dataclasses.replace(cfg.policy, baseline=None))
+    base = _clean(job(base_cfg), f"job {name} (baseline)")
+    t = TIME_METRIC.get(kind)
+    if t not in metrics or t not in base:
+        raise JobError(f"cannot compute a speedup: job {name} reported no '{t}'")
+    ours, theirs = metrics[t], base[t]
+    metrics[f"baseline_{t}"] = theirs
+    metrics["speedup"] = theirs / ours if ours else math.inf
+    return metrics

@@ -1,0 +1,266 @@
+"""Result store of a sweep, and atomic file writes.
+
+A sweep's output directory (``h2m2sim sweep ... --out DIR``) holds::
+
+    DIR/
+      sweep.yaml          the sweep as run: base config inlined, axes, --set applied
+      meta.json           format tag, h2m2sim version, git revision, axes, point count,
+                          when it was created / last updated
+      plan.json           every point of the sweep: index, config hash, swept values
+      points/<hash>.json  one file per finished point (the source of truth): config
+                          hash, swept values, the fully resolved config, all metrics
+                          (including nested ones such as 'breakdown'), error message if
+                          the point failed with a user error, h2m2sim version, git
+                          revision, wall time
+      results.csv         one row per finished point, in point order (derived from
+                          plan.json + points/, rewritten atomically during and after
+                          the sweep)
+
+``results.csv`` columns, in this order: ``point`` (index in the sweep), ``config_hash``
+(sha256 of the resolved config, :func:`h2m2sim.cache.config_hash`), one column per
+swept key path (for example ``workload.seq``, ``system.preset``), ``error`` (only if a
+point failed with a user error such as out-of-memory), then every scalar metric in the
+order the job reported them; nested metric mappings are flattened with dots
+(``breakdown.attention_ns``). Lists are kept in the point files only. Cells: integers
+and floats are written exactly (``repr``), booleans as ``true``/``false``, missing
+values empty, lists and mappings (e.g. an inline system as a swept value) as compact
+JSON. CSV was chosen over Parquet because every tool reads it and rows are few (one per
+simulated point); the point files keep the full-precision, nested data.
+
+Every file is written to a temporary name in the same directory and renamed into place
+with ``os.replace``, so a killed sweep leaves only whole files behind; ``--resume``
+skips every point whose ``points/<hash>.json`` exists.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from h2m2sim.errors import ConfigError
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
+           "ResultStore", "encode_cell", "decode_cell", "flatten_metrics", "read_csv",
+           "FORMAT"]
+
+FORMAT = "h2m2sim-sweep/1"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one,
+    never a partial one (temporary file in the same directory, fsync, os.replace).
+    Safe when several processes write the same path concurrently."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n")
+
+
+_GIT: list[str | None] = []
+
+
+def git_revision() -> str | None:
+    """Commit hash of the h2m2sim source checkout (``+dirty`` if it has uncommitted
+    changes to tracked files), or None when not in a git checkout or git is missing."""
+    if not _GIT:
+        here = Path(__file__).resolve().parent
+        rev = None
+        try:
+            out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
+                                 capture_output=True, text=True, timeout=10)
+            if out.returncode == 0 and out.stdout.strip():
+                rev = out.stdout.strip()
+                dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                        "--untracked-files=no"],
+                                       capture_output=True, text=True, timeout=10)
+                if dirty.returncode == 0 and dirty.stdout.strip():
+                    rev += "+dirty"
+        except (OSError, subprocess.SubprocessError):
+            rev = None
+        _GIT.append(rev)
+    return _GIT[0]
+
+
+def encode_cell(value: Any) -> str:
+    """One CSV cell for ``value`` (see the module docstring)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (int, str)):
+        return str(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def decode_cell(text: str) -> Any:
+    """Inverse of :func:`encode_cell` (strings that look like numbers become numbers)."""
+    if text == "":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalar metrics with nested mappings flattened to dotted names; lists dropped."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten_metrics(v, name + "."))
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            out[name] = v
+    return out
+
+
+def read_csv(path: str | os.PathLike) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and decoded rows of a results CSV."""
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return [], []
+        rows = [{c: decode_cell(v) for c, v in zip(header, line)} for line in reader]
+    return header, rows
+
+
+class ResultStore:
+    """The output directory of one sweep (layout in the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.points_dir = self.root / "points"
+        self.plan_path = self.root / "plan.json"
+        self.meta_path = self.root / "meta.json"
+        self.csv_path = self.root / "results.csv"
+        self.spec_path = self.root / "sweep.yaml"
+
+    # -- writing ---------------------------------------------------------------------
+    def start(self, spec_yaml: str, axes: list[str], plan: list[dict[str, Any]]) -> None:
+        """Record the sweep (spec, axes and every point's index/hash/swept values)."""
+        from h2m2sim import __version__
+        self.points_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.spec_path, spec_yaml)
+        atomic_write_json(self.plan_path, {"axes": axes, "points": plan})
+        meta = self.meta()
+        now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        atomic_write_json(self.meta_path, {
+            "format": FORMAT, "h2m2sim_version": __version__,
+            "git_revision": git_revision(), "created": meta.get("created", now),
+            "updated": now, "axes": axes, "n_points": len(plan)})
+
+    def point_path(self, config_hash: str) -> Path:
+        return self.points_dir / f"{config_hash}.json"
+
+    def write_point(self, record: Mapping[str, Any]) -> None:
+        """Atomically store one finished point (``record['config_hash']`` names it)."""
+        atomic_write_json(self.point_path(record["config_hash"]), dict(record))
+
+    # -- reading ---------------------------------------------------------------------
+    def meta(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.meta_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def plan(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.plan_path.read_text())
+        except OSError:
+            raise ConfigError(str(self.root), "not a sweep result directory (no plan.json)") \
+                from None
+        except ValueError as err:
+            raise ConfigError(str(self.plan_path), f"unreadable: {err}") from None
+
+    def finished(self) -> set[str]:
+        """Config hashes of every finished point on disk."""
+        if not self.points_dir.is_dir():
+            return set()
+        return {p.stem for p in self.points_dir.glob("*.json")}
+
+    def read_point(self, config_hash: str) -> dict[str, Any]:
+        return json.loads(self.point_path(config_hash).read_text())
+
+    def records(self) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
+        """(plan entry, point record) for every finished point, in point order."""
+        done = self.finished()
+        for entry in self.plan()["points"]:
+            if entry["config_hash"] in done:
+                try:
+                    yield entry, self.read_point(entry["config_hash"])
+                except (OSError, ValueError):
+                    continue  # cannot happen with atomic writes; be lenient anyway
+
+    def rebuild(self) -> Path:
+        """Rewrite ``results.csv`` from the plan and the finished points."""
+        axes = list(self.plan().get("axes", []))
+        rows, metric_cols, any_error = [], {}, False
+        for entry, rec in self.records():
+            metrics = flatten_metrics(rec.get("metrics") or {})
+            for name in metrics:
+                metric_cols.setdefault(name, None)
+            any_error |= bool(rec.get("error"))
+            rows.append((entry, rec, metrics))
+        fixed = ["point", "config_hash"] + axes + (["error"] if any_error else [])
+        metric_names = list(metric_cols)
+        header = fixed + [m if m not in fixed else f"metric:{m}" for m in metric_names]
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        for entry, rec, metrics in rows:
+            params = entry.get("params", {})
+            line = [entry["index"], entry["config_hash"]] + [params.get(a) for a in axes]
+            if any_error:
+                line.append(rec.get("error"))
+            line += [metrics.get(m) for m in metric_names]
+            writer.writerow([encode_cell(v) for v in line])
+        atomic_write_text(self.csv_path, buf.getvalue())
+        return self.csv_path
+
+    def read(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+        """(columns, rows, swept axes) of the results, rebuilding the CSV first."""
+        self.rebuild()
+        header, rows = read_csv(self.csv_path)
+        return header, rows, list(self.plan().get("axes", []))

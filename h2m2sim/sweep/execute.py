@@ -1,0 +1,131 @@
+"""Running sweep points: in-process, on a local process pool, or on Dask distributed.
+
+Workers receive the resolved config and the job function (pickled by reference, so the
+job must be a top-level function of an importable module) and return the point's
+record; only the coordinating process writes to the result store, so workers on other
+machines need no shared file system.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import concurrent.futures.process
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from h2m2sim.errors import ConfigError, SimError
+
+__all__ = ["run_point", "execute", "Task", "WorkerDied"]
+
+
+class WorkerDied(SimError):
+    """A worker process of the local pool ended without returning a result."""
+
+Task = tuple[str, Any]  # (config hash, RunConfig)
+OnDone = Callable[[str, dict[str, Any]], None]
+
+
+def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
+    """Run one point. A user error (:class:`SimError`, e.g. out of memory) is a result
+    of the point and is returned as ``error``; anything else is a bug and propagates,
+    which stops the sweep (finished points are kept)."""
+    from h2m2sim import runner
+    t0 = time.perf_counter()
+    try:
+        metrics, error = runner.run(cfg, job), None
+    except SimError as err:
+        metrics, error = {}, str(err)
+    return {"metrics": metrics, "error": error, "elapsed_s": time.perf_counter() - t0}
+
+
+def _inline(tasks: Sequence[Task], job: Any, on_done: OnDone) -> None:
+    for h, cfg in tasks:
+        on_done(h, run_point(cfg, job))
+
+
+def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], None]
+           ) -> None:
+    """Record every future as it completes; on the first failure cancel what has not
+    started, keep recording what still finishes, then re-raise the failure."""
+    failure: BaseException | None = None
+    try:
+        for fut in wait_iter:
+            h = futures[fut]
+            if fut.cancelled():
+                continue
+            try:
+                result = fut.result()
+            except cf.CancelledError:
+                continue
+            except cf.process.BrokenProcessPool:
+                if failure is None:
+                    failure = WorkerDied(
+                        "a sweep worker process died abruptly (killed, out of memory, or "
+                        "a script that starts a sweep without an `if __name__ == "
+                        "'__main__':` guard); finished points are saved, rerun with "
+                        "--resume")
+                    cancel()
+                continue
+            except Exception as err:  # noqa: BLE001 - re-raised below
+                if failure is None:
+                    failure = err
+                    cancel()
+                continue
+            on_done(h, result)
+    except BaseException:
+        cancel()
+        raise
+    if failure is not None:
+        raise failure
+
+
+def _pool(tasks: Sequence[Task], job: Any, workers: int, on_done: OnDone) -> None:
+    ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba, tqdm)
+    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    try:
+        futures = {ex.submit(run_point, cfg, job): h for h, cfg in tasks}
+
+        def cancel() -> None:
+            for f in futures:
+                f.cancel()
+        _drain(futures, cf.as_completed(futures), on_done, cancel)
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask(tasks: Sequence[Task], job: Any, address: str, on_done: OnDone) -> None:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise ConfigError("--scheduler", "Dask distributed is not installed "
+                                         "(pip install 'dask[distributed]')") from None
+    try:
+        client = Client(address, timeout="20s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise ConfigError("--scheduler", f"cannot connect to {address}: {err}") from None
+    try:
+        futures = {client.submit(run_point, cfg, job, pure=False,
+                                 key=f"h2m2sim-point-{i}-{h[:16]}-{time.time_ns()}"): h
+                   for i, (h, cfg) in enumerate(tasks)}
+
+        def cancel() -> None:
+            client.cancel(list(futures))
+        _drain(futures, as_completed(futures), on_done, cancel)
+    finally:
+        client.close()
+
+
+def execute(tasks: Sequence[Task], job: Any, on_done: OnDone, workers: int = 1,
+            scheduler: str | None = None) -> None:
+    """Run ``tasks`` and call ``on_done(config_hash, record)`` in the calling process as
+    each finishes (in completion order). ``scheduler`` (a Dask address) wins over
+    ``workers``; ``workers == 1`` runs in this process, more use a spawn process pool."""
+    if not tasks:
+        return
+    if scheduler:
+        _dask(tasks, job, scheduler, on_done)
+    elif workers <= 1 or len(tasks) == 1:
+        _inline(tasks, job, on_done)
+    else:
+        _pool(tasks, job, min(workers, len(tasks)), on_done)
