@@ -1,0 +1,276 @@
+"""ODMA: predictor-driven, bucketed, contiguous KV allocation (Zou et al., "ODMA:
+On-Demand Memory Allocation Framework/Strategy for LLM Serving on LPDDR-Class
+Accelerators").
+
+Per request the predictor gives a length estimate ``L`` and an uncertainty ``u`` in [0, 1].
+
+* ``u > tau`` routes the request straight to the *large bucket* (worst-case extent).
+* Otherwise ``L' = L * (1 + gamma * u)`` and the request gets the smallest regular bucket
+  with bound ``b_i >= L'`` (none: large bucket).
+* Bucket bounds are empirical quantiles of realized lengths over a sliding window of recent
+  completions (:class:`BucketManager`); refreshed every ``refresh_every`` completions and
+  applied to new reservations only (in-flight requests keep their extents).
+* A request that outgrows its bucket mid-decode migrates to the large bucket: a new
+  contiguous extent is taken and the existing KV copied (a ``migrate`` event with the bytes
+  copied, for the DRAM model to price), then the old extent is freed.
+* Free extents are kept on per-size free lists (O(1) reserve/release when a slot of that
+  size was freed before) over a coalescing first-fit heap (see
+  :class:`~h2m2sim.memory.allocators.base.ContiguousAllocator`).
+
+Defaults are the papers' (strategy paper, Sec. III-B/C): gamma = 0.2, tau = 0.8, B = 4
+buckets, a 10,000-request window, refresh every 1,000 requests.
+
+``basis`` chooses what a bucket bounds. ``"total"`` (default): the KV footprint
+``prompt + output`` of a request, so each bucket is one fixed extent size (the papers'
+"small set of aligned block granularities") and the predicted footprint is
+``prompt + L'``. ``"output"``: the generation length only, the extent being
+``prompt + b_i`` (tighter when prompts vary a lot, but extent sizes vary per request).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from h2m2sim.errors import ConfigError
+
+from .base import ContiguousAllocator
+
+__all__ = ["ODMAAllocator", "BucketManager"]
+
+#: Bucket bounds used before the first refresh (no realized lengths yet).
+DEFAULT_INITIAL_BOUNDARIES = (64, 128, 256, 512)
+
+
+class BucketManager:
+    """Sliding-window quantile bucket bounds.
+
+    ``observe(length)`` logs a realized length into a ring buffer of ``window`` entries;
+    every ``refresh_every`` observations the bounds are recomputed as
+    ``b_i = Q_{p_i}(window)`` (inverted-CDF quantiles, so each bound is an observed length),
+    rounded up to ``align`` and de-duplicated. ``quantiles`` default to equal occupancy,
+    ``p_i = i / num_buckets``. ``history`` records (observations so far, bounds) at every
+    change, for drift plots."""
+
+    def __init__(self, num_buckets: int = 4, window: int = 10_000, refresh_every: int = 1_000,
+                 quantiles=None, align: int = 16,
+                 initial_boundaries=DEFAULT_INITIAL_BOUNDARIES):
+        if int(num_buckets) < 1:
+            raise ConfigError("odma.num_buckets", f"must be >= 1, got {num_buckets}")
+        if int(window) < 1:
+            raise ConfigError("odma.window", f"must be >= 1, got {window}")
+        if int(refresh_every) < 1:
+            raise ConfigError("odma.refresh_every", f"must be >= 1, got {refresh_every}")
+        if quantiles is None:
+            quantiles = [(i + 1) / int(num_buckets) for i in range(int(num_buckets))]
+        q = np.asarray(quantiles, dtype=float)
+        if len(q) != int(num_buckets) or np.any(q <= 0) or np.any(q > 1) or \
+                np.any(np.diff(q) <= 0):
+            raise ConfigError("odma.quantiles", f"need {num_buckets} increasing levels in "
+                              f"(0, 1], got {list(quantiles)}")
+        init = [int(b) for b in initial_boundaries]
+        if not init or any(b <= 0 for b in init) or any(np.diff(init) <= 0):
+            raise ConfigError("odma.initial_boundaries",
+                              f"must be increasing positive token counts, got {init}")
+        self.num_buckets = int(num_buckets)
+        self.window = int(window)
+        self.refresh_every = int(refresh_every)
+        self.quantiles = q
+        self.align = int(align)
+        self._ring = np.zeros(self.window, dtype=np.int64)
+        self.n_observed = 0
+        self._since = 0
+        self.boundaries: tuple[int, ...] = tuple(self._align(b) for b in init)
+        self.history: list[tuple[int, tuple[int, ...]]] = [(0, self.boundaries)]
+
+    def _align(self, tokens: int) -> int:
+        a = self.align
+        return max(a, -(-int(tokens) // a) * a)
+
+    def observe(self, length: int) -> bool:
+        """Log a realized length; True if the bounds were refreshed."""
+        self._ring[self.n_observed % self.window] = int(length)
+        self.n_observed += 1
+        self._since += 1
+        if self._since >= self.refresh_every:
+            self._since = 0
+            return self.refresh()
+        return False
+
+    def seed(self, lengths) -> None:
+        """Pre-load historical lengths (e.g. the predictor's training set) and refresh."""
+        for x in np.asarray(lengths, dtype=np.int64)[-self.window:]:
+            self._ring[self.n_observed % self.window] = x
+            self.n_observed += 1
+        self._since = 0
+        self.refresh()
+
+    def window_values(self) -> np.ndarray:
+        return self._ring[:min(self.n_observed, self.window)]
+
+    def refresh(self) -> bool:
+        vals = self.window_values()
+        if vals.size == 0:
+            return False
+        qs = np.quantile(vals, self.quantiles, method="inverted_cdf")
+        new = tuple(sorted({self._align(b) for b in qs}))
+        if new == self.boundaries:
+            return False
+        self.boundaries = new
+        self.history.append((self.n_observed, new))
+        return True
+
+    def choose(self, value: float) -> int:
+        """Index of the smallest bound >= value, or -1 if none."""
+        b = self.boundaries
+        i = int(np.searchsorted(b, value, side="left"))
+        return i if i < len(b) else -1
+
+
+class ODMAAllocator(ContiguousAllocator):
+    """See the module docstring. Extra statistics: routing counts, per-bucket counts,
+    ``predictor_accuracy`` (fraction of completed requests whose first assigned bucket —
+    regular or large — covered the realized length), ``regular_bucket_accuracy`` (the same
+    among requests first placed in a regular bucket) and ``migration_rate``
+    (migrations / completed requests)."""
+
+    name = "odma"
+
+    def __init__(self, capacity_bytes: int, bytes_per_token: int, *, gamma: float = 0.2,
+                 tau: float = 0.8, num_buckets: int = 4, window: int = 10_000,
+                 refresh_every: int = 1_000, quantiles=None,
+                 initial_boundaries=DEFAULT_INITIAL_BOUNDARIES, basis: str = "total",
+                 max_new_tokens: int | None = None, **kw):
+        super().__init__(capacity_bytes, bytes_per_token, **kw)
+        if not float(gamma) >= 0:
+            raise ConfigError("odma.gamma", f"must be >= 0, got {gamma}")
+        if not 0 <= float(tau) <= 1:
+            raise ConfigError("odma.tau", f"must be in [0, 1], got {tau}")
+        if basis not in ("total", "output"):
+            raise ConfigError("odma.basis", f"must be 'total' or 'output', got {basis!r}")
+        if max_new_tokens is not None and int(max_new_tokens) <= 0:
+            raise ConfigError("odma.max_new_tokens", f"must be > 0, got {max_new_tokens}")
+        self.gamma, self.tau, self.basis = float(gamma), float(tau), basis
+        self.max_new_tokens = None if max_new_tokens is None else int(max_new_tokens)
+        self.buckets = BucketManager(num_buckets, window, refresh_every, quantiles,
+                                     self.align_tokens, initial_boundaries)
+        if self._round(self.max_context_tokens) > self._heap.total:
+            raise ConfigError("allocator.capacity_bytes",
+                              f"holds {self.capacity_tokens} KV tokens, less than one "
+                              f"large-bucket extent of {self.max_context_tokens} tokens")
+        self._bucket: dict[int, int] = {}              # live req -> bucket index (-1 large)
+        self._first: dict[int, tuple[int, int]] = {}   # req -> (bucket, bound in output tokens)
+        self.route_counts = {"regular": 0, "large_uncertain": 0, "large_no_bucket": 0}
+        self.bucket_counts: dict[int, int] = {}
+        self.n_scored = self.n_covered = self.n_regular_scored = self.n_regular_covered = 0
+
+    # ------------------------------------------------------------------ policy
+    def large_tokens(self, prompt_tokens: int) -> int:
+        """Extent of the large bucket for a request: its worst case."""
+        worst = self.max_context_tokens if self.max_new_tokens is None else \
+            min(self.max_context_tokens, int(prompt_tokens) + self.max_new_tokens)
+        return self._round(worst)
+
+    def route(self, prompt_tokens: int, predicted_output: float | None,
+              uncertainty: float = 0.0, need_tokens: int | None = None) -> tuple[int, int, str]:
+        """(bucket index or -1, extent tokens, reason) for a request; no side effects.
+        Used by :meth:`reserve` and by the bucket-aware co-batching scheduler."""
+        prompt_tokens = int(prompt_tokens)
+        need = prompt_tokens + 1 if need_tokens is None else int(need_tokens)
+        large = max(self.large_tokens(prompt_tokens), self._round(need))
+        if predicted_output is None or not np.isfinite(predicted_output):
+            return -1, large, "large_uncertain"
+        if uncertainty > self.tau:
+            return -1, large, "large_uncertain"
+        inflated = float(predicted_output) * (1.0 + self.gamma * float(uncertainty))
+        offset = prompt_tokens if self.basis == "total" else 0
+        b = self.buckets.boundaries
+        i = self.buckets.choose(inflated + offset)
+        while i != -1:
+            tokens = b[i] if self.basis == "total" else self._round(prompt_tokens + b[i])
+            if tokens >= large:
+                break
+            if tokens >= need:
+                return i, tokens, "regular"
+            i = i + 1 if i + 1 < len(b) else -1
+        return -1, large, "large_no_bucket"
+
+    def bucket_tag(self, prompt_tokens: int, predicted_output: float | None,
+                   uncertainty: float = 0.0) -> int:
+        """The bucket a request would get now (-1 = large bucket)."""
+        return self.route(prompt_tokens, predicted_output, uncertainty)[0]
+
+    # ------------------------------------------------------------------ allocator hooks
+    def _reserve(self, req_id, prompt, need, predicted, uncertainty):
+        i, tokens, reason = self.route(prompt, predicted, uncertainty, need)
+        off = self._take(tokens)
+        if off is None:
+            return None
+        self._slot[req_id] = (off, tokens)
+        self._bucket[req_id] = i
+        if req_id not in self._first:       # a resumed (preempted) request keeps its first tag
+            self._first[req_id] = (i, tokens - prompt)
+            self.route_counts[reason] += 1
+            self.bucket_counts[i] = self.bucket_counts.get(i, 0) + 1
+        return tokens
+
+    def _grow(self, req_id, r, new_tokens):
+        if self._bucket[req_id] == -1:
+            return None                       # already at the worst case
+        large = max(self.large_tokens(r.prompt), self._round(new_tokens))
+        if new_tokens > large:
+            return None
+        dst = self._take(large)
+        if dst is None:
+            return None
+        src, old = self._slot[req_id]
+        nbytes = r.used * self.bytes_per_token   # the KV written so far is copied
+        self._put(src, old)
+        self._slot[req_id] = (dst, large)
+        self._bucket[req_id] = -1
+        self.counts["migrate"] += 1
+        self.migrated_bytes += nbytes
+        self._log("migrate", req_id, r.used, nbytes, self._addr(src), self._addr(dst))
+        return large
+
+    def _release(self, req_id, r, generated, completed):
+        super()._release(req_id, r, generated, completed)
+        del self._bucket[req_id]
+        if not completed:
+            return
+        first = self._first.pop(req_id, None)
+        if generated is None:
+            return
+        g = int(generated)
+        if first is not None:
+            covered = g <= first[1]
+            self.n_scored += 1
+            self.n_covered += covered
+            if first[0] != -1:
+                self.n_regular_scored += 1
+                self.n_regular_covered += covered
+        value = r.prompt + g if self.basis == "total" else g
+        if self.buckets.observe(value):
+            self._log("refresh", -1, 0, info=self.buckets.boundaries)
+            # free slots of sizes no longer handed out go back to the heap (coalescing)
+            keep = set(self.buckets.boundaries) if self.basis == "total" else set()
+            keep.add(self._round(self.max_context_tokens))
+            self._flush(keep_sizes=keep)
+
+    # ------------------------------------------------------------------ reporting
+    def predictor_accuracy(self) -> float | None:
+        return self.n_covered / self.n_scored if self.n_scored else None
+
+    def migration_rate(self) -> float | None:
+        done = self.counts["release"]
+        return self.counts["migrate"] / done if done else None
+
+    def stats(self) -> dict:
+        out = super().stats()
+        reg = self.n_regular_covered / self.n_regular_scored if self.n_regular_scored else None
+        out.update(predictor_accuracy=self.predictor_accuracy(),
+                   regular_bucket_accuracy=reg, migration_rate=self.migration_rate(),
+                   boundaries=list(self.buckets.boundaries),
+                   n_boundary_refreshes=len(self.buckets.history) - 1,
+                   gamma=self.gamma, tau=self.tau, basis=self.basis,
+                   **{f"n_{k}": v for k, v in self.route_counts.items()},
+                   bucket_counts={str(k): v for k, v in sorted(self.bucket_counts.items())})
+        return out

@@ -1,0 +1,94 @@
+"""vLLM-style paged allocator: fixed-size blocks from one free list; a request's KV is a
+list of blocks that are, after some churn, scattered over the whole region."""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from h2m2sim.errors import ConfigError
+
+from .base import KVAllocator
+
+__all__ = ["PagedAllocator"]
+
+
+class PagedAllocator(KVAllocator):
+    """Blocks of ``block_tokens`` tokens (default 16, vLLM's default block size).
+
+    The free list behaves like vLLM's block allocator: initially blocks 0..N-1 in address
+    order, allocation takes from the front, a freed block goes back to the front (so the
+    most recently freed block is reused first). Admission keeps ``watermark`` (fraction of
+    all blocks, vLLM default 0.01) free so that running requests can still grow; growth may
+    use the watermark. Addresses are deterministic for a given call sequence.
+    """
+
+    name = "paged"
+
+    def __init__(self, capacity_bytes: int, bytes_per_token: int, *, block_tokens: int = 16,
+                 watermark: float = 0.01, **kw):
+        super().__init__(capacity_bytes, bytes_per_token, **kw)
+        if int(block_tokens) <= 0:
+            raise ConfigError("allocator.block_tokens", f"must be > 0, got {block_tokens}")
+        if not 0.0 <= float(watermark) < 1.0:
+            raise ConfigError("allocator.watermark", f"must be in [0, 1), got {watermark}")
+        self.block_tokens = int(block_tokens)
+        self.n_blocks = self.capacity_tokens // self.block_tokens
+        if self.n_blocks * self.block_tokens < self.max_context_tokens:
+            raise ConfigError("allocator.capacity_bytes",
+                              f"holds {self.n_blocks} blocks of {self.block_tokens} tokens, "
+                              f"less than one request of {self.max_context_tokens} tokens")
+        self.watermark_blocks = int(float(watermark) * self.n_blocks)
+        self._free = deque(range(self.n_blocks))
+        self._blocks: dict[int, list[int]] = {}
+        self.block_bytes = self.block_tokens * self.bytes_per_token
+
+    @property
+    def kv_layout(self) -> str:
+        return f"paged:{self.block_tokens}"
+
+    def _nblocks(self, tokens: int) -> int:
+        return -(-int(tokens) // self.block_tokens)
+
+    def _reserve(self, req_id, prompt, need, predicted, uncertainty):
+        n = self._nblocks(need)
+        if len(self._free) - n < self.watermark_blocks:
+            return None
+        pop = self._free.popleft
+        self._blocks[req_id] = [pop() for _ in range(n)]
+        return n * self.block_tokens
+
+    def _grow(self, req_id, r, new_tokens):
+        n = self._nblocks(new_tokens) - len(self._blocks[req_id])
+        if n > len(self._free):
+            return None
+        pop = self._free.popleft
+        self._blocks[req_id].extend(pop() for _ in range(n))
+        return len(self._blocks[req_id]) * self.block_tokens
+
+    def _release(self, req_id, r, generated, completed):
+        # freed blocks go to the front of the free list, in the request's logical order, so
+        # the next allocations reuse the most recently freed blocks first
+        self._free.extendleft(reversed(self._blocks.pop(req_id)))
+
+    def block_ids(self, req_id: int) -> list[int]:
+        """Physical block numbers of the request in logical order."""
+        return list(self._blocks[int(req_id)])
+
+    def extents(self, req_id):
+        ids = np.asarray(self._blocks[int(req_id)], dtype=np.uint64)
+        base = np.uint64(self.base_address) + ids * np.uint64(self.block_bytes)
+        return base, np.full(len(ids), self.block_bytes, dtype=np.uint64)
+
+    def stats(self) -> dict:
+        out = super().stats()
+        out.update(block_tokens=self.block_tokens, n_blocks=self.n_blocks,
+                   free_blocks=len(self._free))
+        return out
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        used = [b for bl in self._blocks.values() for b in bl]
+        assert len(set(used)) == len(used), "block owned twice"
+        assert not set(used) & set(self._free), "block both free and used"
+        assert len(used) + len(self._free) == self.n_blocks

@@ -1,0 +1,264 @@
+"""Request traces: loading, validation and arrival processes.
+
+A :class:`RequestTrace` is a request stream held in NumPy arrays: arrival time (seconds),
+prompt length and output length (tokens), and optionally the prompt text. It is read from
+a CSV (plain or ``.gz``) whose header names at least ``prompt_tokens`` and
+``output_tokens``; ``arrival_s`` and ``prompt`` are optional, other columns are ignored.
+The bundled traces (``workloads/traces``) can be named without a path: ``azure2023_conv``,
+``azure2023_code``, ``alpaca``.
+
+Every problem with a file is a :class:`~h2m2sim.errors.ConfigError` whose key names the file
+and the data row (1-based, header excluded) and whose message names the column and line.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gzip
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from h2m2sim.errors import ConfigError
+
+__all__ = ["RequestTrace", "load_trace", "poisson_arrivals", "bundled_trace_path",
+           "BUNDLED_TRACES"]
+
+#: Names of the traces shipped in ``workloads/traces`` (resolved by :func:`bundled_trace_path`).
+BUNDLED_TRACES = {"azure2023_conv": "azure2023_conv.csv",
+                  "azure2023_code": "azure2023_code.csv",
+                  "alpaca": "alpaca.csv.gz"}
+
+REQUIRED_COLUMNS = ("prompt_tokens", "output_tokens")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RequestTrace:
+    """A request stream. Arrays have one entry per request, in arrival order.
+
+    ``arrival_s`` float64 seconds (non-decreasing); ``prompt_tokens`` and ``output_tokens``
+    int64 tokens; ``prompt_text`` a tuple of strings or ``None``; ``has_arrivals`` is
+    False when the source had no arrival column (then ``arrival_s`` came from an arrival
+    process, see ``arrival_note``).
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    prompt_text: tuple[str, ...] | None = None
+    name: str = "trace"
+    has_arrivals: bool = True
+    arrival_note: str = ""
+
+    def __post_init__(self):
+        n = len(self.prompt_tokens)
+        if len(self.arrival_s) != n or len(self.output_tokens) != n or \
+                (self.prompt_text is not None and len(self.prompt_text) != n):
+            raise ValueError("RequestTrace arrays must have equal lengths")
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def has_text(self) -> bool:
+        return self.prompt_text is not None
+
+    def subset(self, index) -> "RequestTrace":
+        """The requests selected by ``index`` (an index array or boolean mask), in the
+        given order (arrival order is the caller's business)."""
+        idx = np.arange(len(self))[index]
+        text = tuple(self.prompt_text[i] for i in idx) if self.prompt_text is not None else None
+        return dataclasses.replace(self, arrival_s=self.arrival_s[idx],
+                                   prompt_tokens=self.prompt_tokens[idx],
+                                   output_tokens=self.output_tokens[idx], prompt_text=text)
+
+    def with_arrivals(self, arrival_s: np.ndarray, note: str = "") -> "RequestTrace":
+        """A copy with new arrival times (sorted; one per request)."""
+        arrival_s = np.asarray(arrival_s, dtype=np.float64)
+        if arrival_s.shape != self.arrival_s.shape:
+            raise ValueError("one arrival time per request")
+        return dataclasses.replace(self, arrival_s=arrival_s, has_arrivals=True,
+                                   arrival_note=note)
+
+    def with_poisson_arrivals(self, rate_per_s: float, seed: int = 0) -> "RequestTrace":
+        """A copy whose arrivals are a seeded Poisson process at ``rate_per_s``."""
+        return self.with_arrivals(poisson_arrivals(len(self), rate_per_s, seed),
+                                  f"Poisson arrivals at {rate_per_s:g} req/s (seed {seed})")
+
+    def summary(self) -> dict:
+        """Request count, duration and length statistics (for reports)."""
+        def stats(a):
+            if len(a) == 0:
+                return {}
+            return {"mean": float(np.mean(a)), "p50": float(np.percentile(a, 50)),
+                    "p99": float(np.percentile(a, 99)), "max": int(np.max(a))}
+        return {"name": self.name, "requests": len(self),
+                "duration_s": float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0,
+                "prompt_tokens": stats(self.prompt_tokens),
+                "output_tokens": stats(self.output_tokens),
+                "has_text": self.has_text, "arrivals": self.arrival_note or "from trace"}
+
+
+def poisson_arrivals(n: int, rate_per_s: float, seed: int = 0) -> np.ndarray:
+    """Arrival times (seconds, float64, sorted) of ``n`` requests of a Poisson process with
+    ``rate_per_s`` requests per second, starting at t = 0 (the first request arrives at 0,
+    as in the bundled traces). Deterministic for a given seed."""
+    if not rate_per_s > 0 or not np.isfinite(rate_per_s):
+        raise ConfigError("arrival_rate", f"must be a positive number of requests/s, "
+                          f"got {rate_per_s!r}")
+    if n <= 0:
+        return np.zeros(0)
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_s, size=n)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+def bundled_trace_path(name: str) -> Path | None:
+    """Path of a bundled trace (``azure2023_conv``, ``azure2023_code``, ``alpaca``), or
+    None if ``name`` is not one."""
+    fname = BUNDLED_TRACES.get(name)
+    if fname is None:
+        return None
+    import workloads
+    return Path(workloads.__file__).resolve().parent / "traces" / fname
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _bad(path: str, row: int, line: int, column: str, message: str) -> ConfigError:
+    return ConfigError(f"{path} row {row}", f"column '{column}' (line {line}): {message}")
+
+
+def _to_numbers(path: str, column: str, values: list[str], lines: list[int],
+                integer: bool) -> np.ndarray:
+    """Vectorised conversion with a row-precise error on the first bad value."""
+    try:
+        arr = np.array(values, dtype=np.float64)
+        ok = np.isfinite(arr)
+    except ValueError:
+        arr, ok = None, None
+    if arr is None or not ok.all():
+        for i, text in enumerate(values):
+            try:
+                v = float(text)
+            except ValueError:
+                raise _bad(path, i + 1, lines[i], column,
+                           f"not a number: {text!r}") from None
+            if not np.isfinite(v):
+                raise _bad(path, i + 1, lines[i], column, f"not a finite number: {text!r}")
+    neg = np.flatnonzero(arr < 0)
+    if neg.size:
+        i = int(neg[0])
+        raise _bad(path, i + 1, lines[i], column, f"must be >= 0, got {values[i]}")
+    if integer:
+        frac = np.flatnonzero(arr != np.floor(arr))
+        if frac.size:
+            i = int(frac[0])
+            raise _bad(path, i + 1, lines[i], column,
+                       f"must be a whole number of tokens, got {values[i]}")
+        if arr.size and arr.max() > 2**40:
+            i = int(np.argmax(arr))
+            raise _bad(path, i + 1, lines[i], column, f"implausibly large: {values[i]}")
+        return arr.astype(np.int64)
+    return arr
+
+
+def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | None = None,
+               seed: int = 0, keep_text: bool = True) -> RequestTrace:
+    """Read and validate a request trace.
+
+    ``path`` is a CSV file (``.gz`` for gzip) or the name of a bundled trace.
+    ``max_requests`` keeps the first N data rows. ``arrival_rate`` (requests/s) replaces the
+    arrivals with a seeded Poisson process — required for realistic latency metrics on a
+    dataset without an ``arrival_s`` column; without it such a dataset gets every arrival at
+    t = 0 (an offline run) and ``arrival_note`` says so. ``keep_text=False`` drops the
+    prompt text (saves memory when no learned predictor is used).
+    """
+    p = Path(path)
+    if not p.exists():
+        bundled = bundled_trace_path(str(path))
+        if bundled is None:
+            raise ConfigError(str(path), "no such trace file (bundled traces: "
+                              + ", ".join(BUNDLED_TRACES) + ")")
+        p = bundled
+    shown = str(path)
+    if max_requests is not None and max_requests <= 0:
+        raise ConfigError("max_requests", f"must be > 0, got {max_requests}")
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    try:
+        fh = _open_text(p)
+    except OSError as err:
+        raise ConfigError(shown, f"cannot open: {err.strerror or err}") from None
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise ConfigError(shown, "empty file (expected a header row with "
+                              "prompt_tokens,output_tokens[,arrival_s,prompt])") from None
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as err:
+            raise ConfigError(shown, f"cannot read header: {err}") from None
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise ConfigError(shown, "missing column(s) " + ", ".join(missing)
+                              + f"; header has: {', '.join(header) or '(nothing)'}; required: "
+                              "prompt_tokens, output_tokens (optional: arrival_s, prompt)")
+        col = {name: header.index(name) for name in header}
+        i_p, i_o = col["prompt_tokens"], col["output_tokens"]
+        i_a = col.get("arrival_s")
+        i_t = col.get("prompt") if keep_text else None
+        need = max(i for i in (i_p, i_o, i_a, i_t) if i is not None) + 1
+        prompts, outputs, arrivals, texts, lines = [], [], [], [], []
+        row = 0
+        try:
+            for rec in reader:
+                if not rec or (len(rec) == 1 and not rec[0].strip()):
+                    continue  # blank line
+                row += 1
+                if len(rec) < need:
+                    raise ConfigError(f"{shown} row {row}",
+                                      f"line {reader.line_num}: {len(rec)} field(s), the "
+                                      f"header needs at least {need}")
+                lines.append(reader.line_num)
+                prompts.append(rec[i_p])
+                outputs.append(rec[i_o])
+                if i_a is not None:
+                    arrivals.append(rec[i_a])
+                if i_t is not None:
+                    texts.append(rec[i_t])
+                if max_requests is not None and row >= max_requests:
+                    break
+        except csv.Error as err:
+            raise ConfigError(f"{shown} row {row + 1}",
+                              f"line {reader.line_num}: malformed CSV: {err}") from None
+        except (UnicodeDecodeError, OSError, EOFError) as err:
+            raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {err}") from None
+    if row == 0:
+        raise ConfigError(shown, "no requests (header only)")
+    prompt_tokens = _to_numbers(shown, "prompt_tokens", prompts, lines, integer=True)
+    output_tokens = _to_numbers(shown, "output_tokens", outputs, lines, integer=True)
+    name = p.name.split(".")[0]
+    text = tuple(texts) if i_t is not None else None
+    if i_a is not None:
+        arrival = _to_numbers(shown, "arrival_s", arrivals, lines, integer=False)
+        back = np.flatnonzero(np.diff(arrival) < 0)
+        if back.size:
+            i = int(back[0]) + 1
+            raise _bad(shown, i + 1, lines[i], "arrival_s",
+                       f"arrivals must be sorted (non-decreasing): {arrivals[i]} comes after "
+                       f"{arrivals[i - 1]}")
+        trace = RequestTrace(arrival, prompt_tokens, output_tokens, text, name, True, "")
+    else:
+        trace = RequestTrace(np.zeros(row), prompt_tokens, output_tokens, text, name, False,
+                             "no arrival times in the file: every request arrives at t = 0 "
+                             "(offline run); give a Poisson rate for an online run")
+    if arrival_rate is not None:
+        trace = trace.with_poisson_arrivals(arrival_rate, seed)
+    return trace
