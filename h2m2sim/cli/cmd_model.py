@@ -1,0 +1,214 @@
+"""``h2m2sim model``: sizes, FLOPs and kernels of one decoder layer of a zoo model, an
+optional head-aware partition summary, and export of the layer's DRAM trace."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from dram_models.errors import ConfigError
+from dram_models.schema import suggest
+from dram_models.trace import FORMATS, save
+
+from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_footprint,
+                           kernels, layer_traffic, list_models, load_model, normalize_batch,
+                           partition_layer, split_units, total_flops, transfer_bytes,
+                           transfers, unique_bytes)
+from h2m2sim.model.traffic import KV_LAYOUTS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "model", help="per-layer sizes, FLOPs and kernels of an LLM; export a layer's DRAM trace",
+        description="Show the shape, parameter count, footprint (weights / KV / activations "
+        "per sublayer), FLOPs and kernel count of one decoder layer for a batch, optionally "
+        "partitioned over two memory sides, and export the layer's DRAM requests.")
+    p.add_argument("name", nargs="?", help="zoo name (see --list) or path to a model YAML file")
+    p.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    p.add_argument("--batch", default="1", help="requests in the batch (default 1)")
+    p.add_argument("--seq", default="1", help="context length per request: one integer, or "
+                   "comma-separated lengths, one per request (decode: tokens attended "
+                   "including the new one; prefill: prompt length)")
+    p.add_argument("--phase", default="decode", help="decode (default) or prefill")
+    p.add_argument("--dtype", default=None, help="int8 | fp16 | bf16 | fp32 (default: the "
+                   "model's)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--split", default=None, metavar="qkv=N,attention=N,fc=N",
+                   help="partition the layer: N units of each sublayer on the first side")
+    p.add_argument("--sides", default="hbm,lpddr", help="the two side names (default hbm,lpddr)")
+    p.add_argument("--export-trace", default=None, metavar="FILE",
+                   help="write the layer's DRAM requests to FILE")
+    p.add_argument("--format", default="npz", help="trace format: " + " | ".join(FORMATS))
+    p.add_argument("--kv-layout", default="contiguous", help=" | ".join(KV_LAYOUTS))
+    p.add_argument("--block-tokens", default="16", help="tokens per KV block (paged layout)")
+    p.add_argument("--request-bytes", default="32", help="bytes per DRAM request")
+    p.add_argument("--seed", default="0", help="seed of the paged block scatter")
+    p.add_argument("--side", default=None, help="with --split: export only this side")
+    p.add_argument("--no-activations", action="store_true",
+                   help="trace only weight and KV traffic")
+    p.add_argument("--timing", action="store_true", help="also report graph build times")
+    p.set_defaults(func=run)
+
+
+def _int(text: str, key: str, lo: int = 0) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise ConfigError(key, f"must be an integer, got {text!r}") from None
+    if v < lo:
+        raise ConfigError(key, f"must be >= {lo}, got {v}")
+    return v
+
+
+def _choice(text, key: str, allowed) -> str:
+    if text not in allowed:
+        raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {text!r}"
+                          + suggest(str(text), list(allowed)))
+    return text
+
+
+def _parse_split(text: str) -> dict:
+    out = {}
+    for item in text.split(","):
+        if "=" not in item:
+            raise ConfigError("--split", f"expected qkv=N,attention=N,fc=N, got {text!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _int(v, f"--split {k.strip()}")
+    return out
+
+
+def run(args) -> int:
+    if args.list:
+        for name in list_models():
+            m = load_model(name)
+            print(f"{name:30s} {m.total_params / 1e9:8.2f}B  {m.layers:3d} layers  "
+                  f"d={m.hidden:<6d} {m.heads:3d}/{m.kv_heads:<3d} heads  {m.dtype}")
+        return 0
+    if not args.name:
+        raise ConfigError("model", "give a model name (see h2m2sim model --list)")
+    model = load_model(args.name)
+    batch = _int(args.batch, "--batch", 1)
+    seq_text = str(args.seq)
+    seq = ([_int(s, "--seq", 1) for s in seq_text.split(",")] if "," in seq_text
+           else _int(seq_text, "--seq", 1))
+    batch, seqs = normalize_batch(batch, seq, key="--seq")
+    phase = _choice(args.phase, "--phase", ("decode", "prefill"))
+    dtype = _choice(args.dtype, "--dtype", list(DTYPE_BYTES)) if args.dtype else model.dtype
+    db = DTYPE_BYTES[dtype]
+
+    t0 = time.perf_counter()
+    G = build_layer_graph(model, batch, seqs, phase=phase, dtype=dtype)
+    t_build = time.perf_counter() - t0
+    ub = unique_bytes(G)
+    fp = graph_footprint(G)
+    flops = total_flops(G)
+    out = {
+        "name": model.name, "phase": phase, "batch": batch, "dtype": dtype,
+        "seq_min": min(seqs), "seq_max": max(seqs), "seq_sum": sum(seqs),
+        "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
+        "kv_heads": model.kv_heads, "head_dim": model.head_dim, "ffn_dim": model.ffn_dim,
+        "ffn_type": model.ffn_type,
+        "params_per_layer": model.params_per_layer, "total_params": model.total_params,
+        "weight_bytes_per_layer": ub["weight"], "kv_bytes_per_layer": ub["kv"],
+        "activation_bytes_per_layer": ub["activation"],
+        "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer(dtype),
+        "total_weight_bytes": model.total_params * db,
+        "decoder_weight_bytes": model.layers * ub["weight"],
+        "total_kv_bytes": model.layers * ub["kv"],
+        "flops_per_layer": flops, "total_decoder_flops": model.layers * flops,
+        "kernels_per_layer": len(kernels(G)),
+        "footprint_per_layer": fp,
+        "split_units": {s: split_units(model, s) for s in SUBLAYERS},
+    }
+    if args.timing:
+        out["build_seconds"] = round(t_build, 6)
+    split = _parse_split(args.split) if args.split else None
+    sides = tuple(s.strip() for s in args.sides.split(","))
+    if split is not None:
+        t0 = time.perf_counter()
+        P = partition_layer(model, batch, seqs, split, phase=phase, dtype=dtype, sides=sides)
+        t_part = time.perf_counter() - t0
+        per_side = {}
+        for k in kernels(P):
+            s = per_side.setdefault(k.side, {"kernels": 0, "flops": 0})
+            s["kernels"] += 1
+            s["flops"] += k.flops
+        for side, subs in graph_footprint(P, by_side=True).items():
+            per_side.setdefault(side, {"kernels": 0, "flops": 0})["footprint"] = subs
+        out["partition"] = {
+            "split": split, "sides": list(sides), "per_side": per_side,
+            "transfers": len(transfers(P)), "transfer_bytes": transfer_bytes(P),
+            "flops": total_flops(P)}
+        if args.timing:
+            out["partition"]["build_seconds"] = round(t_part, 6)
+    elif args.side is not None:
+        raise ConfigError("--side", "only meaningful with --split")
+    if args.export_trace:
+        fmt = _choice(args.format, "--format", FORMATS)
+        layout = _choice(args.kv_layout, "--kv-layout", KV_LAYOUTS)
+        if split is not None and args.side is None:
+            raise ConfigError("--side", f"--export-trace with --split needs --side "
+                              f"({' or '.join(sides)})")
+        tr = layer_traffic(model, batch, seqs, kv_layout=layout,
+                           block_tokens=_int(args.block_tokens, "--block-tokens", 1),
+                           request_bytes=_int(args.request_bytes, "--request-bytes", 1),
+                           dtype=dtype, seed=_int(args.seed, "--seed"), split=split,
+                           side=args.side, phase=phase, sides=sides,
+                           activations=not args.no_activations)
+        path = save(tr, args.export_trace, fmt)
+        out["trace"] = {"file": str(path), "format": fmt, "requests": len(tr),
+                        "writes": int(tr.is_write.sum()), "kv_layout": layout}
+    if args.json:
+        json.dump(out, sys.stdout, indent=None)
+        print()
+        return 0
+    _print_text(out)
+    return 0
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n:,} B ({n / div:.3f} {unit})"
+    return f"{n:,} B"
+
+
+def _print_text(o: dict) -> None:
+    print(f"model: {o['name']}  ({o['layers']} layers, d={o['hidden']}, {o['heads']} heads x "
+          f"{o['head_dim']}, {o['kv_heads']} KV heads, FFN {o['ffn_dim']} {o['ffn_type']})")
+    seq = (str(o["seq_max"]) if o["seq_min"] == o["seq_max"]
+           else f"{o['seq_min']}..{o['seq_max']} (sum {o['seq_sum']})")
+    print(f"workload: {o['phase']}, batch {o['batch']}, seq {seq}, dtype {o['dtype']}")
+    rows = [("layers", f"{o['layers']}"),
+            ("params_per_layer", f"{o['params_per_layer']:,}"),
+            ("total_params", f"{o['total_params']:,} ({o['total_params'] / 1e9:.3f}B)")]
+    rows += [(k, _fmt_bytes(o[k])) for k in (
+        "weight_bytes_per_layer", "kv_bytes_per_layer", "activation_bytes_per_layer",
+        "kv_bytes_per_token_per_layer", "total_weight_bytes", "decoder_weight_bytes",
+        "total_kv_bytes")]
+    rows += [("flops_per_layer", f"{o['flops_per_layer']:,} ({o['flops_per_layer'] / 1e9:.3f} GFLOP)"),
+             ("kernels_per_layer", f"{o['kernels_per_layer']}"),
+             ("split_units", ", ".join(f"{k}={v}" for k, v in o["split_units"].items()))]
+    if "build_seconds" in o:
+        rows.append(("build_seconds", f"{o['build_seconds']:.4f}"))
+    w = max(len(r[0]) for r in rows)
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}")
+    print("footprint per layer (bytes):")
+    print(f"  {'sublayer':<10} {'weight':>15} {'kv':>15} {'activation':>13}")
+    for sub, kinds in o["footprint_per_layer"].items():
+        print(f"  {sub:<10} {kinds['weight']:>15,} {kinds['kv']:>15,} {kinds['activation']:>13,}")
+    if "partition" in o:
+        p = o["partition"]
+        print(f"partition {p['split']} over {p['sides']}: {p['transfers']} transfers, "
+              f"{p['transfer_bytes']:,} B copied, {p['flops']:,} FLOPs")
+        for side, s in p["per_side"].items():
+            fp = s.get("footprint", {})
+            wt = sum(v["weight"] for v in fp.values())
+            kv = sum(v["kv"] for v in fp.values())
+            print(f"  {side}: {s['kernels']} kernels, {s['flops']:,} FLOPs, weights {wt:,} B, "
+                  f"KV {kv:,} B")
+    if "trace" in o:
+        t = o["trace"]
+        print(f"trace: {t['requests']:,} requests ({t['writes']:,} writes, {t['kv_layout']} KV) "
+              f"-> {t['file']} ({t['format']})")

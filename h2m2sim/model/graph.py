@@ -1,0 +1,641 @@
+"""Kernel graph of one decoder layer, whole or partitioned head-aware over two memory sides.
+
+One decoder layer is split into the three sublayers of H2M2 (Section 2.1):
+
+* ``qkv`` (qkv-linear): the first normalization and the fused Q/K/V projection;
+* ``attention``: appending the new K/V to the cache, then per request a score GEMV/GEMM
+  (Q K^T), a softmax and a value GEMV/GEMM (P V);
+* ``fc``: output projection, first residual add, second normalization, FFN up (and gate)
+  projection, activation, FFN down projection and second residual add.
+
+Every node of the :class:`networkx.DiGraph` has an attribute ``type`` (``'kernel'``,
+``'transfer'`` or ``'barrier'``) and the object under the same key (``G.nodes[n]['kernel']``
+is a :class:`Kernel`). Edges are dependencies. :func:`build_layer_graph` makes the
+unpartitioned layer (no transfers, no barriers); :func:`partition_layer` makes the
+head-aware split of H2M2 Figure 5(b).
+
+Conventions (see docs/validation/model.md):
+
+* Decode: each request generates one token. ``seq_lens[r]`` = tokens attended in this step
+  = tokens already in the cache + the new one; the new token's K/V are appended first (the
+  ``kv_append`` kernel), so attention reads ``seq_lens[r]`` tokens of K and V.
+* Prefill: request ``r`` processes its whole prompt of ``seq_lens[r]`` tokens; GEMMs have
+  ``m`` = all prompt tokens of the batch; attention is causal (query i sees i+1 keys).
+* Split units (:func:`split_units`): qkv and attention are split by KV head (one unit = one
+  KV head with its ``group_size`` query heads; with plain multi-head attention a unit is a
+  head); fc is split into ``heads`` column slices of every weight matrix (slice u of a
+  matrix with n columns is columns ``[u*n//N, (u+1)*n//N)``).
+* Matmul dims: ``[m x k] @ [k x n]``, repeated ``batch`` times (attention: ``batch`` = KV
+  heads covered, ``m`` = group_size x new tokens). Vector kernels: ``m`` rows of ``n``
+  elements, ``k`` = 0. FLOPs: 2 per multiply-add (+1 per output with a bias), causal
+  attention counts only the unmasked pairs; vector ops use :data:`VECTOR_FLOPS`.
+* All tensors (weights, KV, activations) use the run dtype (H2M2 runs everything in INT8).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+import networkx as nx
+import numpy as np
+
+from dram_models.errors import ConfigError
+from dram_models.schema import suggest
+from .spec import ModelSpec, dtype_bytes, load_model
+
+__all__ = ["TensorRef", "Kernel", "Transfer", "Barrier", "SUBLAYERS", "OPS", "KINDS",
+           "VECTOR_FLOPS", "split_units", "build_layer_graph", "partition_layer",
+           "normalize_batch", "kernels", "transfers", "barriers", "total_flops",
+           "unique_bytes", "transfer_bytes"]
+
+SUBLAYERS = ("qkv", "attention", "fc")
+OPS = ("gemm", "gemv", "attn_score", "attn_value", "softmax", "layernorm", "residual",
+       "activation", "elementwise")
+KINDS = ("weight", "activation", "kv")
+
+#: FLOPs per element of the vector kernels (conventional estimates: a layernorm is a mean,
+#: a variance, a normalization and an affine step; rmsnorm skips the mean and the shift;
+#: softmax is max, subtract, exp, sum and divide; GELU is the tanh approximation). They
+#: matter little: these kernels are bandwidth- or vector-unit-bound, and the NPU model
+#: prices them from element counts.
+VECTOR_FLOPS = {"layernorm": 8, "rmsnorm": 4, "softmax": 5, "residual": 1,
+                "gelu": 8, "relu": 1, "silu": 4, "gate_multiply": 1}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TensorRef:
+    """A tensor a kernel reads (``is_output`` False) or writes (True).
+
+    ``kind`` is 'weight', 'activation' or 'kv'; ``shape`` in elements; ``bytes`` =
+    product(shape) x ``dtype_bytes``; ``request`` is set for per-request KV and
+    activations. ``view_of`` names the tensor this one is part of (a row slice, an
+    in-place result, the appended tokens of a KV cache); views are not counted again in
+    footprints. ``offset`` is the view's byte offset in that tensor (column slices of a
+    row-major activation are approximated as one contiguous span).
+    """
+
+    name: str
+    kind: str
+    shape: tuple
+    dtype_bytes: int
+    bytes: int
+    is_output: bool = False
+    request: Optional[int] = None
+    view_of: Optional[str] = None
+    offset: int = 0
+
+    @property
+    def base(self) -> str:
+        """Name of the stored tensor (itself, or the one it is a view of)."""
+        return self.view_of or self.name
+
+
+def _tensor(name: str, kind: str, shape: tuple, db: int, is_output: bool = False,
+            request: int | None = None, view_of: str | None = None,
+            offset: int = 0) -> TensorRef:
+    n = 1
+    for s in shape:
+        n *= s
+    return TensorRef(name, kind, tuple(shape), db, n * db, is_output, request, view_of, offset)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Kernel:
+    """One kernel (fused over the units of its sublayer on its side).
+
+    ``units`` = (lo, hi) range of split units covered, None for the whole sublayer;
+    ``side`` = memory side in a partitioned graph, else None. ``m, k, n, batch``: see the
+    module docstring; ``flops`` counts 2 per multiply-add.
+    """
+
+    name: str
+    op: str
+    sublayer: str
+    units: Optional[tuple]
+    request: Optional[int]
+    m: int
+    k: int
+    n: int
+    flops: int
+    operands: tuple
+    outputs: tuple
+    side: Optional[str] = None
+    batch: int = 1
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes of all operands (each read once)."""
+        return sum(t.bytes for t in self.operands)
+
+    @property
+    def write_bytes(self) -> int:
+        """Bytes of all outputs (each written once)."""
+        return sum(t.bytes for t in self.outputs)
+
+    def bytes_of(self, kind: str) -> int:
+        """Operand bytes of one kind ('weight', 'activation', 'kv')."""
+        return sum(t.bytes for t in self.operands if t.kind == kind)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transfer:
+    """Copy of an activation from one side to the other (H2M2 Fig. 5b: activations needed
+    by both sides are copied). ``tensor`` is the source, ``copy`` the new tensor on
+    ``dst``; ``sublayer`` is the consumer's sublayer and ``after`` the producer's."""
+
+    name: str
+    tensor: TensorRef
+    copy: TensorRef
+    bytes: int
+    src: str
+    dst: str
+    sublayer: str
+    after: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Barrier:
+    """Synchronization of both sides: every kernel of sublayer ``before`` (and the
+    transfers feeding ``after``) completes before any kernel of ``after`` starts.
+    ``after`` is 'next_layer' for the barrier that ends the layer."""
+
+    name: str
+    before: str
+    after: str
+
+
+def split_units(model: ModelSpec, sublayer: str) -> int:
+    """N, the number of split units of ``sublayer``: KV heads for qkv and attention (one
+    unit = one KV head and its query-head group, so K/V are never duplicated; = heads for
+    plain multi-head attention), ``heads`` column slices for fc."""
+    model = load_model(model)
+    if sublayer in ("qkv", "attention"):
+        return model.kv_heads
+    if sublayer == "fc":
+        return model.heads
+    raise ConfigError("sublayer", f"unknown sublayer {sublayer!r}; allowed: {', '.join(SUBLAYERS)}")
+
+
+def normalize_batch(batch, seq_lens, key: str = "seq_lens") -> tuple[int, list[int]]:
+    """Validate ``batch`` and ``seq_lens`` (an int for all requests or one per request)."""
+    def is_int(v):
+        return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+    if not is_int(batch) or batch < 1:
+        raise ConfigError("batch", f"must be an integer >= 1, got {batch!r}")
+    batch = int(batch)
+    if is_int(seq_lens):
+        seqs, scalar = [seq_lens] * batch, True
+    elif isinstance(seq_lens, (str, bytes, Mapping)) or not hasattr(seq_lens, "__iter__"):
+        raise ConfigError(key, f"must be an integer or a list of integers, got {seq_lens!r}")
+    else:
+        seqs, scalar = list(seq_lens), False
+        if len(seqs) != batch:
+            raise ConfigError(key, f"has {len(seqs)} lengths but batch is {batch}")
+    for i, s in enumerate(seqs):
+        if not is_int(s) or s < 1:
+            raise ConfigError(key if scalar else f"{key}[{i}]",
+                              f"must be an integer >= 1 (tokens), got {s!r}")
+    return batch, [int(s) for s in seqs]
+
+
+def _pairs(t: int, s: int) -> int:
+    """Unmasked (query, key) pairs when the last ``t`` of ``s`` tokens are queries and
+    each sees itself and every earlier token: t*(s-t) + t*(t+1)/2."""
+    return t * (s - t) + t * (t + 1) // 2
+
+
+def _cols(total: int, n_units: int, lo: int, hi: int) -> tuple[int, int]:
+    """(start, count) of the columns of units [lo, hi) when ``total`` columns are cut
+    into ``n_units`` near-equal slices."""
+    a, b = lo * total // n_units, hi * total // n_units
+    return a, b - a
+
+
+class _Piece:
+    __slots__ = ("side", "lo", "hi", "ref", "producers", "sublayer")
+
+    def __init__(self, side, lo, hi, ref, producers, sublayer):
+        self.side, self.lo, self.hi, self.ref = side, lo, hi, ref
+        self.producers, self.sublayer = tuple(producers), sublayer
+
+
+class _Builder:
+    """Builds the graph for given unit parts per sublayer (one part = side + unit range).
+    The unpartitioned graph is the special case of one part per sublayer with side None."""
+
+    def __init__(self, model: ModelSpec, batch: int, seqs: list[int], phase: str, db: int,
+                 partitioned: bool):
+        self.m, self.B, self.seqs, self.db = model, batch, seqs, db
+        self.toks = list(seqs) if phase == "prefill" else [1] * batch
+        offs, acc = [], 0
+        for t in self.toks:
+            offs.append(acc)
+            acc += t
+        self.tok_off, self.T = offs, acc
+        self.phase, self.partitioned = phase, partitioned
+        self.G = nx.DiGraph()
+        self.pieces: dict[str, list[_Piece]] = {}
+        self.copies: dict[tuple, tuple[TensorRef, str]] = {}
+        self.by_sublayer: dict[str, list[str]] = {s: [] for s in SUBLAYERS}
+        self.pending_xfers: list[str] = []
+        self.Nq = model.kv_heads
+        self.Nf = model.heads
+
+    # ----- logical activation tensors, cut into unit ranges -----------------------
+    def _shape(self, logical: str, lo: int, hi: int) -> tuple[tuple, int]:
+        """(shape, byte offset of the range's first column) of units [lo, hi)."""
+        m, T, db = self.m, self.T, self.db
+        if logical in ("xn", "hn"):
+            return (T, m.hidden), 0
+        if logical in ("q", "attn_out"):
+            w = m.group_size * m.head_dim
+            return (T, (hi - lo) * w), lo * w * db
+        if logical in ("k_new", "v_new"):
+            return (T, (hi - lo) * m.head_dim), lo * m.head_dim * db
+        if logical in ("x", "o_out", "h1", "down", "y"):
+            a, c = _cols(m.hidden, self.Nf, lo, hi)
+            return (T, c), a * db
+        if logical == "up":
+            a, c = _cols(m.ffn_dim, self.Nf, lo, hi)
+            return (T, c * (2 if m.ffn_type == "gated" else 1)), a * db
+        if logical == "act":
+            a, c = _cols(m.ffn_dim, self.Nf, lo, hi)
+            return (T, c), a * db
+        raise KeyError(logical)
+
+    def _units_total(self, logical: str) -> int:
+        if logical in ("xn", "hn"):
+            return 1
+        if logical in ("q", "attn_out", "k_new", "v_new"):
+            return self.Nq
+        return self.Nf
+
+    def _name(self, logical: str, lo: int, hi: int) -> str:
+        return logical if (lo, hi) == (0, self._units_total(logical)) else f"{logical}[{lo}:{hi}]"
+
+    def ref(self, logical: str, lo: int, hi: int, is_output: bool = False) -> TensorRef:
+        shape, _ = self._shape(logical, lo, hi)
+        return _tensor(self._name(logical, lo, hi), "activation", shape, self.db, is_output)
+
+    def produce(self, logical: str, side, lo: int, hi: int, ref: TensorRef, producers,
+                sublayer: str) -> None:
+        self.pieces.setdefault(logical, []).append(_Piece(side, lo, hi, ref, producers, sublayer))
+
+    def need(self, logical: str, side, lo: int, hi: int, sublayer: str):
+        """[(TensorRef, [predecessor nodes])] covering units [lo, hi) of ``logical`` on
+        ``side``; parts held by the other side are copied by a transfer node."""
+        out = []
+        for p in self.pieces[logical]:
+            a, b = max(lo, p.lo), min(hi, p.hi)
+            if a >= b:
+                continue
+            if (a, b) == (p.lo, p.hi):
+                src = p.ref
+            else:  # part of a piece: a view
+                shape, off = self._shape(logical, a, b)
+                _, poff = self._shape(logical, p.lo, p.hi)
+                src = _tensor(self._name(logical, a, b), "activation", shape, self.db,
+                              view_of=p.ref.name, offset=off - poff)
+            if p.side is None or side is None or p.side == side:
+                out.append((src, list(p.producers)))
+                continue
+            key = (logical, a, b, p.side, side)
+            if key not in self.copies:
+                copy = _tensor(f"{self._name(logical, a, b)}@{side}", "activation", src.shape,
+                               self.db)
+                name = f"xfer.{src.name}:{p.side}>{side}"
+                xf = Transfer(name, src, copy, src.bytes, p.side, side, sublayer, p.sublayer)
+                self.G.add_node(name, type="transfer", transfer=xf)
+                for pr in p.producers:
+                    self.G.add_edge(pr, name)
+                self.copies[key] = (copy, name)
+                self.pending_xfers.append(name)
+            copy, name = self.copies[key]
+            out.append((copy, [name]))
+        return out
+
+    def add(self, kernel: Kernel, preds) -> str:
+        self.G.add_node(kernel.name, type="kernel", kernel=kernel)
+        for p in preds:
+            self.G.add_edge(p, kernel.name)
+        self.by_sublayer[kernel.sublayer].append(kernel.name)
+        return kernel.name
+
+    def barrier(self, before: str, after: str) -> str | None:
+        """Barrier after sublayer ``before``; transfers created since the last barrier
+        (they feed ``after``) also precede it. None in an unpartitioned graph."""
+        if not self.partitioned:
+            return None
+        name = f"barrier.{before}>{after}"
+        self.G.add_node(name, type="barrier", barrier=Barrier(name, before, after))
+        for n in self.by_sublayer[before] + self.pending_xfers:
+            self.G.add_edge(n, name)
+        self.pending_xfers = []
+        return name
+
+    # ----- helpers ----------------------------------------------------------------
+    @staticmethod
+    def _suffix(side) -> str:
+        return f"@{side}" if side else ""
+
+    @staticmethod
+    def _units(lo: int, hi: int, n: int):
+        return None if (lo, hi) == (0, n) else (lo, hi)
+
+    def _wname(self, base: str, lo: int, hi: int, n: int) -> str:
+        return base if (lo, hi) == (0, n) else f"{base}[{lo}:{hi}]"
+
+    def _mm_op(self, m: int) -> str:
+        return "gemv" if m == 1 else "gemm"
+
+    def _norm(self, name: str, sublayer: str, side, src: list, out_logical: str,
+              wname: str, preds) -> str:
+        m, T, db = self.m, self.T, self.db
+        wshape = (2, m.hidden) if m.norm == "layernorm" else (m.hidden,)
+        ops = tuple(r for r, _ in src) + (_tensor(wname, "weight", wshape, db),)
+        out = self.ref(out_logical, 0, 1, is_output=True)
+        k = Kernel(name + self._suffix(side), "layernorm", sublayer, None, None, T, 0,
+                   m.hidden, VECTOR_FLOPS[m.norm] * T * m.hidden, ops, (out,), side)
+        node = self.add(k, list(preds) + [p for _, ps in src for p in ps])
+        self.produce(out_logical, side, 0, 1, out, [node], sublayer)
+        return node
+
+    # ----- the three sublayers ----------------------------------------------------
+    def build(self, parts: dict[str, list[tuple]]) -> nx.DiGraph:
+        m, T, db, B = self.m, self.T, self.db, self.B
+        d, hd, G = m.hidden, m.head_dim, m.group_size
+        x = _tensor("x", "activation", (T, d), db)
+        self.produce("x", None, 0, self.Nf, x, (), "qkv")
+
+        # qkv-linear: normalization on the side with most qkv units, fused projection per side
+        qparts = parts["qkv"]
+        lead_q = max(qparts, key=lambda p: p[2] - p[1])[0]
+        self._norm("qkv.ln1", "qkv", lead_q, self.need("x", lead_q, 0, self.Nf, "qkv"),
+                   "xn", "ln1", [])
+        for side, lo, hi in qparts:
+            u = hi - lo
+            src = self.need("xn", side, 0, 1, "qkv")
+            n = u * (G + 2) * hd
+            wq = self._wname("W_qkv", lo, hi, self.Nq)
+            ops = tuple(r for r, _ in src) + (_tensor(wq, "weight", (d, n), db),)
+            if m.qkv_bias:
+                ops += (_tensor(self._wname("b_qkv", lo, hi, self.Nq), "weight", (n,), db),)
+            outs = tuple(self.ref(lg, lo, hi, True) for lg in ("q", "k_new", "v_new"))
+            flops = 2 * T * d * n + (T * n if m.qkv_bias else 0)
+            k = Kernel("qkv.proj" + self._suffix(side), self._mm_op(T), "qkv",
+                       self._units(lo, hi, self.Nq), None, T, d, n, flops, ops, outs, side)
+            node = self.add(k, [p for _, ps in src for p in ps])
+            for lg, ref in zip(("q", "k_new", "v_new"), outs):
+                self.produce(lg, side, lo, hi, ref, [node], "qkv")
+
+        # attention: per side, gather q/k/v of its units first (transfers precede the barrier)
+        aparts = parts["attention"]
+        inputs = {side: {lg: self.need(lg, side, lo, hi, "attention")
+                         for lg in ("q", "k_new", "v_new")} for side, lo, hi in aparts}
+        bar = self.barrier("qkv", "attention")
+        for side, lo, hi in aparts:
+            self._attention(side, lo, hi, inputs[side], bar)
+
+        # fc: output projection and FFN split by column slices
+        fparts = parts["fc"]
+        lead_f = max(fparts, key=lambda p: p[2] - p[1])[0]
+        ao = {side: self.need("attn_out", side, 0, self.Nq, "fc") for side, _, _ in fparts}
+        bar = self.barrier("attention", "fc")
+        bar_l = [bar] if bar else []
+        Nf = self.Nf
+        for side, lo, hi in fparts:
+            units = self._units(lo, hi, Nf)
+            sfx = self._suffix(side)
+            _, c = _cols(d, Nf, lo, hi)
+            qd = m.q_dim
+            ops = tuple(r for r, _ in ao[side]) + (
+                _tensor(self._wname("W_o", lo, hi, Nf), "weight", (qd, c), db),)
+            if m.out_bias:
+                ops += (_tensor(self._wname("b_o", lo, hi, Nf), "weight", (c,), db),)
+            o = self.ref("o_out", lo, hi, True)
+            k = Kernel("fc.o_proj" + sfx, self._mm_op(T), "fc", units, None, T, qd, c,
+                       2 * T * qd * c + (T * c if m.out_bias else 0), ops, (o,), side)
+            n_o = self.add(k, bar_l + [p for _, ps in ao[side] for p in ps])
+            self.produce("o_out", side, lo, hi, o, [n_o], "fc")
+            xs = self.need("x", side, lo, hi, "fc")
+            h1 = self.ref("h1", lo, hi, True)
+            k = Kernel("fc.residual1" + sfx, "residual", "fc", units, None, T, 0, c,
+                       VECTOR_FLOPS["residual"] * T * c, (o,) + tuple(r for r, _ in xs),
+                       (h1,), side)
+            n_r = self.add(k, [n_o] + bar_l)
+            self.produce("h1", side, lo, hi, h1, [n_r], "fc")
+        self._norm("fc.ln2", "fc", lead_f, self.need("h1", lead_f, 0, Nf, "fc"), "hn", "ln2",
+                   bar_l)
+        mult = 2 if m.ffn_type == "gated" else 1
+        for side, lo, hi in fparts:
+            units = self._units(lo, hi, Nf)
+            sfx = self._suffix(side)
+            _, cf = _cols(m.ffn_dim, Nf, lo, hi)
+            src = self.need("hn", side, 0, 1, "fc")
+            n = mult * cf
+            wname = "W_gate_up" if mult == 2 else "W_up"
+            ops = tuple(r for r, _ in src) + (
+                _tensor(self._wname(wname, lo, hi, Nf), "weight", (d, n), db),)
+            if m.ffn_bias:
+                ops += (_tensor(self._wname("b_up", lo, hi, Nf), "weight", (n,), db),)
+            up = self.ref("up", lo, hi, True)
+            k = Kernel("fc.ffn_up" + sfx, self._mm_op(T), "fc", units, None, T, d, n,
+                       2 * T * d * n + (T * n if m.ffn_bias else 0), ops, (up,), side)
+            n_u = self.add(k, [p for _, ps in src for p in ps])
+            act = self.ref("act", lo, hi, True)
+            per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if mult == 2 else 0)
+            k = Kernel("fc.act" + sfx, "activation", "fc", units, None, T, 0, cf,
+                       per * T * cf, (up,), (act,), side)
+            n_a = self.add(k, [n_u])
+            self.produce("act", side, lo, hi, act, [n_a], "fc")
+        for side, lo, hi in fparts:
+            units = self._units(lo, hi, Nf)
+            sfx = self._suffix(side)
+            _, c = _cols(d, Nf, lo, hi)
+            src = self.need("act", side, 0, Nf, "fc")
+            f = m.ffn_dim
+            ops = tuple(r for r, _ in src) + (
+                _tensor(self._wname("W_down", lo, hi, Nf), "weight", (f, c), db),)
+            if m.ffn_bias:
+                ops += (_tensor(self._wname("b_down", lo, hi, Nf), "weight", (c,), db),)
+            dn = self.ref("down", lo, hi, True)
+            k = Kernel("fc.ffn_down" + sfx, self._mm_op(T), "fc", units, None, T, f, c,
+                       2 * T * f * c + (T * c if m.ffn_bias else 0), ops, (dn,), side)
+            n_d = self.add(k, [p for _, ps in src for p in ps])
+            h1 = self.need("h1", side, lo, hi, "fc")
+            y = self.ref("y", lo, hi, True)
+            k = Kernel("fc.residual2" + sfx, "residual", "fc", units, None, T, 0, c,
+                       VECTOR_FLOPS["residual"] * T * c, (dn,) + tuple(r for r, _ in h1),
+                       (y,), side)
+            n_y = self.add(k, [n_d] + [p for _, ps in h1 for p in ps])
+            self.produce("y", side, lo, hi, y, [n_y], "fc")
+        if self.partitioned:
+            # steady state with the same split in every layer: the next layer's ln1 needs
+            # the whole output on the qkv lead side; each fc side already holds its columns
+            self.need("y", lead_q, 0, Nf, "next_layer")
+            self.barrier("fc", "next_layer")
+        return self.G
+
+    def _attention(self, side, lo: int, hi: int, inputs: dict, bar) -> None:
+        m, db, B = self.m, self.db, self.B
+        hd, G = m.head_dim, m.group_size
+        u = hi - lo
+        units = self._units(lo, hi, self.Nq)
+        sfx = self._suffix(side)
+        rng = "" if units is None else f"[{lo}:{hi}]"
+        bar_l = [bar] if bar else []
+        # append the new tokens' K and V to each request's cache
+        ops = tuple(r for lg in ("k_new", "v_new") for r, _ in inputs[lg])
+        outs = []
+        for r in range(B):
+            t = self.toks[r]
+            for kv in ("K", "V"):
+                outs.append(_tensor(f"{kv}_new[r{r}]{rng}", "kv", (u, t, hd), db, True, r,
+                                    view_of=f"{kv}[r{r}]{rng}"))
+        k = Kernel("attention.kv_append" + sfx, "elementwise", "attention", units, None,
+                   self.T, 0, 2 * u * hd, 0, ops, tuple(outs), side)
+        preds = bar_l + [p for lg in ("k_new", "v_new") for _, ps in inputs[lg] for p in ps]
+        n_app = self.add(k, preds)
+        q_preds = [p for _, ps in inputs["q"] for p in ps]
+        ao = self.ref("attn_out", lo, hi)
+        ao_row = ao.shape[1] * db
+        q_refs = [r for r, _ in inputs["q"]]
+        values = []
+        for r in range(B):
+            s, t, off = self.seqs[r], self.toks[r], self.tok_off[r]
+            pairs = _pairs(t, s)
+            qv = tuple(_tensor(f"{q.name}[r{r}]", "activation", (t, q.shape[1]), db,
+                               request=r, view_of=q.base, offset=q.offset + off * q.shape[1] * db)
+                       for q in q_refs)
+            kc = _tensor(f"K[r{r}]{rng}", "kv", (u, s, hd), db, request=r)
+            vc = _tensor(f"V[r{r}]{rng}", "kv", (u, s, hd), db, request=r)
+            sc = _tensor(f"scores[r{r}]{rng}", "activation", (u * G, t, s), db, True, r)
+            k = Kernel(f"attention.score[r{r}]{sfx}", "attn_score", "attention", units, r,
+                       G * t, hd, s, 2 * u * G * pairs * hd, qv + (kc,), (sc,), side, u)
+            n_s = self.add(k, [n_app] + q_preds + bar_l)
+            pr = _tensor(f"probs[r{r}]{rng}", "activation", sc.shape, db, True, r,
+                         view_of=sc.name)
+            k = Kernel(f"attention.softmax[r{r}]{sfx}", "softmax", "attention", units, r,
+                       u * G * t, 0, s, VECTOR_FLOPS["softmax"] * u * G * pairs, (sc,), (pr,),
+                       side)
+            n_p = self.add(k, [n_s])
+            ctx = _tensor(f"attn_out{rng}[r{r}]", "activation", (t, ao.shape[1]), db, True, r,
+                          view_of=ao.name, offset=off * ao_row)
+            k = Kernel(f"attention.value[r{r}]{sfx}", "attn_value", "attention", units, r,
+                       G * t, s, hd, 2 * u * G * pairs * hd, (pr, vc), (ctx,), side, u)
+            values.append(self.add(k, [n_p]))
+        self.produce("attn_out", side, lo, hi, ao, values, "attention")
+
+
+def _prepare(model, batch, seq_lens, phase, dtype):
+    model = load_model(model)
+    if phase not in ("decode", "prefill"):
+        raise ConfigError("phase", f"must be 'decode' or 'prefill', got {phase!r}")
+    batch, seqs = normalize_batch(batch, seq_lens)
+    db = dtype_bytes(dtype or model.dtype)
+    return model, batch, seqs, db
+
+
+def build_layer_graph(model, batch, seq_lens, phase: str = "decode",
+                      dtype: str | None = None) -> nx.DiGraph:
+    """DAG of one decoder layer (unpartitioned; every kernel has ``side`` None).
+
+    ``model``: a :class:`ModelSpec` or zoo name; ``seq_lens``: int or one length per
+    request (decode: tokens attended including the new one; prefill: prompt length);
+    ``dtype`` defaults to the model's.
+    """
+    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype)
+    parts = {s: [(None, 0, split_units(model, s))] for s in SUBLAYERS}
+    return _Builder(model, batch, seqs, phase, db, False).build(parts)
+
+
+def _split_parts(model: ModelSpec, split, sides) -> dict[str, list[tuple]]:
+    if not isinstance(split, Mapping):
+        raise ConfigError("split", f"must be a mapping {{qkv: n, attention: n, fc: n}}, "
+                          f"got {split!r}")
+    for k in split:
+        if k not in SUBLAYERS:
+            raise ConfigError(f"split.{k}", "unknown sublayer" + suggest(str(k), SUBLAYERS)
+                              + f"; allowed: {', '.join(SUBLAYERS)}")
+    if isinstance(sides, str) or not isinstance(sides, Sequence) or len(sides) != 2 or \
+            not all(isinstance(s, str) and s for s in sides) or sides[0] == sides[1]:
+        raise ConfigError("sides", f"must be two different side names, got {sides!r}")
+    parts = {}
+    for s in SUBLAYERS:
+        N = split_units(model, s)
+        if s not in split:
+            raise ConfigError(f"split.{s}", f"missing (units on {sides[0]!r}, 0..{N})")
+        n = split[s]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= N:
+            raise ConfigError(f"split.{s}", f"must be an integer in 0..{N} (units of {s} on "
+                              f"{sides[0]!r}), got {n!r}")
+        p = []
+        if n > 0:
+            p.append((sides[0], 0, n))
+        if n < N:
+            p.append((sides[1], n, N))
+        parts[s] = p
+    return parts
+
+
+def partition_layer(model, batch, seq_lens, split, phase: str = "decode",
+                    dtype: str | None = None, sides=("hbm", "lpddr")) -> nx.DiGraph:
+    """Head-aware partition of one decoder layer over two memory sides (H2M2 Fig. 5b).
+
+    ``split = {'qkv': n, 'attention': n, 'fc': n}``: units ``[0, n)`` of each sublayer
+    run on ``sides[0]``, ``[n, N)`` on ``sides[1]`` (N = :func:`split_units`). Weights and
+    KV are split (never duplicated); activations a side needs from the other are copied
+    by ``transfer`` nodes; ``barrier`` nodes separate the sublayers and end the layer.
+    Kernels of one sublayer on one side are fused (one per op; attention one per op and
+    request). Row-wide normalizations run once, on the side holding the larger share of
+    their sublayer (ties: ``sides[0]``).
+    """
+    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype)
+    parts = _split_parts(model, split, sides)
+    return _Builder(model, batch, seqs, phase, db, True).build(parts)
+
+
+# ----- queries over a built graph --------------------------------------------------------
+def kernels(G: nx.DiGraph) -> list[Kernel]:
+    """Kernels in a deterministic topological order."""
+    return [G.nodes[n]["kernel"] for n in nx.topological_sort(G)
+            if G.nodes[n]["type"] == "kernel"]
+
+
+def transfers(G: nx.DiGraph) -> list[Transfer]:
+    """Transfer nodes in insertion order."""
+    return [a["transfer"] for _, a in G.nodes(data=True) if a["type"] == "transfer"]
+
+
+def barriers(G: nx.DiGraph) -> list[Barrier]:
+    """Barrier nodes in insertion order."""
+    return [a["barrier"] for _, a in G.nodes(data=True) if a["type"] == "barrier"]
+
+
+def total_flops(G: nx.DiGraph) -> int:
+    """Sum of the FLOPs of all kernels."""
+    return sum(a["kernel"].flops for _, a in G.nodes(data=True) if a["type"] == "kernel")
+
+
+def transfer_bytes(G: nx.DiGraph) -> int:
+    """Bytes copied between sides (0 in an unpartitioned graph)."""
+    return sum(t.bytes for t in transfers(G))
+
+
+def unique_bytes(G: nx.DiGraph) -> dict[str, int]:
+    """Bytes per kind of the distinct stored tensors the kernels touch (views excluded,
+    each tensor once however many kernels or sides use it)."""
+    seen: dict[str, TensorRef] = {}
+    for _, a in G.nodes(data=True):
+        if a["type"] != "kernel":
+            continue
+        k = a["kernel"]
+        for t in k.operands + k.outputs:
+            if t.view_of is None and t.name not in seen:
+                seen[t.name] = t
+    out = {kind: 0 for kind in KINDS}
+    for t in seen.values():
+        out[t.kind] += t.bytes
+    return out

@@ -1,0 +1,271 @@
+"""Architecture of a decoder-only LLM (the model zoo).
+
+A :class:`ModelSpec` holds the public shape of a model: layer count, hidden size, query
+and key/value heads, head size, FFN size and type, vocabulary, context and the bias /
+normalization details that change the parameter count. The zoo is one YAML file per model
+in ``workloads/models/`` (file name = zoo name); :func:`load_model` reads a zoo name, a
+path to a YAML file or an inline mapping, and rejects inconsistent shapes with a
+:class:`~dram_models.errors.ConfigError` that names the field.
+
+Units: sizes are element counts; bytes come from :data:`DTYPE_BYTES`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+
+from dram_models.errors import ConfigError
+from dram_models.schema import load, param, suggest
+from workloads import MODELS_DIR
+
+__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes"]
+
+#: bytes per element of each supported data type
+DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+
+DType = Literal["int8", "fp16", "bf16", "fp32"]
+
+
+def dtype_bytes(dtype: str, key: str = "dtype") -> int:
+    """Bytes per element of ``dtype``; unknown names raise :class:`ConfigError`."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except (KeyError, TypeError):
+        raise ConfigError(key, f"unknown dtype {dtype!r}{suggest(str(dtype), list(DTYPE_BYTES))}"
+                          f"; allowed: {', '.join(DTYPE_BYTES)}") from None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer (one decoder layer repeated ``layers`` times).
+
+    ``kv_heads`` defaults to ``heads`` (multi-head attention) and ``head_dim`` to
+    ``hidden // heads``. Unless ``decoupled_head_dim`` is set, ``heads * head_dim`` must
+    equal ``hidden`` (true for every model in the zoo; the check catches typos).
+    """
+
+    name: str = param("custom", doc="zoo name (the YAML file name, lower case)")
+    layers: int = param(doc="number of decoder layers", gt=0)
+    hidden: int = param(doc="model (residual stream) width d", unit="elements", gt=0)
+    heads: int = param(doc="query heads per layer", gt=0)
+    kv_heads: Optional[int] = param(None, doc="key/value heads (GQA when < heads); "
+                                    "default = heads", gt=0)
+    head_dim: Optional[int] = param(None, doc="size of one head; default hidden // heads",
+                                    unit="elements", gt=0)
+    decoupled_head_dim: bool = param(False, doc="allow heads * head_dim != hidden (the "
+                                     "output projection then maps heads*head_dim to hidden)")
+    ffn_dim: int = param(doc="inner size of the feed-forward network", unit="elements", gt=0)
+    ffn_type: Literal["gelu", "gated"] = param(
+        "gelu", doc="'gelu': two matrices (up, down) with a pointwise activation, as in "
+        "GPT/OPT; 'gated': three matrices (gate, up, down), SwiGLU as in Llama/Qwen")
+    activation: Optional[Literal["gelu", "relu", "silu"]] = param(
+        None, doc="pointwise nonlinearity; default gelu for ffn_type gelu, silu for gated")
+    norm: Literal["layernorm", "rmsnorm"] = param(
+        "layernorm", doc="layernorm has scale and shift vectors, rmsnorm only a scale")
+    qkv_bias: bool = param(False, doc="Q/K/V projections have biases")
+    out_bias: bool = param(False, doc="attention output projection has a bias")
+    ffn_bias: bool = param(False, doc="FFN matrices have biases")
+    vocab: int = param(doc="vocabulary size (embedding rows)", gt=0)
+    max_context: int = param(doc="maximum context the model was built for; informational, "
+                             "longer sequences are allowed in simulations", unit="tokens", gt=0)
+    position: Literal["learned", "rope", "relative", "alibi"] = param(
+        "rope", doc="position encoding; only 'learned' adds parameters (pos_embed_rows x hidden)")
+    pos_embed_rows: Optional[int] = param(None, doc="rows of the learned position table; "
+                                          "default max_context for 'learned', else 0", ge=0)
+    tied_embeddings: bool = param(False, doc="the LM head reuses the token embedding matrix")
+    embed_dim: Optional[int] = param(None, doc="token-embedding width when it differs from "
+                                     "hidden (OPT-350M: 512, with bias-free in/out projections)",
+                                     gt=0)
+    final_norm: bool = param(True, doc="a normalization after the last decoder layer")
+    dtype: DType = param("fp16", doc="default data type of weights, KV cache and activations")
+    source: str = param("", doc="where the numbers come from (paper / model card)")
+
+    def __post_init__(self):
+        # derived defaults; frozen dataclass, so set through object.__setattr__
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.head_dim is None and self.heads > 0 and self.hidden % self.heads == 0:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        if self.activation is None:
+            object.__setattr__(self, "activation", "silu" if self.ffn_type == "gated" else "gelu")
+        if self.pos_embed_rows is None:
+            object.__setattr__(self, "pos_embed_rows",
+                               self.max_context if self.position == "learned" else 0)
+        self._check()
+
+    def _check(self) -> None:
+        for f in ("layers", "hidden", "heads", "kv_heads", "ffn_dim", "vocab", "max_context"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f, f"must be a positive integer, got {v!r}")
+        if self.head_dim is None:
+            raise ConfigError("head_dim", f"hidden ({self.hidden}) is not divisible by heads "
+                              f"({self.heads}); give head_dim explicitly")
+        if self.head_dim <= 0:
+            raise ConfigError("head_dim", f"must be > 0, got {self.head_dim}")
+        if self.kv_heads > self.heads or self.heads % self.kv_heads:
+            raise ConfigError("kv_heads", f"must divide heads ({self.heads}), got "
+                              f"{self.kv_heads}")
+        if not self.decoupled_head_dim and self.heads * self.head_dim != self.hidden:
+            raise ConfigError("head_dim", f"heads x head_dim = {self.heads} x {self.head_dim} = "
+                              f"{self.heads * self.head_dim} != hidden ({self.hidden}); fix the "
+                              "shape or set decoupled_head_dim: true")
+        if self.pos_embed_rows and self.position != "learned":
+            raise ConfigError("pos_embed_rows", f"only a 'learned' position table has rows; "
+                              f"position is {self.position!r}")
+        if self.ffn_type == "gated" and self.activation == "relu":
+            pass  # ReGLU exists; allowed
+        if self.dtype not in DTYPE_BYTES:
+            dtype_bytes(self.dtype)
+
+    # ----- shapes -----------------------------------------------------------------
+    @property
+    def group_size(self) -> int:
+        """Query heads sharing one KV head (1 for multi-head attention)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together (heads x head_dim)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the keys (or values) of one token (kv_heads x head_dim)."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def ffn_matrices(self) -> int:
+        """2 for a plain FFN (up, down), 3 for a gated one (gate, up, down)."""
+        return 3 if self.ffn_type == "gated" else 2
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one normalization (scale, plus shift for layernorm)."""
+        return self.hidden * (2 if self.norm == "layernorm" else 1)
+
+    # ----- parameter counts (closed form from the shape) ----------------------------
+    @property
+    def attn_params_per_layer(self) -> int:
+        """Q, K, V and output projections (and their biases) of one layer."""
+        d = self.hidden
+        p = d * self.q_dim + 2 * d * self.kv_dim + self.q_dim * d
+        if self.qkv_bias:
+            p += self.q_dim + 2 * self.kv_dim
+        if self.out_bias:
+            p += d
+        return p
+
+    @property
+    def ffn_params_per_layer(self) -> int:
+        """FFN matrices (and biases) of one layer."""
+        d, f = self.hidden, self.ffn_dim
+        p = self.ffn_matrices * d * f
+        if self.ffn_bias:
+            p += (self.ffn_matrices - 1) * f + d
+        return p
+
+    @property
+    def params_per_layer(self) -> int:
+        """Parameters of one decoder layer: attention + FFN + its two normalizations."""
+        return self.attn_params_per_layer + self.ffn_params_per_layer + 2 * self.norm_params
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embeddings, LM head (unless tied), learned positions, embedding
+        projections and the final normalization: everything outside the decoder layers."""
+        e = self.embed_dim or self.hidden
+        p = self.vocab * e * (1 if self.tied_embeddings else 2)
+        p += self.pos_embed_rows * self.hidden
+        if self.embed_dim and self.embed_dim != self.hidden:
+            p += 2 * self.embed_dim * self.hidden  # project_in and project_out, no bias
+        if self.final_norm:
+            p += self.norm_params
+        return p
+
+    @property
+    def total_params(self) -> int:
+        """All parameters, decoder layers plus :attr:`embedding_params`."""
+        return self.layers * self.params_per_layer + self.embedding_params
+
+    # ----- bytes -----------------------------------------------------------------
+    def dtype_bytes(self, dtype: str | None = None) -> int:
+        """Bytes per element of ``dtype`` (default: the model's dtype)."""
+        return dtype_bytes(dtype or self.dtype)
+
+    def kv_bytes_per_token_per_layer(self, dtype: str | None = None) -> int:
+        """Bytes of K and V of one token in one layer: 2 x kv_heads x head_dim x bytes."""
+        return 2 * self.kv_heads * self.head_dim * self.dtype_bytes(dtype)
+
+    def weight_bytes_per_layer(self, dtype: str | None = None) -> int:
+        """Bytes of the weights of one decoder layer."""
+        return self.params_per_layer * self.dtype_bytes(dtype)
+
+    def total_weight_bytes(self, dtype: str | None = None) -> int:
+        """Bytes of all weights (:attr:`total_params`)."""
+        return self.total_params * self.dtype_bytes(dtype)
+
+
+# ----- zoo ------------------------------------------------------------------------
+def _zoo() -> dict[str, Path]:
+    """lower-case zoo name -> YAML path."""
+    out = {}
+    for p in sorted(MODELS_DIR.glob("*.yaml")):
+        out[p.stem.lower()] = p
+    return out
+
+
+def list_models() -> list[str]:
+    """Names of the models in the zoo (``workloads/models/*.yaml``), sorted."""
+    return sorted(_zoo())
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(path: str, mtime: float, key: str) -> ModelSpec:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(key, f"cannot read model file {p}: {err}".replace("\n", " ")) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(key, f"model file {p} must hold a mapping of fields")
+    data = dict(data)
+    stem = p.stem
+    if "name" in data and str(data["name"]).lower() != stem.lower():
+        raise ConfigError(f"{key}.name", f"{data['name']!r} does not match the file name "
+                          f"'{stem}' (in {p}); the file name is the zoo name")
+    data["name"] = stem.lower()
+    try:
+        return load(ModelSpec, data, key)
+    except ConfigError as err:
+        raise ConfigError(err.key, f"{err.message} (in {p})") from None
+
+
+def load_model(name_or_mapping, key: str = "model") -> ModelSpec:
+    """A :class:`ModelSpec` from a zoo name (case-insensitive), a path to a YAML file or
+    a mapping with the same fields as a zoo file. ``key`` prefixes error key paths."""
+    if isinstance(name_or_mapping, ModelSpec):
+        return name_or_mapping
+    if isinstance(name_or_mapping, Mapping):
+        return load(ModelSpec, name_or_mapping, key)
+    if not isinstance(name_or_mapping, (str, Path)):
+        raise ConfigError(key, f"must be a model name or a mapping, got "
+                          f"{type(name_or_mapping).__name__}")
+    text = str(name_or_mapping)
+    zoo = _zoo()
+    path = zoo.get(text.lower())
+    if path is None and text.endswith((".yaml", ".yml")):
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(key, f"model file {text} does not exist")
+    if path is None:
+        raise ConfigError(key, f"unknown model {text!r}{suggest(text.lower(), list(zoo))}; "
+                          f"available: {', '.join(zoo)}")
+    return _load_file(str(path.resolve()), path.stat().st_mtime, key)
