@@ -1,0 +1,97 @@
+"""``h2m2sim model`` and the Figure 3 script: required fields, JSON output, trace export,
+and one-line errors with exit status 2."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dram_models.trace import load
+from h2m2sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = ["layers", "params_per_layer", "weight_bytes_per_layer", "kv_bytes_per_layer",
+            "activation_bytes_per_layer", "total_weight_bytes", "total_kv_bytes",
+            "flops_per_layer", "kernels_per_layer"]
+
+
+def run_json(capsys, *argv):
+    assert main(["model", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_fields(capsys):
+    o = run_json(capsys, "gpt3-175b", "--batch", "32", "--seq", "2048", "--dtype", "int8")
+    assert all(k in o for k in REQUIRED)
+    assert o["layers"] == 96 and o["params_per_layer"] == 1_812_099_072
+    assert o["weight_bytes_per_layer"] == 1_812_099_072
+    assert o["kv_bytes_per_layer"] == 32 * 2048 * 2 * 12288
+    assert o["total_kv_bytes"] == 96 * o["kv_bytes_per_layer"]
+    assert o["kernels_per_layer"] == 106
+    o16 = run_json(capsys, "gpt3-175b", "--batch", "32", "--seq", "2048", "--dtype", "fp16")
+    assert o16["kv_bytes_per_layer"] == 2 * o["kv_bytes_per_layer"]
+
+
+def test_text_output_and_partition(capsys):
+    assert main(["model", "llama2-70b", "--batch", "4", "--seq", "100,200,50,7",
+                 "--split", "qkv=2,attention=8,fc=20"]) == 0
+    out = capsys.readouterr().out
+    for k in REQUIRED:
+        assert k in out
+    assert "partition" in out and "hbm:" in out and "lpddr:" in out
+
+
+def test_list(capsys):
+    assert main(["model", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt3-175b" in out and "deepseek-r1-distill-qwen-7b" in out
+
+
+def test_export_trace(tmp_path, capsys):
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("layers: 2\nhidden: 128\nheads: 4\nffn_dim: 512\nvocab: 100\n"
+                    "max_context: 64\n")
+    f = tmp_path / "layer.txt"
+    o = run_json(capsys, str(tiny), "--batch", "2", "--seq", "12", "--export-trace", str(f),
+                 "--format", "dramsim3", "--kv-layout", "paged", "--block-tokens", "4")
+    tr = load(f, "dramsim3")
+    assert len(tr) == o["trace"]["requests"] > 0
+    g = tmp_path / "hbm.npz"
+    o = run_json(capsys, str(tiny), "--batch", "2", "--seq", "12", "--split",
+                 "qkv=1,attention=3,fc=0", "--side", "hbm", "--export-trace", str(g))
+    assert len(load(g)) == o["trace"]["requests"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["gpt3"], "did you mean 'gpt3-175b'"),
+    (["opt-350m", "--batch", "0"], "--batch"),
+    (["opt-350m", "--batch", "2", "--seq", "1,2,3"], "--seq"),
+    (["opt-350m", "--phase", "prefil"], "did you mean 'prefill'"),
+    (["opt-350m", "--split", "qkv=1,attention=1"], "split.fc"),
+    (["opt-350m", "--split", "qkv=1,attention=1,fc=1", "--export-trace", "x.npz"], "--side"),
+    (["opt-350m", "--export-trace", "x.npz", "--format", "csv"], "--format"),
+    ([], "model name"),
+])
+def test_errors_are_one_line_exit_2(capsys, argv, words):
+    assert main(["model", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and words in err
+
+
+def test_fig3_script(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_fig3_footprint.py"),
+                          "--out", str(tmp_path), "--no-plot"], capture_output=True, text=True,
+                         check=True)
+    assert "attn" in out.stdout
+    rows = list(csv.DictReader(open(tmp_path / "fig3_footprint.csv")))
+    assert [int(r["seq"]) for r in rows] == [256, 512, 1024, 2048]
+    share = [float(r["attention_share"]) for r in rows]
+    assert share == sorted(share) and share[0] < 0.15 and share[-1] > 0.45
+    # weights do not move with S; attention (KV) doubles with S
+    assert len({r["fc_bytes"] for r in rows}) == 1 and len({r["qkv_bytes"] for r in rows}) == 1
+    kv = [int(r["attention_kv_bytes"]) for r in rows]
+    assert kv[1] == 2 * kv[0] and kv[3] == 8 * kv[0]

@@ -1,0 +1,254 @@
+"""Decoder-layer kernel graph: structure, FLOPs and bytes against closed forms, and the
+head-aware partition preserving FLOPs and unique weight/KV bytes for every split."""
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dram_models.errors import ConfigError
+from h2m2sim.model import (KINDS, OPS, SUBLAYERS, build_layer_graph, footprint,
+                           graph_footprint, kernels, load_model, partition_layer, split_units,
+                           total_flops, transfer_bytes, transfers, barriers, unique_bytes)
+
+
+def matmul_params(m):
+    """Weight matrices of one layer (no norms, no biases)."""
+    return m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden + \
+        m.ffn_matrices * m.hidden * m.ffn_dim
+
+
+def bias_params(m):
+    return ((m.q_dim + 2 * m.kv_dim) if m.qkv_bias else 0) + (m.hidden if m.out_bias else 0) \
+        + (((m.ffn_matrices - 1) * m.ffn_dim + m.hidden) if m.ffn_bias else 0)
+
+
+def assert_fused(P, G):
+    """Each side of partition P runs each kernel of the unpartitioned G at most once."""
+    whole = {k.name for k in kernels(G)}
+    per_side = Counter(k.side for k in kernels(P))
+    names = [k.name.rsplit("@", 1) for k in kernels(P)]
+    assert all(len(n) == 2 and n[0] in whole for n in names)
+    assert max(per_side.values()) <= len(whole)
+
+
+def test_decode_graph_structure_gpt3():
+    m = load_model("gpt3-175b")
+    G = build_layer_graph(m, 32, 2048)
+    assert nx.is_directed_acyclic_graph(G)
+    ks = kernels(G)
+    assert len(ks) == 3 * 32 + 10
+    assert all(k.op in OPS and k.sublayer in SUBLAYERS and k.side is None and k.units is None
+               for k in ks)
+    assert not transfers(G) and not barriers(G)
+    ops = Counter(k.op for k in ks)
+    assert ops["attn_score"] == ops["attn_value"] == ops["softmax"] == 32
+    assert ops["gemm"] == 4 and ops["layernorm"] == 2 and ops["residual"] == 2
+    # sublayer membership as in H2M2: ln1 in qkv, residuals/ln2/activation in fc
+    by = {k.name: k.sublayer for k in ks}
+    assert by["qkv.ln1"] == "qkv" and by["fc.ln2"] == "fc" and by["fc.act"] == "fc"
+    assert by["fc.residual1"] == by["fc.residual2"] == "fc"
+    # every per-request attention kernel reads only its request's KV
+    for k in ks:
+        if k.op in ("attn_score", "attn_value"):
+            kv = [t for t in k.operands if t.kind == "kv"]
+            assert len(kv) == 1 and kv[0].request == k.request
+            assert kv[0].shape == (96, 2048, 128)
+    # a decode GEMM has m = batch tokens
+    proj = next(k for k in ks if k.name == "qkv.proj")
+    assert (proj.m, proj.k, proj.n) == (32, 12288, 3 * 12288)
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b", "llama2-70b", "opt-350m", "qwen2-7b"])
+def test_decode_flops_and_bytes_closed_form(name):
+    m = load_model(name)
+    seqs = [5, 17, 64, 1]
+    B = len(seqs)
+    G = build_layer_graph(m, B, seqs, dtype="int8")
+    ks = kernels(G)
+    mm = sum(k.flops for k in ks if k.op in ("gemm", "gemv"))
+    assert mm == 2 * B * matmul_params(m) + B * bias_params(m)
+    att = sum(k.flops for k in ks if k.op in ("attn_score", "attn_value"))
+    assert att == 4 * m.heads * m.head_dim * sum(seqs)
+    ub = unique_bytes(G)
+    assert ub["weight"] == m.params_per_layer  # int8: one byte per parameter
+    assert ub["kv"] == sum(seqs) * m.kv_bytes_per_token_per_layer("int8")
+    fp = footprint(m, B, seqs, dtype="int8")
+    assert fp["attention"]["kv"] == ub["kv"] and fp["qkv"]["kv"] == fp["fc"]["kv"] == 0
+    assert fp["qkv"]["weight"] == m.hidden * (m.q_dim + 2 * m.kv_dim) + m.norm_params + \
+        ((m.q_dim + 2 * m.kv_dim) if m.qkv_bias else 0)
+    assert fp["attention"]["weight"] == 0
+    assert sum(fp[s][k] for s in SUBLAYERS for k in KINDS) == sum(ub.values())
+
+
+def test_gqa_kernels_share_kv_heads():
+    m = load_model("llama2-70b")
+    G = build_layer_graph(m, 2, 100)
+    score = next(k for k in kernels(G) if k.op == "attn_score")
+    # one unit = one KV head with its 8 query heads; batch = KV heads covered
+    assert (score.batch, score.m, score.k, score.n) == (8, 8, 128, 100)
+    kv = [t for t in score.operands if t.kind == "kv"][0]
+    assert kv.shape == (8, 100, 128)
+    assert split_units(m, "qkv") == split_units(m, "attention") == 8
+    assert split_units(m, "fc") == 64
+    up = next(k for k in kernels(G) if k.name == "fc.ffn_up")
+    assert up.n == 2 * 28672  # gate and up fused
+
+
+def test_prefill_is_expressible():
+    m = load_model("opt-1.3b")
+    seqs = [10, 3]
+    G = build_layer_graph(m, 2, seqs, phase="prefill")
+    ks = kernels(G)
+    proj = next(k for k in ks if k.name == "qkv.proj")
+    assert proj.m == 13 and proj.op == "gemm"
+    att = sum(k.flops for k in ks if k.op in ("attn_score", "attn_value"))
+    causal_pairs = sum(s * (s + 1) // 2 for s in seqs)
+    assert att == 4 * m.heads * m.head_dim * causal_pairs
+    # the whole prompt's K/V is written to the cache
+    app = next(k for k in ks if k.name == "attention.kv_append")
+    assert sum(t.bytes for t in app.outputs) == sum(seqs) * m.kv_bytes_per_token_per_layer()
+    assert total_flops(G) > total_flops(build_layer_graph(m, 2, seqs))
+
+
+def test_batch_one_uses_gemv():
+    ks = kernels(build_layer_graph("opt-350m", 1, 8))
+    assert {k.op for k in ks if k.name in ("qkv.proj", "fc.ffn_down")} == {"gemv"}
+
+
+@pytest.mark.parametrize("batch, seqs, key", [
+    (0, 4, "batch"), (2, [1, 2, 3], "seq_lens"), (2, [4, 0], "seq_lens[1]"),
+    (2, "4", "seq_lens"), (2, 0, "seq_lens"), (True, 3, "batch")])
+def test_bad_batch_rejected(batch, seqs, key):
+    with pytest.raises(ConfigError) as e:
+        build_layer_graph("opt-350m", batch, seqs)
+    assert e.value.key == key
+
+
+def test_bad_phase_and_split_rejected():
+    with pytest.raises(ConfigError) as e:
+        build_layer_graph("opt-350m", 1, 4, phase="generate")
+    assert e.value.key == "phase"
+    for split, key in [({"qkv": 1, "attention": 1}, "split.fc"),
+                       ({"qkv": 1, "attention": 17, "fc": 0}, "split.attention"),
+                       ({"qkv": 1, "attention": 1, "fc": 1, "ffn": 2}, "split.ffn"),
+                       ({"qkv": -1, "attention": 1, "fc": 1}, "split.qkv")]:
+        with pytest.raises(ConfigError) as e:
+            partition_layer("opt-350m", 1, 4, split)
+        assert e.value.key == key
+    with pytest.raises(ConfigError) as e:
+        partition_layer("opt-350m", 1, 4, {"qkv": 1, "attention": 1, "fc": 1}, sides=("a", "a"))
+    assert e.value.key == "sides"
+
+
+def test_partition_structure_figure5b():
+    m = load_model("gpt3-175b")
+    P = partition_layer(m, 4, 64, {"qkv": 40, "attention": 60, "fc": 30})
+    assert nx.is_directed_acyclic_graph(P)
+    assert [b.name for b in barriers(P)] == ["barrier.qkv>attention", "barrier.attention>fc",
+                                             "barrier.fc>next_layer"]
+    ks = kernels(P)
+    # heads on one side fuse: each side runs at most the unpartitioned layer's kernels
+    assert_fused(P, build_layer_graph(m, 4, 64))
+    proj = {k.side: k for k in ks if k.name.startswith("qkv.proj")}
+    assert proj["hbm"].units == (0, 40) and proj["lpddr"].units == (40, 96)
+    assert proj["hbm"].n == 40 * 3 * 128
+    # weights split column-wise, never duplicated
+    w = [t.name for k in ks for t in k.operands if t.kind == "weight"]
+    assert "W_o[0:30]" in w and "W_o[30:96]" in w and "W_o" not in w
+    # attention units [40, 60) were projected on lpddr and are copied to hbm
+    names = {x.name: x for x in transfers(P)}
+    assert names["xfer.q[40:60]:lpddr>hbm"].bytes == 4 * 20 * 128
+    # the output projection needs all heads' attention output on both sides
+    assert "xfer.attn_out[0:60]:hbm>lpddr" in names
+    assert "xfer.attn_out[60:96]:lpddr>hbm" in names
+    # every kernel of the next sublayer waits for the barrier
+    for k in ks:
+        if k.sublayer == "fc":
+            assert nx.has_path(P, "barrier.attention>fc", k.name)
+        if k.sublayer == "qkv":
+            assert P.has_edge(k.name, "barrier.qkv>attention")
+
+
+def test_partition_whole_sublayer_on_one_side_has_no_empty_kernels():
+    m = load_model("llama2-70b")
+    P = partition_layer(m, 3, 50, {"qkv": 0, "attention": 8, "fc": 64})
+    ks = kernels(P)
+    assert {k.side for k in ks if k.sublayer == "qkv"} == {"lpddr"}
+    assert {k.side for k in ks if k.sublayer in ("attention", "fc")} == {"hbm"}
+    assert all(k.units is None for k in ks)
+    assert all(k.read_bytes > 0 and k.write_bytes > 0 for k in ks)
+    # only q/k/v cross (qkv on lpddr, everything else on hbm), and the layer output goes
+    # back to lpddr where the next layer's ln1 runs
+    assert {x.tensor.name for x in transfers(P)} == {"q", "k_new", "v_new", "y"}
+
+
+def test_all_on_one_side_equals_unpartitioned():
+    m = load_model("opt-350m")
+    G = build_layer_graph(m, 3, [4, 9, 2])
+    P = partition_layer(m, 3, [4, 9, 2], {"qkv": 16, "attention": 16, "fc": 16})
+    assert not transfers(P)
+    assert [k.name + "@hbm" for k in kernels(G)] == [k.name for k in kernels(P)]
+    assert unique_bytes(P) == unique_bytes(G)
+
+
+MODELS = ["opt-350m", "llama3-8b", "qwen2-7b", "llama2-70b", "gpt3-175b"]
+
+
+@st.composite
+def workloads(draw):
+    name = draw(st.sampled_from(MODELS))
+    m = load_model(name)
+    batch = draw(st.integers(1, 4))
+    seqs = draw(st.lists(st.integers(1, 300), min_size=batch, max_size=batch))
+    split = {s: draw(st.integers(0, split_units(m, s))) for s in SUBLAYERS}
+    phase = draw(st.sampled_from(["decode", "decode", "prefill"]))
+    return m, batch, seqs, split, phase
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads())
+def test_partition_preserves_flops_and_unique_bytes(w):
+    m, batch, seqs, split, phase = w
+    G = build_layer_graph(m, batch, seqs, phase=phase)
+    P = partition_layer(m, batch, seqs, split, phase=phase)
+    assert nx.is_directed_acyclic_graph(P)
+    assert total_flops(P) == total_flops(G)
+    ug, up = unique_bytes(G), unique_bytes(P)
+    assert up["weight"] == ug["weight"] == m.params_per_layer * m.dtype_bytes()
+    assert up["kv"] == ug["kv"]
+    # per side: weights and KV are split, never duplicated
+    by_side = graph_footprint(P, by_side=True)
+    for kind in ("weight", "kv"):
+        assert sum(by_side[s][sub][kind] for s in by_side for sub in SUBLAYERS) == ug[kind]
+    # activation copies are reported separately, as transfers between different sides
+    xs = transfers(P)
+    assert transfer_bytes(P) == sum(x.copy.bytes for x in xs)
+    assert all(x.src != x.dst and x.bytes == x.tensor.bytes > 0 for x in xs)
+    if all(split[s] in (0, split_units(m, s)) for s in SUBLAYERS) and \
+            len({split[s] == 0 for s in SUBLAYERS}) == 1:
+        assert not xs
+    # unit ranges of each sublayer cover [0, N) exactly once (excluding the normalizations)
+    ks = kernels(P)
+    for sub in SUBLAYERS:
+        N = split_units(m, sub)
+        rng = {(k.side, k.units or (0, N)) for k in ks if k.sublayer == sub
+               and k.op != "layernorm"}
+        assert sorted(u for _, u in rng)[0][0] == 0
+        assert sum(hi - lo for _, (lo, hi) in rng) == N
+        assert len(rng) == (1 if split[sub] in (0, N) else 2)
+    # no empty kernels; heads on one side fused
+    assert all(k.read_bytes > 0 for k in ks)
+    assert_fused(P, G)
+
+
+def test_graph_build_scales_linearly_in_batch():
+    # per-request attention kernels: node and edge counts grow linearly with the batch
+    m = load_model("gpt3-175b")
+    n = {}
+    for B in (32, 128):
+        P = partition_layer(m, B, 1024, {"qkv": 48, "attention": 48, "fc": 48})
+        n[B] = (P.number_of_nodes(), P.number_of_edges())
+    assert n[128][0] < 4.2 * n[32][0] and n[128][1] < 4.2 * n[32][1]

@@ -1,0 +1,205 @@
+"""Model zoo: parameter counts equal what each published shape implies, KV bytes per
+token follow 2 x kv_heads x head_dim x bytes, and bad model files are rejected with an
+error naming the field."""
+from __future__ import annotations
+
+import pytest
+
+from dram_models.errors import ConfigError
+from h2m2sim.model import DTYPE_BYTES, ModelSpec, list_models, load_model
+
+
+def gpt_like(L, d, V, pos_rows, tied=True, final_ln=True, ffn=None):
+    """GPT/OPT-style shape: MHA, 2-matrix FFN, biases everywhere, LayerNorm (scale+shift).
+    Per layer: QKV 3d^2+3d, out d^2+d, FFN 2*d*f+f+d, two layernorms 4d."""
+    f = ffn or 4 * d
+    per = 3 * d * d + 3 * d + d * d + d + 2 * d * f + f + d + 4 * d
+    emb = V * d * (1 if tied else 2) + pos_rows * d + (2 * d if final_ln else 0)
+    return L * per + emb
+
+
+def llama_like(L, d, heads, kv, f, V, qkv_bias=False):
+    """Llama/Qwen-style: GQA, SwiGLU (3 matrices), RMSNorm, untied embeddings."""
+    hd = d // heads
+    per = d * d + 2 * d * kv * hd + d * d + 3 * d * f + 2 * d
+    if qkv_bias:
+        per += d + 2 * kv * hd
+    return L * per + 2 * V * d + d
+
+
+# expected totals, computed here from the published shapes (independently of the code);
+# the Hugging Face parameter counts where we know them are pinned as literals
+EXPECTED = {
+    "gpt3-175b": gpt_like(96, 12288, 50257, 2048),
+    "opt-350m": 331_196_416,      # HF count; 512-wide embedding with in/out projections
+    "opt-1.3b": 1_315_758_080,    # HF count
+    "opt-2.7b": 2_651_596_800,    # HF count
+    "opt-6.7b": 6_658_473_984,    # HF count
+    "opt-13b": 12_853_473_280,    # HF count
+    "opt-30b": gpt_like(48, 7168, 50272, 2050),
+    "opt-66b": gpt_like(64, 9216, 50272, 2050),
+    "llama2-7b": 6_738_415_616,   # HF count
+    "llama2-70b": 68_976_648_192,  # HF count
+    "llama3-8b": 8_030_261_248,   # HF count
+    "qwen2-7b": 7_615_616_512,    # HF count
+    "deepseek-r1-distill-qwen-7b": llama_like(28, 3584, 28, 4, 18944, 152064, qkv_bias=True),
+    # published shape (Hoffmann et al. Table 4), RMSNorm, no biases, untied embeddings
+    "chinchilla-70b": 80 * (12 * 8192 ** 2 + 2 * 8192) + 2 * 32000 * 8192 + 8192,
+}
+
+
+def test_zoo_lists_all_models():
+    assert set(list_models()) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_parameter_count_matches_published_shape(name):
+    m = load_model(name)
+    assert m.total_params == EXPECTED[name]
+    assert m.total_params == m.layers * m.params_per_layer + m.embedding_params
+
+
+def test_independent_formulas_agree_with_pinned_counts():
+    # the two helper formulas reproduce the pinned Hugging Face numbers, so they are
+    # trustworthy for the entries computed with them
+    assert gpt_like(24, 2048, 50272, 2050) == EXPECTED["opt-1.3b"]
+    assert gpt_like(40, 5120, 50272, 2050) == EXPECTED["opt-13b"]
+    assert llama_like(80, 8192, 64, 8, 28672, 32000) == EXPECTED["llama2-70b"]
+    assert llama_like(28, 3584, 28, 4, 18944, 152064, qkv_bias=True) == EXPECTED["qwen2-7b"]
+
+
+NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
+    "gpt3-175b": (175e9, 0.005), "llama2-70b": (69e9, 0.005), "llama2-7b": (6.7e9, 0.01),
+    "llama3-8b": (8.0e9, 0.01), "opt-1.3b": (1.3e9, 0.02), "opt-2.7b": (2.7e9, 0.02),
+    "opt-6.7b": (6.7e9, 0.01), "opt-13b": (13e9, 0.02), "opt-30b": (30e9, 0.01),
+    "opt-66b": (66e9, 0.01), "qwen2-7b": (7.6e9, 0.01),
+    "deepseek-r1-distill-qwen-7b": (7.6e9, 0.01),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOMINAL))
+def test_close_to_nominal_size(name):
+    nominal, tol = NOMINAL[name]
+    assert abs(load_model(name).total_params / nominal - 1) < tol
+
+
+def test_names_that_differ_from_their_shape():
+    # OPT-350M has 331M parameters (5% below its name)
+    assert load_model("opt-350m").total_params / 350e6 == pytest.approx(0.946, abs=0.001)
+    # Chinchilla's published shape gives ~65B, 7.2% below 70B; the gap equals one extra
+    # d x d matrix per layer (consistent with Transformer-XL relative-position projections)
+    m = load_model("chinchilla-70b")
+    assert m.total_params / 70e9 == pytest.approx(0.928, abs=0.001)
+    assert (m.total_params + m.layers * m.hidden ** 2) / 70e9 == pytest.approx(1.0, abs=0.005)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("dtype", sorted(DTYPE_BYTES))
+def test_kv_bytes_per_token(name, dtype):
+    m = load_model(name)
+    assert m.kv_bytes_per_token_per_layer(dtype) == 2 * m.kv_heads * m.head_dim * DTYPE_BYTES[dtype]
+
+
+def test_gqa_reduces_kv_by_group_size():
+    m = load_model("llama2-70b")
+    assert (m.heads, m.kv_heads, m.group_size) == (64, 8, 8)
+    mha = ModelSpec(**{**_fields(m), "kv_heads": 64})
+    assert mha.kv_bytes_per_token_per_layer() == 8 * m.kv_bytes_per_token_per_layer()
+    assert m.kv_bytes_per_token_per_layer("int8") == 2 * 8 * 128
+    assert load_model("llama3-8b").group_size == 4
+    assert load_model("qwen2-7b").group_size == 7
+
+
+def _fields(m):
+    import dataclasses
+    return {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}
+
+
+def test_shapes_of_h2m2_models():
+    # H2M2 / paper-figures.md quote these shapes; INT8 for all three
+    for name, shape in {"gpt3-175b": (96, 12288, 96, 96, 128, 49152),
+                        "chinchilla-70b": (80, 8192, 64, 64, 128, 32768),
+                        "llama2-70b": (80, 8192, 64, 8, 128, 28672)}.items():
+        m = load_model(name)
+        assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_dim) == shape
+        assert m.dtype == "int8"
+    assert load_model("llama2-70b").ffn_type == "gated"
+    assert load_model("gpt3-175b").ffn_type == "gelu"
+    odma = load_model("deepseek-r1-distill-qwen-7b")
+    assert (odma.layers, odma.hidden, odma.heads, odma.kv_heads, odma.head_dim,
+            odma.ffn_dim) == (28, 3584, 28, 4, 128, 18944)
+
+
+def test_lookup_is_case_insensitive_and_cached():
+    assert load_model("GPT3-175B") is load_model("gpt3-175b")
+    assert load_model("Llama2-70B").name == "llama2-70b"
+
+
+def test_unknown_model_suggests():
+    with pytest.raises(ConfigError) as e:
+        load_model("llama2-70", key="workload.model")
+    assert e.value.key == "workload.model"
+    assert "did you mean 'llama2-70b'" in str(e.value)
+    assert "available:" in str(e.value) and "opt-66b" in str(e.value)
+
+
+BASE = dict(layers=2, hidden=256, heads=4, ffn_dim=1024, vocab=1000, max_context=128)
+
+
+def test_inline_mapping_and_defaults():
+    m = load_model(dict(BASE))
+    assert (m.kv_heads, m.head_dim, m.activation, m.group_size) == (4, 64, "gelu", 1)
+    g = load_model({**BASE, "ffn_type": "gated", "kv_heads": 2})
+    assert g.activation == "silu" and g.ffn_matrices == 3 and g.group_size == 2
+    assert g.params_per_layer == (256 * 256 * 2 + 2 * 256 * 128 + 3 * 256 * 1024 + 4 * 256)
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"head_dim": 32}, "model.head_dim", "!= hidden"),
+    ({"kv_heads": 3}, "model.kv_heads", "must divide heads"),
+    ({"kv_heads": 8}, "model.kv_heads", "must divide heads"),
+    ({"layers": -1}, "model.layers", "> 0"),
+    ({"hidden": 0}, "model.hidden", "> 0"),
+    ({"heads": 3}, "model.head_dim", "not divisible"),
+    ({"hiden": 256}, "model.hiden", "did you mean 'hidden'"),
+    ({"ffn_type": "swiglu"}, "model.ffn_type", "gelu"),
+    ({"dtype": "int4"}, "model.dtype", "int8"),
+    ({"pos_embed_rows": 10}, "model.pos_embed_rows", "learned"),
+])
+def test_inconsistent_models_are_rejected(change, key, words):
+    with pytest.raises(ConfigError) as e:
+        load_model({**BASE, **change})
+    assert e.value.key == key
+    assert words in str(e.value)
+
+
+def test_missing_field_and_decoupled_head_dim():
+    data = dict(BASE)
+    del data["vocab"]
+    with pytest.raises(ConfigError) as e:
+        load_model(data)
+    assert e.value.key == "model.vocab"
+    m = load_model({**BASE, "head_dim": 32, "decoupled_head_dim": True})
+    assert m.q_dim == 128 and m.attn_params_per_layer == 4 * 256 * 128
+
+
+def test_yaml_file_errors_name_field_and_file(tmp_path):
+    p = tmp_path / "mymodel.yaml"
+    p.write_text("layers: 2\nhidden: 256\nheads: 4\nkv_heads: 3\nffn_dim: 1024\n"
+                 "vocab: 1000\nmax_context: 128\n")
+    with pytest.raises(ConfigError) as e:
+        load_model(str(p))
+    assert e.value.key == "model.kv_heads" and str(p) in str(e.value)
+    p.write_text("name: other\nlayers: 2\nhidden: 256\nheads: 4\nffn_dim: 1024\n"
+                 "vocab: 1000\nmax_context: 128\n")
+    with pytest.raises(ConfigError) as e:
+        load_model(str(p))
+    assert e.value.key == "model.name"
+    p.write_text("layers: [2\n")
+    with pytest.raises(ConfigError):
+        load_model(str(p))
+    p.write_text("layers: 2\nhidden: 256\nheads: 4\nffn_dim: 1024\nvocab: 1000\n"
+                 "max_context: 128\n")
+    assert load_model(str(p)).name == "mymodel"
+    with pytest.raises(ConfigError):
+        load_model(str(tmp_path / "missing.yaml"))
