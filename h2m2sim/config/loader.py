@@ -39,8 +39,11 @@ def parse_yaml(text: str, name: str) -> Any:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{name}:{mark.line + 1}" if mark is not None else name
-        raise ConfigError(where, "invalid YAML: " + _one_line(err.problem or err.context
-                                                             or "syntax error")) from None
+        message = "invalid YAML: " + _one_line(err.problem or err.context or "syntax error")
+        ctx = err.context_mark
+        if err.context and ctx is not None and mark is not None and ctx.line != mark.line:
+            message += f" ({_one_line(err.context)} on line {ctx.line + 1})"
+        raise ConfigError(where, message) from None
     except yaml.YAMLError as err:
         raise ConfigError(name, "invalid YAML: " + _one_line(err)) from None
     except RecursionError:
@@ -189,8 +192,13 @@ def load_config(raw: Any, key: str = "") -> RunConfig:
 
 
 def load_file(path: str | os.PathLike, sets: Iterable[str] = ()) -> RunConfig:
-    """Read, override and resolve a configuration file."""
-    return load_config(apply_sets(read_yaml(path), sets))
+    """Read, override and resolve a configuration file (whole-file problems name it)."""
+    try:
+        return load_config(apply_sets(read_yaml(path), sets))
+    except ConfigError as err:
+        if err.key:
+            raise
+        raise ConfigError(str(path), err.message) from None
 
 
 def dump_yaml(cfg: RunConfig) -> str:

@@ -22,6 +22,7 @@ __all__ = ["run_point", "execute", "Task", "WorkerDied"]
 class WorkerDied(SimError):
     """A worker process of the local pool ended without returning a result."""
 
+CONNECT_TIMEOUT = "20s"  # how long to try reaching a Dask scheduler
 Task = tuple[str, Any]  # (config hash, RunConfig)
 OnDone = Callable[[str, dict[str, Any]], None]
 
@@ -101,7 +102,7 @@ def _dask(tasks: Sequence[Task], job: Any, address: str, on_done: OnDone) -> Non
         raise ConfigError("--scheduler", "Dask distributed is not installed "
                                          "(pip install 'dask[distributed]')") from None
     try:
-        client = Client(address, timeout="20s", set_as_default=False)
+        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as err:
         raise ConfigError("--scheduler", f"cannot connect to {address}: {err}") from None
     try:
@@ -111,7 +112,7 @@ def _dask(tasks: Sequence[Task], job: Any, address: str, on_done: OnDone) -> Non
 
         def cancel() -> None:
             client.cancel(list(futures))
-        _drain(futures, as_completed(futures), on_done, cancel)
+        _drain(futures, as_completed(futures, loop=client.loop), on_done, cancel)
     finally:
         client.close()
 

@@ -1,0 +1,162 @@
+"""Loading, overriding and resolving run configurations (with the fakes installed)."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from h2m2sim.cache import config_hash
+from h2m2sim.config import (REGISTRIES, RESOLVERS, ConfigError, RunConfig, apply_sets,
+                            dump_yaml, fakes, import_ref, load_config, load_file,
+                            optional_ref, parse_yaml, Unavailable)
+
+MINIMAL = """\
+system:
+  preset: h2m2        # or inline sides; any preset field can be overridden here
+model: gpt3-175b      # zoo name or an inline mapping
+workload:
+  batch: 32
+  seq: 2048
+policy:
+  mapper: greedy
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fakes(monkeypatch):
+    fakes.install(monkeypatch.setitem)
+
+
+def test_minimal_config_from_the_issue_validates(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL)
+    cfg = load_file(path)
+    assert isinstance(cfg, RunConfig)
+    assert isinstance(cfg.system, fakes.FakeSystem) and cfg.system.name == "h2m2"
+    assert cfg.model.name == "gpt3-175b"
+    assert (cfg.workload.batch, cfg.workload.seq, cfg.workload.phase) == (32, 2048, "decode")
+    assert cfg.policy.mapper == "greedy" and cfg.policy.allocator == "static"
+    assert cfg.simulation.seed == 0 and cfg.simulation.fidelity == "cycle"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.workload.batch = 3
+
+
+def test_optional_sections_have_defaults():
+    cfg = load_config({"system": "lpddr-only", "model": "llama2-70b"})
+    assert cfg.workload.batch == 1 and cfg.workload.seq == 2048
+    assert cfg.policy.baseline is None and cfg.workload.serving is None
+    assert cfg.simulation.cache and cfg.simulation.cache_dir is None
+
+
+def test_preset_field_override_merges_by_name():
+    cfg = load_config({"system": {"preset": "h2m2", "link_gbps": 128,
+                                  "sides": {"lpddr": {"bandwidth_gbps": 1000}}},
+                       "model": "gpt3-175b"})
+    sides = {s.name: s for s in cfg.system.sides}
+    assert cfg.system.link_gbps == 128.0
+    assert sides["lpddr"].bandwidth_gbps == 1000.0 and sides["hbm"].bandwidth_gbps == 2048.0
+
+
+def test_set_overrides_apply_before_validation():
+    raw = apply_sets(yaml.safe_load(MINIMAL), ["workload.batch=2", "workload.seq=[10, 20]",
+                                               "policy.baseline=lpddr-only",
+                                               "simulation.seed=7"])
+    cfg = load_config(raw)
+    assert cfg.workload.seq == (10, 20) and cfg.simulation.seed == 7
+    assert cfg.policy.baseline.name == "lpddr-only"
+
+
+def test_set_on_empty_or_new_sections():
+    assert apply_sets(None, ["a.b=1"]) == {"a": {"b": 1}}
+    with pytest.raises(ConfigError) as e:
+        apply_sets([1, 2], ["a=1"])
+    assert e.value.key == "a"
+
+
+def test_resolved_yaml_round_trips(tmp_path):
+    cfg = load_config(apply_sets(yaml.safe_load(MINIMAL), ["policy.baseline=hbm-8",
+                                                          "workload.serving={rate_rps: 3}"]))
+    text = dump_yaml(cfg)
+    again = load_config(yaml.safe_load(text))
+    assert again == cfg
+    assert config_hash(again) == config_hash(cfg)
+
+
+def test_config_hash_ignores_where_and_how_fast():
+    base = yaml.safe_load(MINIMAL)
+    h = config_hash(load_config(base))
+    same = apply_sets(base, ["simulation.cache_dir=/elsewhere", "simulation.workers=7",
+                             "simulation.cache=false"])
+    assert config_hash(load_config(same)) == h
+    for change in ("simulation.seed=1", "workload.batch=33", "policy.mapper=oracle",
+                   "system.link_gbps=65"):
+        assert config_hash(load_config(apply_sets(base, [change]))) != h, change
+
+
+def test_config_hash_is_stable_across_processes():
+    code = ("from h2m2sim.config import fakes, load_config; fakes.install(); "
+            "from h2m2sim.cache import config_hash; import yaml, sys; "
+            "print(config_hash(load_config(yaml.safe_load(sys.stdin.read()))))")
+    out = subprocess.run([sys.executable, "-c", code], input=MINIMAL, text=True,
+                         capture_output=True, check=True, env={"PYTHONHASHSEED": "123"})
+    assert out.stdout.strip() == config_hash(load_config(yaml.safe_load(MINIMAL)))
+
+
+def test_mapper_params_completed_from_registered_params_class():
+    cfg = load_config({"system": "h2m2", "model": "gpt3-175b",
+                       "policy": {"mapper": "oracle"}})
+    assert cfg.policy.mapper_params == {"max_configs": 64}
+    cfg = load_config({"system": "h2m2", "model": "gpt3-175b",
+                       "policy": {"mapper": "greedy", "mapper_params": {"anything": 1}}})
+    assert cfg.policy.mapper_params == {"anything": 1}  # no Params class: passed through
+
+
+def test_missing_layers_keep_raw_values(monkeypatch):
+    """Before a layer exists its section is only shape-checked and kept as written."""
+    for section in ("system", "model"):
+        monkeypatch.setitem(RESOLVERS, section, "h2m2sim.not_built_yet.config:resolve")
+    monkeypatch.setitem(REGISTRIES, "mapper", "h2m2sim.not_built_yet:MAPPERS")
+    cfg = load_config({"system": {"preset": "whatever"}, "model": "any-model",
+                       "policy": {"mapper": "made-up"}})
+    assert cfg.system == {"preset": "whatever"} and cfg.model == "any-model"
+    assert cfg.policy.mapper == "made-up"
+    with pytest.raises(ConfigError) as e:
+        load_config({"system": 3, "model": "m"})
+    assert str(e.value).startswith("system: must be a preset name or a mapping")
+
+
+def test_import_ref_distinguishes_absent_from_broken(tmp_path, monkeypatch):
+    assert import_ref("h2m2sim.config.fakes:MAPPERS") is fakes.MAPPERS
+    assert optional_ref("h2m2sim.nope:X", default="d") == "d"
+    with pytest.raises(Unavailable):
+        import_ref("h2m2sim.config.fakes:NOPE")
+    (tmp_path / "broken_layer_mod.py").write_text("import a_dependency_that_is_missing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError):  # a bug inside an existing module shows up
+        import_ref("broken_layer_mod:thing")
+
+
+def test_yaml_dates_become_strings_and_tags_are_rejected():
+    assert parse_yaml("a: 2024-01-02", "f") == {"a": "2024-01-02"}
+    with pytest.raises(ConfigError) as e:
+        parse_yaml("a: !!binary aGVsbG8=", "f")
+    assert e.value.key == "a"
+    with pytest.raises(ConfigError) as e:
+        parse_yaml("a: !!python/object:os.system x", "f.yaml")
+    assert e.value.key == "f.yaml:1"
+
+
+def test_deep_nesting_is_a_config_error():
+    with pytest.raises(ConfigError):
+        parse_yaml("[" * 5000 + "]" * 5000, "f")
+    deep: dict = {}
+    node = deep
+    for _ in range(100):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(ConfigError) as e:
+        load_config({"system": "h2m2", "model": "gpt3-175b", "policy": {"mapper_params": deep}})
+    assert "nested more than" in e.value.message

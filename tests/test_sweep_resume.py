@@ -1,0 +1,126 @@
+"""A sweep interrupted part-way (job crash, or SIGKILL of the whole process group) and
+resumed ends with exactly the result set of an uninterrupted sweep."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from h2m2sim.cli import main
+from h2m2sim.config import fakes
+from h2m2sim.store import ResultStore
+from h2m2sim.sweep import build_sweep, run_sweep
+
+SPEC = {"name": "resume",
+        "base": {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2}},
+        "grid": {"system": ["h2m2", "lpddr-only"], "workload.seq": [64, 128, 256, 512]},
+        "zip": {"simulation.seed": [1, 2]}}
+N = 2 * 4 * 2
+
+
+@pytest.fixture(autouse=True)
+def _fakes(monkeypatch):
+    fakes.install(monkeypatch.setitem)
+    monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ", raising=False)
+    monkeypatch.delenv("H2M2SIM_FAKE_SLEEP", raising=False)
+
+
+def result_set(out):
+    """Everything a sweep promises to keep: the CSV, and each point's config, metrics
+    and error (wall-clock fields excluded)."""
+    store = ResultStore(out)
+    store.rebuild()
+    points = {}
+    for _, rec in store.records():
+        points[rec["config_hash"]] = {k: rec[k] for k in ("config", "metrics", "error",
+                                                          "params")}
+    return store.csv_path.read_text(), points
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        fakes.install(mp.setitem)
+        run_sweep(build_sweep(SPEC), out, workers=1, progress=False)
+    csv, points = result_set(out)
+    assert len(points) == N and csv.count("\n") == N + 1
+    return csv, points
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_crash_then_resume_equals_uninterrupted(tmp_path, monkeypatch, reference, workers):
+    out = tmp_path / "out"
+    monkeypatch.setenv("H2M2SIM_FAKE_FAIL_SEQ", "256")
+    with pytest.raises(RuntimeError, match="fail at seq=256"):
+        run_sweep(build_sweep(SPEC), out, workers=workers, progress=False)
+    store = ResultStore(out)
+    partial = store.finished()
+    assert 0 < len(partial) < N
+    if workers == 1:  # in-process points run in order: exactly those before seq=256
+        assert len(partial) == 4
+    csv_partial, _ = result_set(out)
+    assert csv_partial.count("\n") == len(partial) + 1
+
+    monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ")
+    rep = run_sweep(build_sweep(SPEC), out, workers=workers, resume=True, progress=False)
+    assert rep.skipped == len(partial) and rep.ran == N - len(partial)
+    assert result_set(out) == reference
+
+
+def _sweep_cmd(sweep_path, out, workers):
+    code = ("import sys\n"
+            "from h2m2sim.config import fakes\n"
+            "fakes.install()\n"
+            "from h2m2sim.cli import main\n"
+            "if __name__ == '__main__':\n"
+            "    raise SystemExit(main(sys.argv[1:]))\n")
+    return [sys.executable, "-c", code, "sweep", str(sweep_path), "--out", str(out),
+            "--workers", str(workers), "--no-progress"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path, reference, workers):
+    sweep_path = tmp_path / "s.yaml"
+    sweep_path.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    env = dict(os.environ, H2M2SIM_FAKE_SLEEP="0.15")
+    proc = subprocess.Popen(_sweep_cmd(sweep_path, out, workers), env=env,
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    store = ResultStore(out)
+    deadline = time.monotonic() + 60
+    try:
+        while len(store.finished()) < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "sweep made no progress"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its worker processes
+        proc.wait()
+    killed_with = store.finished()
+    assert 3 <= len(killed_with) < N
+    for h in killed_with:  # every file left behind is whole
+        json.loads(store.point_path(h).read_text())
+
+    rc = main(["sweep", str(sweep_path), "--out", str(out), "--resume", "--workers", "1",
+               "--no-progress"])
+    assert rc == 0
+    assert result_set(out) == reference
+
+
+def test_resume_via_cli_reports_skips(tmp_path, capsys, reference):
+    sweep_path = tmp_path / "s.yaml"
+    sweep_path.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_path), "--out", str(out), "--workers", "1"]) == 0
+    assert main(["sweep", str(sweep_path), "--out", str(out), "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert f"0 run, {N} already finished" in text
+    assert result_set(out) == reference
