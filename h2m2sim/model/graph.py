@@ -330,8 +330,14 @@ class _Builder:
             return None
         name = f"barrier.{before}>{after}"
         self.G.add_node(name, type="barrier", barrier=Barrier(name, before, after))
-        for n in self.by_sublayer[before] + self.pending_xfers:
-            self.G.add_edge(n, name)
+        G = self.G
+        # only the sublayer's last kernels (no successor inside it) need an edge: the
+        # others reach the barrier through them
+        sinks = [n for n in self.by_sublayer[before]
+                 if not any(G.nodes[s]["type"] == "kernel" and G.nodes[s]["kernel"].sublayer
+                            == before for s in G.successors(n))]
+        for n in sinks + self.pending_xfers:
+            G.add_edge(n, name)
         self.pending_xfers = []
         return name
 
@@ -362,9 +368,39 @@ class _Builder:
         self.produce(out_logical, side, 0, 1, out, [node], sublayer)
         return node
 
+    def _linear(self, name: str, sublayer: str, side, lo: int, hi: int, n_units: int, src,
+                wname: str, bname: str, k_dim: int, n_dim: int, bias: bool, out_logicals,
+                preds=()) -> tuple[str, tuple]:
+        """A GEMM/GEMV over units [lo, hi): inputs ``src``, the weight slice [k_dim x n_dim]
+        (and bias slice), outputs registered as pieces of ``out_logicals``."""
+        T, db = self.T, self.db
+        ops = tuple(r for r, _ in src) + (
+            _tensor(self._wname(wname, lo, hi, n_units), "weight", (k_dim, n_dim), db),)
+        if bias:
+            ops += (_tensor(self._wname(bname, lo, hi, n_units), "weight", (n_dim,), db),)
+        outs = tuple(self.ref(lg, lo, hi, True) for lg in out_logicals)
+        k = Kernel(name + self._suffix(side), self._mm_op(T), sublayer,
+                   self._units(lo, hi, n_units), None, T, k_dim, n_dim,
+                   2 * T * k_dim * n_dim + (T * n_dim if bias else 0), ops, outs, side)
+        node = self.add(k, list(preds) + [p for _, ps in src for p in ps])
+        for lg, ref in zip(out_logicals, outs):
+            self.produce(lg, side, lo, hi, ref, [node], sublayer)
+        return node, outs
+
+    def _vector(self, name: str, op: str, side, lo: int, hi: int, cols: int, per_elem: int,
+                src, out_logical: str, preds=()) -> str:
+        """An element-wise fc kernel over ``cols`` columns of every token row."""
+        T = self.T
+        out = self.ref(out_logical, lo, hi, True)
+        k = Kernel(name + self._suffix(side), op, "fc", self._units(lo, hi, self.Nf), None, T,
+                   0, cols, per_elem * T * cols, tuple(r for r, _ in src), (out,), side)
+        node = self.add(k, list(preds) + [p for _, ps in src for p in ps])
+        self.produce(out_logical, side, lo, hi, out, [node], "fc")
+        return node
+
     # ----- the three sublayers ----------------------------------------------------
     def build(self, parts: dict[str, list[tuple]]) -> nx.DiGraph:
-        m, T, db, B = self.m, self.T, self.db, self.B
+        m, T, db = self.m, self.T, self.db
         d, hd, G = m.hidden, m.head_dim, m.group_size
         x = _tensor("x", "activation", (T, d), db)
         self.produce("x", None, 0, self.Nf, x, (), "qkv")
@@ -375,20 +411,9 @@ class _Builder:
         self._norm("qkv.ln1", "qkv", lead_q, self.need("x", lead_q, 0, self.Nf, "qkv"),
                    "xn", "ln1", [])
         for side, lo, hi in qparts:
-            u = hi - lo
-            src = self.need("xn", side, 0, 1, "qkv")
-            n = u * (G + 2) * hd
-            wq = self._wname("W_qkv", lo, hi, self.Nq)
-            ops = tuple(r for r, _ in src) + (_tensor(wq, "weight", (d, n), db),)
-            if m.qkv_bias:
-                ops += (_tensor(self._wname("b_qkv", lo, hi, self.Nq), "weight", (n,), db),)
-            outs = tuple(self.ref(lg, lo, hi, True) for lg in ("q", "k_new", "v_new"))
-            flops = 2 * T * d * n + (T * n if m.qkv_bias else 0)
-            k = Kernel("qkv.proj" + self._suffix(side), self._mm_op(T), "qkv",
-                       self._units(lo, hi, self.Nq), None, T, d, n, flops, ops, outs, side)
-            node = self.add(k, [p for _, ps in src for p in ps])
-            for lg, ref in zip(("q", "k_new", "v_new"), outs):
-                self.produce(lg, side, lo, hi, ref, [node], "qkv")
+            self._linear("qkv.proj", "qkv", side, lo, hi, self.Nq,
+                         self.need("xn", side, 0, 1, "qkv"), "W_qkv", "b_qkv", d,
+                         (hi - lo) * (G + 2) * hd, m.qkv_bias, ("q", "k_new", "v_new"))
 
         # attention: per side, gather q/k/v of its units first (transfers precede the barrier)
         aparts = parts["attention"]
@@ -406,71 +431,30 @@ class _Builder:
         bar_l = [bar] if bar else []
         Nf = self.Nf
         for side, lo, hi in fparts:
-            units = self._units(lo, hi, Nf)
-            sfx = self._suffix(side)
             _, c = _cols(d, Nf, lo, hi)
-            qd = m.q_dim
-            ops = tuple(r for r, _ in ao[side]) + (
-                _tensor(self._wname("W_o", lo, hi, Nf), "weight", (qd, c), db),)
-            if m.out_bias:
-                ops += (_tensor(self._wname("b_o", lo, hi, Nf), "weight", (c,), db),)
-            o = self.ref("o_out", lo, hi, True)
-            k = Kernel("fc.o_proj" + sfx, self._mm_op(T), "fc", units, None, T, qd, c,
-                       2 * T * qd * c + (T * c if m.out_bias else 0), ops, (o,), side)
-            n_o = self.add(k, bar_l + [p for _, ps in ao[side] for p in ps])
-            self.produce("o_out", side, lo, hi, o, [n_o], "fc")
+            n_o, (o,) = self._linear("fc.o_proj", "fc", side, lo, hi, Nf, ao[side], "W_o", "b_o",
+                                     m.q_dim, c, m.out_bias, ("o_out",), bar_l)
             xs = self.need("x", side, lo, hi, "fc")
-            h1 = self.ref("h1", lo, hi, True)
-            k = Kernel("fc.residual1" + sfx, "residual", "fc", units, None, T, 0, c,
-                       VECTOR_FLOPS["residual"] * T * c, (o,) + tuple(r for r, _ in xs),
-                       (h1,), side)
-            n_r = self.add(k, [n_o] + bar_l)
-            self.produce("h1", side, lo, hi, h1, [n_r], "fc")
+            self._vector("fc.residual1", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
+                         [(o, [n_o])] + xs, "h1", bar_l)
         self._norm("fc.ln2", "fc", lead_f, self.need("h1", lead_f, 0, Nf, "fc"), "hn", "ln2",
                    bar_l)
-        mult = 2 if m.ffn_type == "gated" else 1
+        gated = m.ffn_type == "gated"
+        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
         for side, lo, hi in fparts:
-            units = self._units(lo, hi, Nf)
-            sfx = self._suffix(side)
             _, cf = _cols(m.ffn_dim, Nf, lo, hi)
-            src = self.need("hn", side, 0, 1, "fc")
-            n = mult * cf
-            wname = "W_gate_up" if mult == 2 else "W_up"
-            ops = tuple(r for r, _ in src) + (
-                _tensor(self._wname(wname, lo, hi, Nf), "weight", (d, n), db),)
-            if m.ffn_bias:
-                ops += (_tensor(self._wname("b_up", lo, hi, Nf), "weight", (n,), db),)
-            up = self.ref("up", lo, hi, True)
-            k = Kernel("fc.ffn_up" + sfx, self._mm_op(T), "fc", units, None, T, d, n,
-                       2 * T * d * n + (T * n if m.ffn_bias else 0), ops, (up,), side)
-            n_u = self.add(k, [p for _, ps in src for p in ps])
-            act = self.ref("act", lo, hi, True)
-            per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if mult == 2 else 0)
-            k = Kernel("fc.act" + sfx, "activation", "fc", units, None, T, 0, cf,
-                       per * T * cf, (up,), (act,), side)
-            n_a = self.add(k, [n_u])
-            self.produce("act", side, lo, hi, act, [n_a], "fc")
+            n_u, (up,) = self._linear("fc.ffn_up", "fc", side, lo, hi, Nf,
+                                      self.need("hn", side, 0, 1, "fc"),
+                                      "W_gate_up" if gated else "W_up", "b_up", d,
+                                      (2 if gated else 1) * cf, m.ffn_bias, ("up",))
+            self._vector("fc.act", "activation", side, lo, hi, cf, per, [(up, [n_u])], "act")
         for side, lo, hi in fparts:
-            units = self._units(lo, hi, Nf)
-            sfx = self._suffix(side)
             _, c = _cols(d, Nf, lo, hi)
-            src = self.need("act", side, 0, Nf, "fc")
-            f = m.ffn_dim
-            ops = tuple(r for r, _ in src) + (
-                _tensor(self._wname("W_down", lo, hi, Nf), "weight", (f, c), db),)
-            if m.ffn_bias:
-                ops += (_tensor(self._wname("b_down", lo, hi, Nf), "weight", (c,), db),)
-            dn = self.ref("down", lo, hi, True)
-            k = Kernel("fc.ffn_down" + sfx, self._mm_op(T), "fc", units, None, T, f, c,
-                       2 * T * f * c + (T * c if m.ffn_bias else 0), ops, (dn,), side)
-            n_d = self.add(k, [p for _, ps in src for p in ps])
-            h1 = self.need("h1", side, lo, hi, "fc")
-            y = self.ref("y", lo, hi, True)
-            k = Kernel("fc.residual2" + sfx, "residual", "fc", units, None, T, 0, c,
-                       VECTOR_FLOPS["residual"] * T * c, (dn,) + tuple(r for r, _ in h1),
-                       (y,), side)
-            n_y = self.add(k, [n_d] + [p for _, ps in h1 for p in ps])
-            self.produce("y", side, lo, hi, y, [n_y], "fc")
+            n_d, (dn,) = self._linear("fc.ffn_down", "fc", side, lo, hi, Nf,
+                                      self.need("act", side, 0, Nf, "fc"), "W_down", "b_down",
+                                      m.ffn_dim, c, m.ffn_bias, ("down",))
+            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
+                         [(dn, [n_d])] + self.need("h1", side, lo, hi, "fc"), "y")
         if self.partitioned:
             # steady state with the same split in every layer: the next layer's ln1 needs
             # the whole output on the qkv lead side; each fc side already holds its columns

@@ -120,7 +120,7 @@ class _KVLayout:
     def spans(self, name: str, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, lengths) of tokens [t0, t1) of all heads of cache ``name``."""
         r, which, u, s, hd = self.caches[name]
-        db, tok = self.db, hd * self.db
+        tok = hd * self.db
         heads = np.arange(u, dtype=np.int64)
         if self.layout == "contiguous":
             base = self.req_base[r] + which * u * s * tok
