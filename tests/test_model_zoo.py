@@ -203,3 +203,22 @@ def test_yaml_file_errors_name_field_and_file(tmp_path):
     assert load_model(str(p)).name == "mymodel"
     with pytest.raises(ConfigError):
         load_model(str(tmp_path / "missing.yaml"))
+
+
+def test_base_with_overrides_and_round_trip():
+    from dram_models.schema import fields_reference, to_dict
+    m = load_model({"base": "llama2-70b", "dtype": "fp16", "kv_heads": 64})
+    assert m.name == "llama2-70b" and m.dtype == "fp16" and m.group_size == 1
+    assert m.kv_bytes_per_token_per_layer() == 8 * load_model("llama2-70b") \
+        .kv_bytes_per_token_per_layer("fp16")
+    with pytest.raises(ConfigError) as e:
+        load_model({"base": "llama2-70b", "hidden": 4096}, key="run.model")
+    assert e.value.key == "run.model.head_dim"
+    with pytest.raises(ConfigError) as e:
+        load_model({"base": "llama2-70", "dtype": "fp16"})
+    assert e.value.key == "model.base" and "llama2-70b" in str(e.value)
+    # to_dict gives plain data that loads back to an equal spec (config hashing relies on it)
+    for name in ("gpt3-175b", "opt-350m", "qwen2-7b"):
+        spec = load_model(name)
+        assert load_model(to_dict(spec)) == spec
+    assert {r["key"] for r in fields_reference(ModelSpec)} >= {"layers", "kv_heads", "ffn_type"}

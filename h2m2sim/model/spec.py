@@ -19,8 +19,8 @@ from typing import Literal, Optional
 
 import yaml
 
-from dram_models.errors import ConfigError
-from dram_models.schema import load, param, suggest
+from dram_models.errors import ConfigError, join_key
+from dram_models.schema import load, param, suggest, to_dict
 from workloads import MODELS_DIR
 
 __all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes"]
@@ -249,11 +249,20 @@ def _load_file(path: str, mtime: float, key: str) -> ModelSpec:
 
 
 def load_model(name_or_mapping, key: str = "model") -> ModelSpec:
-    """A :class:`ModelSpec` from a zoo name (case-insensitive), a path to a YAML file or
-    a mapping with the same fields as a zoo file. ``key`` prefixes error key paths."""
+    """A :class:`ModelSpec` from a zoo name (case-insensitive), a path to a YAML file, a
+    mapping with the same fields as a zoo file, or a mapping ``{base: <zoo name or file>,
+    <field>: <value>, ...}`` overriding some fields of a zoo model (the name stays the
+    base's unless given). ``key`` prefixes error key paths."""
     if isinstance(name_or_mapping, ModelSpec):
         return name_or_mapping
     if isinstance(name_or_mapping, Mapping):
+        if "base" in name_or_mapping:
+            # a zoo model (or file) with some fields overridden; derived fields (head_dim,
+            # kv_heads, ...) come from the base, so a changed shape must restate them
+            base = load_model(name_or_mapping["base"], join_key(key, "base"))
+            data = {**to_dict(base), **{k: v for k, v in name_or_mapping.items()
+                                        if k != "base"}}
+            return load(ModelSpec, data, key)
         return load(ModelSpec, name_or_mapping, key)
     if not isinstance(name_or_mapping, (str, Path)):
         raise ConfigError(key, f"must be a model name or a mapping, got "
