@@ -206,7 +206,7 @@ def cached(namespace: str, key_obj: Any, compute: Callable[[], T], *,
     if path.exists():
         try:
             return _read(path, fmt)
-        except (OSError, ValueError, EOFError, KeyError):
+        except Exception:  # noqa: BLE001 - any unreadable entry (truncated zip, bad JSON)
             pass  # unreadable (partial copy from another tool, disk full): recompute
     value = compute()
     data = _encode(value, fmt)

@@ -21,7 +21,7 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.store import ResultStore, encode_cell, read_csv
 
 __all__ = ["Results", "load_results", "filter_rows", "find_baseline_column", "column",
-           "guess_better", "add_speedup", "pivot", "plot", "format_pivot", "FORMATS"]
+           "guess_better", "add_speedup", "check_out", "pivot", "plot", "format_pivot", "FORMATS"]
 
 FORMATS = (".png", ".pdf", ".svg")
 # Grey-friendly colours and hatches, so figures survive black-and-white printing.
@@ -201,13 +201,19 @@ def format_pivot(xs: list, hues: list, data: dict, x: str) -> str:
                                for i, (c, w) in enumerate(zip(r, widths))) for r in lines)
 
 
+def check_out(out: str | os.PathLike) -> Path:
+    """``out`` as a Path if its extension names a supported figure format."""
+    out = Path(out)
+    if out.suffix.lower() not in FORMATS:
+        raise ConfigError("--out", f"must end in {', '.join(FORMATS)}, got '{out.name}'")
+    return out
+
+
 def plot(xs: list, hues: list, data: dict, *, x: str, ylabel: str, hue: str | None,
          out: str | os.PathLike, kind: str = "line", title: str | None = None,
          reference: float | None = None, logx: bool = False, logy: bool = False) -> Path:
     """Draw and save the figure (format from ``out``'s extension)."""
-    out = Path(out)
-    if out.suffix.lower() not in FORMATS:
-        raise ConfigError("--out", f"must end in {', '.join(FORMATS)}, got '{out.name}'")
+    out = check_out(out)
     if kind not in ("line", "bar"):
         raise ConfigError("--kind", f"must be line or bar, got {kind!r}")
     import matplotlib

@@ -90,11 +90,15 @@ def pretty_type(tp: object) -> str:
 def section_rows(cls: type, prefix: str) -> list[dict]:
     """fields_reference rows with readable types and YAML spellings of defaults."""
     hints = typing.get_type_hints(cls)
+    factories = {f.name: f.default_factory for f in dataclasses.fields(cls)
+                 if f.default_factory is not dataclasses.MISSING}
     rows = fields_reference(cls, prefix)
     for r in rows:
         name = r["key"][len(prefix) + 1:] if prefix else r["key"]
         if name in hints:
             r["type"] = pretty_type(hints[name])
+        if name in factories and not dataclasses.is_dataclass(hints[name]):
+            r["default"] = repr(factories[name]())
         r["default"] = _YAML_WORDS.get(r["default"], r["default"])
     return rows
 

@@ -119,7 +119,10 @@ def test_resume_via_cli_reports_skips(tmp_path, capsys, reference):
     sweep_path = tmp_path / "s.yaml"
     sweep_path.write_text(yaml.safe_dump(SPEC))
     out = tmp_path / "out"
-    assert main(["sweep", str(sweep_path), "--out", str(out), "--workers", "1"]) == 0
+    assert main(["sweep", str(sweep_path), "--out", str(out), "--workers", "1",
+                 "--progress"]) == 0
+    bar = capsys.readouterr().err
+    assert f"{N}/{N}" in bar and "<00:00" in bar  # tqdm: done/total [elapsed<remaining]
     assert main(["sweep", str(sweep_path), "--out", str(out), "--resume"]) == 0
     text = capsys.readouterr().out
     assert f"0 run, {N} already finished" in text

@@ -38,6 +38,8 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim import plotting
+    if args.out:
+        plotting.check_out(args.out)  # fail before reading anything
     res = plotting.load_results(args.results)
     x = plotting.column(res, args.x, "--x")
     y = plotting.column(res, args.y, "--y")

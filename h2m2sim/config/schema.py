@@ -54,9 +54,11 @@ class WorkloadConfig:
     iterations: int = param(1, ge=1, unit="iterations",
                             doc="Iterations to simulate; with more than one, every sequence "
                                 "grows by one token per decode iteration (dynamic lengths).")
-    serving: Any = param(None, doc="Request-level serving run instead of fixed iterations: a "
-                                   "mapping (request trace path, arrival rate, ...) handed "
-                                   "to the serving layer's resolver. Null = no serving.")
+    # Optional[Any] values: dram_models.schema rejects null for a bare Any.
+    serving: Optional[dict[str, Optional[Any]]] = param(
+        None, doc="Request-level serving run instead of fixed iterations: a mapping "
+                  "(request trace path, arrival rate, ...) handed to the serving "
+                  "layer's resolver. Null = no serving.")
 
     def _check(self) -> None:
         if isinstance(self.seq, tuple) and len(self.seq) != self.batch:
@@ -70,16 +72,16 @@ class PolicyConfig:
 
     mapper: str = param("greedy", doc="Mapping algorithm (a name from the mapper registry, "
                                       "e.g. greedy = H2M2 Algorithm 1).")
-    mapper_params: dict[str, Any] = param(default_factory=dict,
-                                          doc="Parameters of the mapper (mapper-specific).")
+    mapper_params: dict[str, Optional[Any]] = param(
+        default_factory=dict, doc="Parameters of the mapper (mapper-specific).")
     allocator: str = param("static", doc="KV-cache allocator (a name from the allocator "
                                          "registry, e.g. static worst-case reservation).")
-    allocator_params: dict[str, Any] = param(default_factory=dict,
-                                             doc="Parameters of the allocator "
-                                                 "(allocator-specific).")
-    baseline: Any = param(None, doc="System to compare against (preset name or system "
-                                    "mapping, like `system`); when set, runs also report "
-                                    "`speedup` over it. Null = no comparison.")
+    allocator_params: dict[str, Optional[Any]] = param(
+        default_factory=dict, doc="Parameters of the allocator (allocator-specific).")
+    baseline: Union[str, dict[str, Optional[Any]], None] = param(
+        None, doc="System to compare against (preset name or system mapping, like "
+                  "`system`); when set, runs also report `speedup` over it. "
+                  "Null = no comparison.")
 
 
 @dataclass(frozen=True)

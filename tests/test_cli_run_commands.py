@@ -1,0 +1,125 @@
+"""`h2m2sim run`, `validate` and `presets` against fake physics layers."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from h2m2sim import __version__, runner
+from h2m2sim.cli import main
+from h2m2sim.cli import cmd_presets
+from h2m2sim.config import fakes, load_config
+
+CONFIG = """\
+system:
+  preset: h2m2
+model: gpt3-175b
+workload:
+  batch: 32
+  seq: 2048
+policy:
+  mapper: greedy
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fakes(monkeypatch):
+    fakes.install(monkeypatch.setitem)
+
+
+@pytest.fixture
+def cfg_path(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text(CONFIG)
+    return p
+
+
+def test_run_summary(cfg_path, capsys):
+    assert main(["run", str(cfg_path), "--set", "policy.baseline=lpddr-only"]) == 0
+    out = capsys.readouterr().out
+    assert "system     h2m2" in out and "model      gpt3-175b" in out
+    assert "decode, batch 32, seq 2048, 1 iteration" in out
+    assert "iteration time: " in out and " ms" in out
+    assert "speedup: " in out and "x over lpddr-only" in out
+    assert "breakdown:" in out
+    table = out[out.index("breakdown:"):].splitlines()
+    assert table[1].split() == ["weights_ns", "kv_ns"]
+    assert table[2].split()[0] == "hbm" and table[3].split()[0] == "lpddr"
+
+
+def test_run_json_and_out(cfg_path, tmp_path, capsys):
+    out_dir = tmp_path / "res"
+    assert main(["run", str(cfg_path), "--json", "--out", str(out_dir),
+                 "--set", "policy.baseline=lpddr-only"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads((out_dir / "result.json").read_text())
+    assert printed == saved
+    assert saved["h2m2sim_version"] == __version__ and len(saved["config_hash"]) == 64
+    m = saved["metrics"]
+    assert m["speedup"] == m["baseline_iteration_time_ns"] / m["iteration_time_ns"]
+    # the saved config is the resolved one and reproduces the same run
+    cfg = load_config(yaml.safe_load((out_dir / "config.yaml").read_text()))
+    assert runner.run(cfg) == m
+
+
+def test_baseline_run_uses_baseline_system_only():
+    cfg = load_config({"system": "h2m2", "model": "gpt3-175b",
+                       "policy": {"baseline": "lpddr-only"}})
+    seen = []
+
+    def job(c):
+        seen.append((c.system.name, c.policy.baseline))
+        return {"iteration_time_ns": 10.0 if c.system.name == "h2m2" else 25.0}
+    m = runner.run(cfg, job)
+    assert seen == [("h2m2", cfg.policy.baseline), ("lpddr-only", None)]
+    assert m == {"iteration_time_ns": 10.0, "baseline_iteration_time_ns": 25.0, "speedup": 2.5}
+
+
+def test_serving_workload_dispatches_to_serving_job(cfg_path, capsys):
+    assert main(["run", str(cfg_path), "--json", "--set",
+                 "workload.serving={rate_rps: 4, requests: 10}"]) == 0
+    m = json.loads(capsys.readouterr().out)["metrics"]
+    assert set(m) == {"total_time_ns", "tokens_per_s", "ttft_ms"}
+
+
+def test_job_returning_garbage_is_a_clear_error(cfg_path, capsys, monkeypatch):
+    monkeypatch.setitem(runner.JOBS, "iteration", lambda cfg: [1, 2])
+    assert main(["run", str(cfg_path)]) == 2
+    assert "expected a dict of metrics" in capsys.readouterr().err
+
+
+def test_validate_prints_loadable_resolved_yaml(cfg_path, capsys):
+    assert main(["validate", str(cfg_path), "--set", "workload.batch=2",
+                 "--set", "workload.seq=[5, 6]"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"# resolved from {cfg_path}; config hash ")
+    data = yaml.safe_load(text)
+    assert data["workload"] == {"batch": 2, "seq": [5, 6], "phase": "decode",
+                                "iterations": 1, "serving": None}
+    assert data["system"]["sides"][1]["name"] == "lpddr"  # preset expanded
+    assert load_config(data) == load_config(yaml.safe_load(CONFIG.replace(
+        "batch: 32\n  seq: 2048", "batch: 2\n  seq: [5, 6]")))
+
+
+def test_presets_lists_and_tolerates_missing_layers(capsys, monkeypatch):
+    assert main(["presets", "systems"]) == 0
+    assert capsys.readouterr().out.split() == ["h2m2", "lpddr-only", "hbm-8"]
+    monkeypatch.setitem(cmd_presets.LISTERS, "dram", "h2m2sim.not_there:list_standards")
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "system presets:" in out and "models (zoo):" in out
+    assert "DRAM standards:\n  (not available)" in out
+
+
+def test_python_dash_m_run_has_no_traceback(tmp_path):
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("system: h2m2\nmodel: gpt3-175b\nworkload: {batch: -1}\n")
+    code = ("import sys\nfrom h2m2sim.config import fakes\nfakes.install()\n"
+            "from h2m2sim.cli import main\nraise SystemExit(main(sys.argv[1:]))\n")
+    p = subprocess.run([sys.executable, "-c", code, "run", str(bad)], capture_output=True,
+                       text=True)
+    assert p.returncode == 2
+    assert p.stderr == "error: workload.batch: must be >= 1, got -1\n"
