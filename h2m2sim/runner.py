@@ -59,7 +59,7 @@ def get_job(kind: str) -> Callable[[Any], Mapping[str, Any]]:
     try:
         return import_ref(JOBS[kind])
     except Unavailable as err:
-        raise JobError(f"cannot run a {kind} workload yet: {err}") from None
+        raise JobError(f"cannot run {kind} workloads yet: {err}") from None
 
 
 def _clean(metrics: Any, where: str) -> dict[str, Any]:

@@ -83,3 +83,24 @@ def test_too_many_points_refused_before_expansion():
     with pytest.raises(ConfigError) as e:
         build_sweep({"base": BASE, "grid": axes})
     assert "1000000 points" in e.value.message
+
+
+def test_sweep_may_mix_iteration_and_serving_points(tmp_path):
+    from h2m2sim.store import read_csv
+    from h2m2sim.sweep import run_sweep
+    sw = build_sweep({"base": BASE, "grid": {"workload.serving": [None, {"rate_rps": 2.0}]}})
+    rep = run_sweep(sw, tmp_path / "o", workers=1, progress=False)
+    assert rep.ran == 2 and rep.errors == 0
+    _, rows = read_csv(tmp_path / "o" / "results.csv")
+    assert rows[0]["iteration_time_ns"] and rows[0]["total_time_ns"] is None
+    assert rows[1]["total_time_ns"] and rows[1]["iteration_time_ns"] is None
+
+
+def test_unavailable_job_fails_before_anything_is_written(tmp_path, monkeypatch):
+    from h2m2sim import runner
+    from h2m2sim.errors import SimError
+    from h2m2sim.sweep import run_sweep
+    monkeypatch.setitem(runner.JOBS, "iteration", "h2m2sim.not_built.job:run_iteration")
+    with pytest.raises(SimError, match="cannot run iteration workloads yet"):
+        run_sweep(build_sweep({"base": BASE}), tmp_path / "o", workers=1, progress=False)
+    assert not (tmp_path / "o").exists()

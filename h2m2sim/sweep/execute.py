@@ -23,7 +23,7 @@ class WorkerDied(SimError):
     """A worker process of the local pool ended without returning a result."""
 
 CONNECT_TIMEOUT = "20s"  # how long to try reaching a Dask scheduler
-Task = tuple[str, Any]  # (config hash, RunConfig)
+Task = tuple[str, Any, Callable[[Any], Any]]  # (config hash, RunConfig, job)
 OnDone = Callable[[str, dict[str, Any]], None]
 
 
@@ -40,8 +40,8 @@ def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
     return {"metrics": metrics, "error": error, "elapsed_s": time.perf_counter() - t0}
 
 
-def _inline(tasks: Sequence[Task], job: Any, on_done: OnDone) -> None:
-    for h, cfg in tasks:
+def _inline(tasks: Sequence[Task], on_done: OnDone) -> None:
+    for h, cfg, job in tasks:
         on_done(h, run_point(cfg, job))
 
 
@@ -81,11 +81,11 @@ def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], 
         raise failure
 
 
-def _pool(tasks: Sequence[Task], job: Any, workers: int, on_done: OnDone) -> None:
+def _pool(tasks: Sequence[Task], workers: int, on_done: OnDone) -> None:
     ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba, tqdm)
     ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
     try:
-        futures = {ex.submit(run_point, cfg, job): h for h, cfg in tasks}
+        futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
 
         def cancel() -> None:
             for f in futures:
@@ -95,7 +95,7 @@ def _pool(tasks: Sequence[Task], job: Any, workers: int, on_done: OnDone) -> Non
         ex.shutdown(wait=True, cancel_futures=True)
 
 
-def _dask(tasks: Sequence[Task], job: Any, address: str, on_done: OnDone) -> None:
+def _dask(tasks: Sequence[Task], address: str, on_done: OnDone) -> None:
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -108,7 +108,7 @@ def _dask(tasks: Sequence[Task], job: Any, address: str, on_done: OnDone) -> Non
     try:
         futures = {client.submit(run_point, cfg, job, pure=False,
                                  key=f"h2m2sim-point-{i}-{h[:16]}-{time.time_ns()}"): h
-                   for i, (h, cfg) in enumerate(tasks)}
+                   for i, (h, cfg, job) in enumerate(tasks)}
 
         def cancel() -> None:
             client.cancel(list(futures))
@@ -117,16 +117,17 @@ def _dask(tasks: Sequence[Task], job: Any, address: str, on_done: OnDone) -> Non
         client.close()
 
 
-def execute(tasks: Sequence[Task], job: Any, on_done: OnDone, workers: int = 1,
+def execute(tasks: Sequence[Task], on_done: OnDone, workers: int = 1,
             scheduler: str | None = None) -> None:
-    """Run ``tasks`` and call ``on_done(config_hash, record)`` in the calling process as
-    each finishes (in completion order). ``scheduler`` (a Dask address) wins over
-    ``workers``; ``workers == 1`` runs in this process, more use a spawn process pool."""
+    """Run ``tasks`` (config hash, config, job) and call ``on_done(config_hash, record)``
+    in the calling process as each finishes (in completion order). ``scheduler`` (a
+    Dask address) wins over ``workers``; ``workers == 1`` runs in this process, more use
+    a spawn process pool."""
     if not tasks:
         return
     if scheduler:
-        _dask(tasks, job, scheduler, on_done)
+        _dask(tasks, scheduler, on_done)
     elif workers <= 1 or len(tasks) == 1:
-        _inline(tasks, job, on_done)
+        _inline(tasks, on_done)
     else:
-        _pool(tasks, job, min(workers, len(tasks)), on_done)
+        _pool(tasks, min(workers, len(tasks)), on_done)

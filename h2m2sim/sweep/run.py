@@ -59,23 +59,22 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
         print(f"warning: resuming points computed at git revision {old_rev} with "
               f"{git_revision()}", file=sys.stderr)
 
-    plan = [{"index": p.index, "config_hash": p.config_hash, "params": p.params}
-            for p in sweep.points]
-    store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
-
     by_hash: dict[str, Any] = {}
     for p in sweep.points:
         by_hash.setdefault(p.config_hash, p)
     skipped = sum(1 for h in by_hash if h in done)
-    todo = [(h, p.config) for h, p in by_hash.items() if h not in done]
-    jobs = {}
-    for _, cfg in todo:
-        kind = runner.job_kind(cfg)
-        if kind not in jobs:
-            jobs[kind] = job or runner.get_job(kind)
-    if len(jobs) > 1:
-        raise ConfigError("grid", "a sweep must not mix serving and iteration workloads")
-    the_job = next(iter(jobs.values()), None)
+    jobs: dict[str, Any] = {}  # resolved before anything is written: fail early
+    todo = []
+    for h, p in by_hash.items():
+        if h not in done:
+            kind = runner.job_kind(p.config)
+            if kind not in jobs:
+                jobs[kind] = job or runner.get_job(kind)
+            todo.append((h, p.config, jobs[kind]))
+
+    plan = [{"index": p.index, "config_hash": p.config_hash, "params": p.params}
+            for p in sweep.points]
+    store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
 
     n_workers = workers or default_workers(sweep)
     counts = {"ran": 0, "errors": 0}
@@ -101,7 +100,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
             last[0] = time.monotonic()
 
     try:
-        execute(todo, the_job, on_done, workers=n_workers, scheduler=scheduler)
+        execute(todo, on_done, workers=n_workers, scheduler=scheduler)
     finally:
         bar.close()
         store.rebuild()
