@@ -40,15 +40,7 @@ A run is described by one YAML file with five top-level sections. `system` and `
 are required; the others are optional and every key in them has a default.
 
 ```yaml
-system:
-  preset: h2m2        # or inline sides; any preset field can be overridden here
-model: gpt3-175b      # zoo name or an inline mapping
-workload:
-  batch: 32
-  seq: 2048
-policy:
-  mapper: greedy
-```
+{example}```
 
 * `h2m2sim validate CONFIG` prints the fully resolved configuration (every default
   filled in, presets expanded); its output is itself a valid configuration.
@@ -159,7 +151,7 @@ def layer_section(section: str) -> str:
 def generate() -> str:
     from h2m2sim import cache, store
     from h2m2sim.sweep import spec
-    parts = [INTRO]
+    parts = [INTRO.format(example=schema.EXAMPLE_YAML)]
     top = section_rows(schema.RunConfig, "")
     parts.append("## Sections\n\n" + table([r for r in top if "." not in r["key"]]) + "\n")
     for section in ("workload", "policy", "simulation"):

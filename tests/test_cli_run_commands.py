@@ -9,18 +9,9 @@ import yaml
 from h2m2sim import __version__, runner
 from h2m2sim.cli import main
 from h2m2sim.cli import cmd_presets
-from h2m2sim.config import fakes, load_config
+from h2m2sim.config import EXAMPLE_YAML, fakes, load_config
 
-CONFIG = """\
-system:
-  preset: h2m2
-model: gpt3-175b
-workload:
-  batch: 32
-  seq: 2048
-policy:
-  mapper: greedy
-"""
+CONFIG = EXAMPLE_YAML
 
 
 @pytest.fixture(autouse=True)

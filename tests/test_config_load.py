@@ -9,20 +9,11 @@ import pytest
 import yaml
 
 from h2m2sim.cache import config_hash
-from h2m2sim.config import (REGISTRIES, RESOLVERS, ConfigError, RunConfig, apply_sets,
+from h2m2sim.config import (EXAMPLE_YAML, REGISTRIES, RESOLVERS, ConfigError, RunConfig, apply_sets,
                             dump_yaml, fakes, import_ref, load_config, load_file,
                             optional_ref, parse_yaml, Unavailable)
 
-MINIMAL = """\
-system:
-  preset: h2m2        # or inline sides; any preset field can be overridden here
-model: gpt3-175b      # zoo name or an inline mapping
-workload:
-  batch: 32
-  seq: 2048
-policy:
-  mapper: greedy
-"""
+MINIMAL = EXAMPLE_YAML
 
 
 @pytest.fixture(autouse=True)

@@ -49,10 +49,13 @@ def test_identical_across_runs_and_worker_counts(tmp_path):
     assert _sweep(tmp_path, "w2", "--workers", "2") == one
 
 
-def test_identical_on_dask_local_cluster(tmp_path):
+@pytest.mark.parametrize("processes", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["threads", "processes"])
+def test_identical_on_dask_local_cluster(tmp_path, processes):
+    """In-process workers; with processes=True configs and the job travel by pickle."""
     distributed = pytest.importorskip("distributed")
     one = _sweep(tmp_path, "w1", "--workers", "1")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=processes,
                                   dashboard_address=None) as cluster:
         on_dask = _sweep(tmp_path, "dask", "--scheduler", cluster.scheduler_address)
     assert on_dask == one
@@ -68,13 +71,3 @@ def test_unreachable_scheduler_is_one_line_error(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: --scheduler: cannot connect")
 
-
-@pytest.mark.slow
-def test_identical_on_dask_worker_processes(tmp_path):
-    """Workers in other processes: configs and the job travel by pickle."""
-    distributed = pytest.importorskip("distributed")
-    one = _sweep(tmp_path, "w1", "--workers", "1")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        on_dask = _sweep(tmp_path, "dask", "--scheduler", cluster.scheduler_address)
-    assert on_dask == one

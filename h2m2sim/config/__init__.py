@@ -18,7 +18,7 @@ Typical use::
     from h2m2sim.config import load_file, dump_yaml
     cfg = load_file("run.yaml", sets=["workload.batch=64"])
 """
-from h2m2sim.config.schema import (REGISTRIES, REQUIRED_SECTIONS, RESOLVERS, SECTIONS,
+from h2m2sim.config.schema import (EXAMPLE_YAML, REGISTRIES, REQUIRED_SECTIONS, RESOLVERS, SECTIONS,
                                    PolicyConfig, RunConfig, SimulationConfig,
                                    WorkloadConfig)
 from h2m2sim.config.lazy import Unavailable, import_ref, optional_ref
@@ -26,7 +26,7 @@ from h2m2sim.config.loader import (apply_sets, dump_yaml, load_config, load_file
                                    normalize_raw, parse_yaml, read_yaml, resolve_section)
 from h2m2sim.errors import ConfigError
 
-__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "RunConfig",
+__all__ = ["EXAMPLE_YAML", "RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "RunConfig",
            "WorkloadConfig", "PolicyConfig", "SimulationConfig", "ConfigError",
            "Unavailable", "import_ref", "optional_ref", "apply_sets", "dump_yaml",
            "load_config", "load_file", "normalize_raw", "parse_yaml", "read_yaml",

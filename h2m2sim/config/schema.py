@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, Union
 from dram_models.schema import param
 from h2m2sim.errors import ConfigError
 
-__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "WorkloadConfig",
+__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "EXAMPLE_YAML", "WorkloadConfig",
            "PolicyConfig", "SimulationConfig", "RunConfig"]
 
 #: Section name -> ``fn(raw_value, key) -> frozen dataclass`` raising ConfigError with the
@@ -35,6 +35,18 @@ REGISTRIES: dict[str, Any] = {
 }
 
 SECTIONS = ("system", "model", "workload", "policy", "simulation")
+
+#: The smallest useful configuration (used in the docs and tests).
+EXAMPLE_YAML = """\
+system:
+  preset: h2m2        # or inline sides; any preset field can be overridden here
+model: gpt3-175b      # zoo name or an inline mapping
+workload:
+  batch: 32
+  seq: 2048
+policy:
+  mapper: greedy
+"""
 REQUIRED_SECTIONS = ("system", "model")
 
 
