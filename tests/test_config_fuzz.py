@@ -26,8 +26,9 @@ values = st.recursive(
     scalars,
     lambda inner: st.one_of(
         st.lists(inner, max_size=5),
-        st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=6),
-                                  st.integers(), st.booleans()), inner, max_size=6)),
+        st.dictionaries(st.one_of(st.sampled_from(KEYS + ["\n", "a\tb"]),
+                                  st.text(max_size=6), st.integers(), st.booleans()),
+                        inner, max_size=6)),
     max_leaves=30)
 
 

@@ -151,3 +151,12 @@ def test_deep_nesting_is_a_config_error():
     with pytest.raises(ConfigError) as e:
         load_config({"system": "h2m2", "model": "gpt3-175b", "policy": {"mapper_params": deep}})
     assert "nested more than" in e.value.message
+
+
+def test_keys_with_line_breaks_keep_errors_on_one_line():
+    with pytest.raises(ConfigError) as e:
+        parse_yaml('policy: {"a\\nb": 1}', "f")
+    assert e.value.key == "policy" and "\n" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        apply_sets({}, ["a\nb=1"])
+    assert "\n" not in str(e.value)

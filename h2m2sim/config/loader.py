@@ -91,6 +91,9 @@ def normalize_raw(data: Any, key: str = "", _depth: int = 0, _path: frozenset = 
             for k, v in data.items():
                 if k is None or not isinstance(k, (str, int, float, bool)):
                     raise ConfigError(key, f"has a key that is not a name: {k!r}")
+                if isinstance(k, str) and not k.isprintable():  # errors stay one line
+                    raise ConfigError(key, f"has a key with a line break or control "
+                                           f"character: {k!r}")
                 out[k] = normalize_raw(v, join_key(key, str(k)), _depth + 1, inner)
             return out
         return [normalize_raw(v, f"{key}[{i}]", _depth + 1, inner) for i, v in enumerate(data)]
@@ -104,6 +107,8 @@ def apply_sets(raw: Any, sets: Iterable[str] = ()) -> Any:
     for item in sets:
         key, sep, text = str(item).partition("=")
         key = key.strip()
+        if not key.isprintable():
+            raise ConfigError("--set", f"key {key!r} has a line break or control character")
         if not sep or not key:
             raise ConfigError("--set", f"expected KEY=VALUE (e.g. workload.batch=64), "
                                        f"got {item!r}")
