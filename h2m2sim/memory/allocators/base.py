@@ -39,10 +39,11 @@ __all__ = ["KVAllocator", "AllocEvent", "ExtentHeap", "ContiguousAllocator"]
 
 
 class AllocEvent(NamedTuple):
-    """One allocator event. ``kind``: ``migrate`` (contiguous copy of ``nbytes`` from
-    ``src`` to ``dst``), ``deny`` (reserve refused), ``grow_fail`` (grow refused),
-    ``refresh`` (ODMA bucket boundaries changed; ``info`` holds them), and with
-    ``log_all_events`` also ``reserve``, ``grow`` and ``release``. ``time_s`` is the
+    """One allocator event. Always logged: ``migrate`` (contiguous copy of ``nbytes``
+    from ``src`` to ``dst``) and ``refresh`` (ODMA bucket bounds changed; ``info`` holds
+    them). With ``log_all_events`` also ``reserve``, ``grow``, ``release``, ``deny``
+    (reserve refused) and ``grow_fail`` (grow refused); their counts are always in
+    ``counts``. ``time_s`` is the
     allocator's ``clock`` when the event happened (set by the serving loop)."""
 
     kind: str
@@ -123,7 +124,8 @@ class KVAllocator(abc.ABC):
         cap = self._reserve(req_id, prompt_tokens, need, predicted_output, float(uncertainty))
         if cap is None:
             self.counts["deny"] += 1
-            self._log("deny", req_id, need)
+            if self.log_all_events:
+                self._log("deny", req_id, need)
             return False
         self._reqs[req_id] = _Req(prompt_tokens, need, cap, cap)
         self._add_reserved(cap)
@@ -140,14 +142,12 @@ class KVAllocator(abc.ABC):
         if new_tokens <= r.cap:
             r.used = max(r.used, new_tokens)
             return True
-        if new_tokens > self.max_context_tokens:
-            self.counts["grow_fail"] += 1
-            self._log("grow_fail", req_id, new_tokens)
-            return False
-        new_cap = self._grow(int(req_id), r, new_tokens)
+        new_cap = None if new_tokens > self.max_context_tokens else \
+            self._grow(int(req_id), r, new_tokens)
         if new_cap is None:
             self.counts["grow_fail"] += 1
-            self._log("grow_fail", req_id, new_tokens)
+            if self.log_all_events:
+                self._log("grow_fail", req_id, new_tokens)
             return False
         self._add_reserved(new_cap - r.cap)
         r.cap = new_cap

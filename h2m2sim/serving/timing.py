@@ -1,0 +1,385 @@
+"""Iteration times for the serving loop: a point-evaluator interface, tables built from it
+(cached on disk), bilinear interpolation with a measured error, and a clearly-labelled
+analytic placeholder evaluator.
+
+The serving loop cannot afford a cycle-level simulation per iteration. Instead a
+*point evaluator* — anything with
+
+    evaluate(phase, batch, context_tokens_per_request, kv_layout) -> seconds
+    cache_key() -> JSON-able description of everything the result depends on
+    label: str            # how the numbers were obtained, printed with every result
+    cycle_level: bool     # True only for the cycle-level system model
+
+is sampled over a grid of (batch, mean tokens per request) for every KV layout the run
+uses, and the loop interpolates. Phases:
+
+* ``"decode"``: one decode iteration of ``batch`` requests; ``context_tokens_per_request``
+  holds the KV tokens each request has already (attention reads them all); the iteration
+  also writes one new KV token per request.
+* ``"prefill"``: one prefill iteration of ``batch`` prompts with the given token counts.
+* ``"kv_copy"``: ``batch = 1``, ``context_tokens_per_request = [n]``: a contiguous copy
+  of ``n`` tokens of KV (read + write), the price of an ODMA migration.
+
+``kv_layout`` is the allocator's layout class: ``"contiguous"`` or ``"paged:<block
+tokens>"``. The cycle-level evaluator turns it into an address pattern (see
+:mod:`h2m2sim.memory.allocators.traffic`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+from numba import njit
+
+from h2m2sim.errors import ConfigError
+
+__all__ = ["PointEvaluator", "AnalyticEvaluator", "TableGrid", "IterationTables",
+           "build_tables", "layout_kind", "interp2", "decode_window", "advance_running"]
+
+PHASES = ("prefill", "decode", "kv_copy")
+
+
+@runtime_checkable
+class PointEvaluator(Protocol):
+    """What the serving layer needs from a timing source (see the module docstring)."""
+
+    label: str
+    cycle_level: bool
+
+    def evaluate(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
+                 kv_layout: str) -> float: ...
+
+    def cache_key(self) -> Any: ...
+
+
+def layout_kind(kv_layout: str) -> tuple[str, int]:
+    """``("contiguous", 0)`` or ``("paged", block_tokens)``."""
+    if kv_layout == "contiguous":
+        return "contiguous", 0
+    kind, _, block = kv_layout.partition(":")
+    if kind == "paged" and block.isdigit() and int(block) > 0:
+        return "paged", int(block)
+    raise ConfigError("kv_layout", f"unknown KV layout {kv_layout!r} (expected 'contiguous' "
+                      "or 'paged:<block tokens>')")
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalyticEvaluator:
+    """ANALYTIC PLACEHOLDER, NOT THE CYCLE-LEVEL RESULT: iteration time from bytes moved
+    divided by bandwidth times a layout efficiency that the caller passes in, or FLOPs
+    divided by peak compute, whichever is larger, plus a fixed per-iteration overhead.
+
+    decode:  max(weights/(BW*e_c) + KV read/(BW*e_L) + KV write/(BW*e_L),
+                 (2*params*B + attn_flops*sum(ctx)) / peak) + overhead
+    prefill: max(weights/(BW*e_c) + KV write/(BW*e_c),
+                 (2*params*T + attn_prefill_flops*sum(p^2)) / peak) + overhead
+    kv_copy: 2 * n * kv_bytes_per_token / (BW*e_c)
+
+    with ``e_c = layout_efficiency["contiguous"]`` and ``e_L`` the efficiency of the run's
+    layout, looked up by the exact layout string (``"paged:16"``) or its kind
+    (``"paged"``). Bytes are all devices together (tensor parallel, no communication
+    cost). It exists so the serving layer can run and be tested before the cycle-level
+    evaluator is plugged in; its efficiencies are inputs, not findings.
+    """
+
+    weight_bytes: float
+    params: float
+    kv_bytes_per_token: float
+    attn_flops_per_ctx_token: float      # per request per context token, decode (4*L*H*d)
+    bandwidth_GBps: float                # all devices together, GB/s = 1e9 B/s
+    peak_tflops: float                   # all devices together
+    layout_efficiency: Mapping[str, float]
+    overhead_s: float = 0.0
+    label: str = "analytic placeholder (bytes / bandwidth x given efficiency; NOT cycle-level)"
+    cycle_level: bool = False
+
+    def __post_init__(self):
+        if "contiguous" not in self.layout_efficiency:
+            raise ConfigError("layout_efficiency", "needs an entry for 'contiguous'")
+        for k, v in self.layout_efficiency.items():
+            if not 0 < float(v) <= 1:
+                raise ConfigError(f"layout_efficiency.{k}", f"must be in (0, 1], got {v}")
+        if not self.bandwidth_GBps > 0 or not self.peak_tflops > 0:
+            raise ConfigError("analytic", "bandwidth and peak compute must be > 0")
+
+    @classmethod
+    def from_model(cls, model, *, bandwidth_GBps: float, peak_tflops: float,
+                   layout_efficiency: Mapping[str, float], dtype: str = "fp16",
+                   overhead_s: float = 0.0) -> "AnalyticEvaluator":
+        """Sizes from a ModelSpec (see :func:`h2m2sim.serving.setup.model_sizes`)."""
+        from .setup import model_sizes
+        s = model_sizes(model, dtype)
+        return cls(weight_bytes=s["weight_bytes"], params=s["params"],
+                   kv_bytes_per_token=s["kv_bytes_per_token"],
+                   attn_flops_per_ctx_token=s["attn_flops_per_ctx_token"],
+                   bandwidth_GBps=float(bandwidth_GBps), peak_tflops=float(peak_tflops),
+                   layout_efficiency=dict(layout_efficiency), overhead_s=float(overhead_s))
+
+    def efficiency(self, kv_layout: str) -> float:
+        if kv_layout in self.layout_efficiency:
+            return float(self.layout_efficiency[kv_layout])
+        kind, _ = layout_kind(kv_layout)
+        if kind in self.layout_efficiency:
+            return float(self.layout_efficiency[kind])
+        raise ConfigError("layout_efficiency", f"no efficiency given for layout {kv_layout!r}; "
+                          f"have: {', '.join(self.layout_efficiency)}")
+
+    def evaluate(self, phase, batch, context_tokens_per_request, kv_layout) -> float:
+        ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
+        bw = self.bandwidth_GBps * 1e9
+        e_c = float(self.layout_efficiency["contiguous"])
+        peak = self.peak_tflops * 1e12
+        if phase == "kv_copy":
+            return 2.0 * float(ctx.sum()) * self.kv_bytes_per_token / (bw * e_c)
+        e_l = self.efficiency(kv_layout)
+        if phase == "decode":
+            mem = self.weight_bytes / (bw * e_c) + \
+                (float(ctx.sum()) + batch) * self.kv_bytes_per_token / (bw * e_l)
+            flops = 2.0 * self.params * batch + self.attn_flops_per_ctx_token * float(ctx.sum())
+        elif phase == "prefill":
+            mem = (self.weight_bytes + float(ctx.sum()) * self.kv_bytes_per_token) / (bw * e_c)
+            # causal attention: ~p^2/2 scores and p^2/2 weighted sums per head and layer
+            flops = 2.0 * self.params * float(ctx.sum()) + \
+                0.5 * self.attn_flops_per_ctx_token * float(np.sum(ctx * ctx))
+        else:
+            raise ConfigError("phase", f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+        return max(mem, flops / peak) + self.overhead_s
+
+    def cache_key(self) -> Any:
+        d = dataclasses.asdict(self)
+        d["layout_efficiency"] = dict(sorted(self.layout_efficiency.items()))
+        return {"analytic": d}
+
+
+@dataclasses.dataclass(frozen=True)
+class TableGrid:
+    """Where the evaluator is sampled. ``batch`` points: powers of two up to and including
+    ``max_batch``; token points: ``token_points`` values spaced geometrically from 1 to
+    ``max_tokens`` (mean KV tokens per request for decode, mean prompt tokens for
+    prefill, copied tokens for kv_copy)."""
+
+    max_batch: int
+    max_tokens: int
+    token_points: int = 14
+    error_samples: int = 12
+
+    def batches(self) -> np.ndarray:
+        b = [1]
+        while b[-1] * 2 < self.max_batch:
+            b.append(b[-1] * 2)
+        if b[-1] != self.max_batch:
+            b.append(self.max_batch)
+        return np.asarray(b, dtype=np.float64)
+
+    def tokens(self) -> np.ndarray:
+        pts = np.unique(np.round(np.geomspace(1, max(2, self.max_tokens),
+                                              max(2, self.token_points))))
+        return pts.astype(np.float64)
+
+
+@njit(cache=True)
+def _seg(grid, x):
+    """Index i with the segment [grid[i], grid[i+1]] used for x (edges extrapolate)."""
+    n = grid.shape[0]
+    if n == 1:
+        return 0
+    i = np.searchsorted(grid, x, side="right") - 1
+    if i < 0:
+        i = 0
+    if i > n - 2:
+        i = n - 2
+    return i
+
+
+@njit(cache=True)
+def interp2(bg, cg, tab, b, c):
+    """Bilinear interpolation of tab[len(bg), len(cg)] at (b, c), linear beyond the edges.
+    Exact for t = a0 + a1*b + a2*c + a3*b*c (the shape of a memory-bound decode step)."""
+    i = _seg(bg, b)
+    j = _seg(cg, c)
+    if bg.shape[0] == 1:
+        wb = 0.0
+        i1 = i
+    else:
+        wb = (b - bg[i]) / (bg[i + 1] - bg[i])
+        i1 = i + 1
+    if cg.shape[0] == 1:
+        wc = 0.0
+        j1 = j
+    else:
+        wc = (c - cg[j]) / (cg[j + 1] - cg[j])
+        j1 = j + 1
+    return ((1 - wb) * (1 - wc) * tab[i, j] + wb * (1 - wc) * tab[i1, j]
+            + (1 - wb) * wc * tab[i, j1] + wb * wc * tab[i1, j1])
+
+
+@njit(cache=True)
+def decode_window(bg, cg, tab, batch, ctx_sum, k_max, t0, t_limit):
+    """Run up to ``k_max`` decode steps of a fixed batch whose total KV grows by ``batch``
+    tokens per step; stop after the step that reaches ``t_limit``. Returns (steps,
+    elapsed seconds, integral of KV tokens held over time in token-seconds)."""
+    elapsed = 0.0
+    used = 0.0
+    k = 0
+    while k < k_max:
+        total = ctx_sum + batch * k
+        dt = interp2(bg, cg, tab, float(batch), total / batch)
+        elapsed += dt
+        used += total * dt
+        k += 1
+        if t0 + elapsed >= t_limit:
+            break
+    return k, elapsed, used
+
+
+@njit(cache=True)
+def advance_running(ctx, rem, cap, m, bg, cg, tab, t0, t_limit):
+    """One decode window over the running arrays (first ``m`` entries), in place: as many
+    identical-batch steps as possible before a request finishes, a request runs out of
+    granted KV, or the step that reaches ``t_limit``. Returns (steps, elapsed s, KV
+    token-seconds held, requests finished, requests needing growth)."""
+    k_max = rem[0]
+    total = 0
+    for j in range(m):
+        if rem[j] < k_max:
+            k_max = rem[j]
+        room = cap[j] - ctx[j]
+        if room < k_max:
+            k_max = room
+        total += ctx[j]
+    k, elapsed, used = decode_window(bg, cg, tab, m, float(total), k_max, t0, t_limit)
+    n_fin = 0
+    n_grow = 0
+    for j in range(m):
+        ctx[j] += k
+        rem[j] -= k
+        if rem[j] == 0:
+            n_fin += 1
+        elif cap[j] <= ctx[j]:
+            n_grow += 1
+    return k, elapsed, used, n_fin, n_grow
+
+
+class IterationTables:
+    """Interpolated iteration times; the object the serving loop uses.
+
+    ``decode_step_s(batch, context_tokens, kv_layout)``, ``prefill_s(prompt_tokens)`` and
+    ``kv_copy_s(tokens, kv_layout)`` return seconds. ``errors`` holds the measured relative
+    interpolation error per (phase, layout): max, mean and p95 over random points with
+    *heterogeneous* per-request lengths, so it includes the error of keying a batch by its
+    mean length. ``label`` and ``cycle_level`` come from the evaluator."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], label: str, cycle_level: bool):
+        self.batch_grid = np.asarray(arrays["batch_grid"], dtype=np.float64)
+        self.token_grid = np.asarray(arrays["token_grid"], dtype=np.float64)
+        self.layouts = [str(x) for x in np.asarray(arrays["layouts"]).tolist()]
+        self.decode = {lay: np.ascontiguousarray(arrays[f"decode[{lay}]"]) for lay in self.layouts}
+        self.prefill = np.ascontiguousarray(arrays["prefill"])
+        self.copy = np.ascontiguousarray(arrays["kv_copy"])[None, :]
+        self._one = np.zeros(1)
+        self.errors = {}
+        for key in arrays:
+            if key.startswith("err["):
+                e = np.asarray(arrays[key], dtype=float)
+                self.errors[key[4:-1]] = {"max": float(e[0]), "mean": float(e[1]),
+                                          "p95": float(e[2])}
+        self.label, self.cycle_level = label, bool(cycle_level)
+
+    def table(self, kv_layout: str) -> np.ndarray:
+        try:
+            return self.decode[kv_layout]
+        except KeyError:
+            raise ConfigError("kv_layout", f"no decode table for layout {kv_layout!r}; built "
+                              f"for: {', '.join(self.layouts)}") from None
+
+    def decode_step_s(self, batch: int, context_tokens, kv_layout: str) -> float:
+        """One decode step; ``context_tokens`` is the per-request array or their total."""
+        ctx = np.asarray(context_tokens, dtype=np.float64)
+        total = float(ctx.sum())
+        return float(interp2(self.batch_grid, self.token_grid, self.table(kv_layout),
+                             float(batch), total / max(batch, 1)))
+
+    def prefill_s(self, prompt_tokens) -> float:
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        if p.size == 0:
+            return 0.0
+        return float(interp2(self.batch_grid, self.token_grid, self.prefill,
+                             float(p.size), float(p.mean())))
+
+    def kv_copy_s(self, tokens: int, kv_layout: str = "contiguous") -> float:
+        return float(interp2(self._one, self.token_grid, self.copy, 0.0, float(tokens)))
+
+    def error_summary(self) -> dict:
+        return {k: dict(v) for k, v in self.errors.items()}
+
+
+def _sample_lengths(rng, n, mean, max_tokens):
+    """n positive lengths around ``mean`` with a log-normal spread (sigma 0.6)."""
+    x = rng.lognormal(np.log(max(mean, 1.0)), 0.6, n)
+    return np.clip(np.round(x), 1, max_tokens)
+
+
+def _compute_tables(evaluator, layouts, grid: TableGrid, seed: int) -> dict:
+    bg, tg = grid.batches(), grid.tokens()
+    out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
+                                  "layouts": np.asarray(sorted(layouts), dtype=str)}
+
+    def tab(phase, layout):
+        t = np.empty((len(bg), len(tg)))
+        for i, b in enumerate(bg):
+            for j, c in enumerate(tg):
+                t[i, j] = float(evaluator.evaluate(phase, int(b), np.full(int(b), c), layout))
+        if not np.all(np.isfinite(t)) or np.any(t < 0):
+            raise ConfigError("evaluator", f"{phase} times must be finite and >= 0")
+        return t
+
+    rng = np.random.default_rng(seed)
+
+    def err(phase, layout, table):
+        rel = []
+        for _ in range(grid.error_samples):
+            b = int(rng.integers(1, grid.max_batch + 1))
+            mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
+            ctx = _sample_lengths(rng, b, mean, grid.max_tokens)
+            true = float(evaluator.evaluate(phase, b, ctx, layout))
+            approx = interp2(bg, tg, table, float(b), float(ctx.mean()))
+            rel.append(abs(approx - true) / true if true > 0 else 0.0)
+        rel = np.asarray(rel) if rel else np.zeros(1)
+        return np.array([rel.max(), rel.mean(), np.percentile(rel, 95)])
+
+    for lay in sorted(layouts):
+        out[f"decode[{lay}]"] = tab("decode", lay)
+        out[f"err[decode {lay}]"] = err("decode", lay, out[f"decode[{lay}]"])
+    out["prefill"] = tab("prefill", "contiguous")
+    out["err[prefill]"] = err("prefill", "contiguous", out["prefill"])
+    out["kv_copy"] = np.array([float(evaluator.evaluate("kv_copy", 1, np.array([c]),
+                                                        "contiguous")) for c in tg])
+    return out
+
+
+def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: int = 0,
+                 cache: bool = True, cache_dir=None) -> IterationTables:
+    """Sample ``evaluator`` over ``grid`` for every layout in ``layouts`` and measure the
+    interpolation error. With ``cache`` the arrays are stored under a hash of the
+    evaluator's ``cache_key()``, the grid, the layouts and the code version
+    (:func:`h2m2sim.cache.cached`), so a second run with the same inputs reuses them."""
+    if not isinstance(evaluator, PointEvaluator):
+        raise ConfigError("evaluator", "must provide evaluate(), cache_key(), label and "
+                          "cycle_level (see h2m2sim.serving.timing.PointEvaluator)")
+    for lay in layouts:
+        layout_kind(lay)
+    layouts = sorted(set(layouts) | {"contiguous"})
+    compute = lambda: _compute_tables(evaluator, layouts, grid, seed)  # noqa: E731
+    if cache:
+        from h2m2sim.cache import cached
+        key = {"evaluator": evaluator.cache_key(), "grid": dataclasses.asdict(grid),
+               "layouts": layouts, "seed": seed}
+        arrays = cached("serving-iteration-tables", key, compute, fmt="npz",
+                        cache_dir=cache_dir)
+    else:
+        arrays = compute()
+    return IterationTables(arrays, evaluator.label, evaluator.cycle_level)
+
+
