@@ -41,7 +41,7 @@ import numpy as np
 from h2m2sim.store import atomic_write_bytes
 
 __all__ = ["cached", "cache_path", "canonical", "canonical_json", "hash_key", "config_hash",
-           "default_cache_dir", "code_salt", "code_digest", "plain", "FORMATS"]
+           "default_cache_dir", "code_salt", "code_digest", "plain", "options_from", "FORMATS"]
 
 FORMATS = ("json", "npz")
 T = TypeVar("T")
@@ -146,7 +146,10 @@ def code_digest(*packages: str) -> str:
                 else [origin]
             for path in files:
                 h.update(str(path.relative_to(origin.parent)).encode() + b"\0")
-                h.update(path.read_bytes())
+                try:
+                    h.update(path.read_bytes())
+                except OSError:  # removed while we were listing (an editor's temp file)
+                    h.update(b"\0missing")
         _DIGESTS[packages] = h.hexdigest()[:16]
     return _DIGESTS[packages]
 
@@ -155,6 +158,14 @@ def code_salt() -> str:
     """Default salt: h2m2sim version and a digest of the h2m2sim and dram_models code."""
     from h2m2sim import __version__
     return f"{__version__}+{code_digest('h2m2sim', 'dram_models')}"
+
+
+def options_from(cfg: Any) -> dict[str, Any]:
+    """``cache_dir`` and ``enabled`` for :func:`cached` from a run configuration's
+    ``simulation`` section: ``cached(ns, key, fn, **options_from(cfg))``."""
+    sim = getattr(cfg, "simulation", None)
+    return {"cache_dir": getattr(sim, "cache_dir", None),
+            "enabled": bool(getattr(sim, "cache", True))}
 
 
 def cache_path(namespace: str, key_obj: Any, fmt: str = "json",

@@ -134,3 +134,15 @@ def test_concurrent_writers_of_one_entry(tmp_path):
     files = [f for f in d.rglob("*") if f.is_file()]
     assert len(files) == 1 and files[0].suffix == ".json"
     assert cache.cached("race", {"k": 1}, lambda: None, cache_dir=d)["value"][-1] == 1999
+
+
+def test_options_from_run_config(tmp_path):
+    from h2m2sim.config import fakes, load_config
+    with pytest.MonkeyPatch.context() as mp:
+        fakes.install(mp.setitem)
+        cfg = load_config({"system": "h2m2", "model": "gpt3-175b",
+                           "simulation": {"cache_dir": str(tmp_path / "c"), "cache": False}})
+    assert cache.options_from(cfg) == {"cache_dir": str(tmp_path / "c"), "enabled": False}
+    compute = Counter(1)
+    cached("ns", "k", compute, **cache.options_from(cfg))
+    assert compute.calls == 1 and not (tmp_path / "c").exists()

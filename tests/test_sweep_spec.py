@@ -34,7 +34,8 @@ def test_grid_is_cartesian_first_axis_outermost_zip_innermost():
 
 
 def test_zip_only_and_no_axes():
-    sw = build_sweep({"base": BASE, "zip": {"workload.seq": [1, 2, 3], "simulation.seed": [4, 5, 6]}})
+    sw = build_sweep({"base": BASE, "zip": {"workload.seq": [1, 2, 3],
+                                            "simulation.seed": [4, 5, 6]}})
     assert [(p.config.workload.seq, p.config.simulation.seed) for p in sw.points] == \
         [(1, 4), (2, 5), (3, 6)]
     single = build_sweep({"base": BASE})

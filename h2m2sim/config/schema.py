@@ -15,8 +15,8 @@ from typing import Any, Literal, Optional, Union
 from dram_models.schema import param
 from h2m2sim.errors import ConfigError
 
-__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "EXAMPLE_YAML", "WorkloadConfig",
-           "PolicyConfig", "SimulationConfig", "RunConfig"]
+__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "EXAMPLE_YAML",
+           "WorkloadConfig", "PolicyConfig", "SimulationConfig", "RunConfig"]
 
 #: Section name -> ``fn(raw_value, key) -> frozen dataclass`` raising ConfigError with the
 #: full key path. ``system`` also resolves ``policy.baseline``; ``serving`` resolves
