@@ -1,0 +1,178 @@
+"""``h2m2sim serve``: replay a request trace through a KV allocator and report serving
+metrics (throughput, TTFT/TPOT, KV utilization, allocator events, predictor accuracy).
+
+    h2m2sim serve --trace CSV --system PRESET --model NAME --allocator {static,paged,odma}
+                  [--predictor NAME] [--max-requests N] [--json] [more options]
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+__all__ = ["register", "run"]
+
+#: Metrics always present in --json output (null where not applicable).
+JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
+             "requests_completed", "predictor_accuracy", "migration_rate")
+
+
+def _kv(items, what):
+    from h2m2sim.errors import ConfigError
+    import yaml
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--{what}", f"expected KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def register(subparsers) -> None:
+    from h2m2sim.memory.allocators import ALLOCATORS
+    p = subparsers.add_parser(
+        "serve", help="replay a request trace through a KV-cache allocator",
+        description="Replay a request trace (CSV with arrival_s, prompt_tokens, output_tokens "
+                    "[, prompt]; .gz allowed; or a bundled name: azure2023_conv, "
+                    "azure2023_code, alpaca) with continuous batching and report serving "
+                    "metrics. Iteration times come from tables built by a point evaluator; "
+                    "until the cycle-level evaluator is registered that is an analytic "
+                    "placeholder, and the output says so.")
+    p.add_argument("--trace", required=True, metavar="CSV", help="trace file or bundled name")
+    p.add_argument("--system", required=True, metavar="PRESET",
+                   help="system preset (e.g. mlu370-x4)")
+    p.add_argument("--model", required=True, metavar="NAME",
+                   help="model-zoo name (e.g. deepseek-r1-distill-qwen-7b)")
+    p.add_argument("--allocator", required=True, choices=sorted(ALLOCATORS),
+                   help="KV-cache allocator")
+    p.add_argument("--predictor", metavar="NAME", default=None,
+                   help="length predictor: oracle, noisy, s3, learned (default: learned "
+                        "when the allocator uses predictions)")
+    p.add_argument("--max-requests", type=int, metavar="N", default=None,
+                   help="replay only the first N requests")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.add_argument("--rate", type=float, metavar="REQ_PER_S", default=None,
+                   help="replace arrivals with seeded Poisson arrivals at this rate")
+    p.add_argument("--seed", type=int, default=0, help="seed (arrivals, predictors)")
+    p.add_argument("--max-batch", type=int, default=None, help="most running requests")
+    p.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
+                   help="longest request (prompt + output) accepted")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="TOKENS",
+                   help="cap on generated tokens per request")
+    p.add_argument("--scheduler", choices=("fcfs", "bucket"), default=None,
+                   help="fcfs, or bucket (ODMA's bucket-aware co-batching)")
+    p.add_argument("--preemption", choices=("recompute", "swap"), default=None,
+                   help="what happens to a preempted request's KV")
+    p.add_argument("--kv-capacity", default=None, metavar="SIZE",
+                   help="KV memory of all devices together (e.g. '40 GB'); default: "
+                        "memory fraction x device memory - weights")
+    p.add_argument("--allocator-param", action="append", metavar="KEY=VALUE",
+                   help="allocator option, e.g. block_tokens=32, gamma=0.2 (repeatable)")
+    p.add_argument("--predictor-param", action="append", metavar="KEY=VALUE",
+                   help="predictor option, e.g. accuracy=0.9 (repeatable)")
+    p.add_argument("--evaluator", default=None, metavar="NAME",
+                   help="iteration-time evaluator (default: 'cycle' when registered, else "
+                        "the 'analytic' placeholder)")
+    p.add_argument("--no-cache", action="store_true", help="do not reuse or store tables")
+    p.set_defaults(func=run)
+
+
+def _clean(obj):
+    """JSON-safe copy: NaN/inf -> null, NumPy scalars -> Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def run(args) -> int:
+    from dram_models.schema import load, parse_size, suggest
+    from h2m2sim.errors import ConfigError
+    from h2m2sim.serving.config import ServingConfig
+    from h2m2sim.serving.run import EVALUATORS, serve
+    from h2m2sim.serving.setup import resolve_device, resolve_model
+
+    data = {"trace": args.trace, "allocator": args.allocator,
+            "allocator_params": _kv(args.allocator_param, "allocator-param"),
+            "predictor": args.predictor,
+            "predictor_params": _kv(args.predictor_param, "predictor-param")}
+    for key, value in (("max_requests", args.max_requests), ("arrival_rate", args.rate),
+                       ("max_batch", args.max_batch), ("max_context_tokens", args.max_context),
+                       ("max_new_tokens", args.max_new_tokens), ("scheduler", args.scheduler),
+                       ("preemption", args.preemption)):
+        if value is not None:
+            data[key] = value
+    if args.kv_capacity is not None:
+        try:
+            data["kv_capacity_bytes"] = parse_size(args.kv_capacity)
+        except ValueError as err:
+            raise ConfigError("--kv-capacity", str(err)) from None
+    cfg = load(ServingConfig, data, "serve")
+    device = resolve_device(args.system)
+    model = resolve_model(args.model)
+    name = args.evaluator or ("cycle" if "cycle" in EVALUATORS else "analytic")
+    if name not in EVALUATORS:
+        raise ConfigError("--evaluator", f"unknown evaluator {name!r}"
+                          f"{suggest(name, list(EVALUATORS))}; known: {', '.join(EVALUATORS)}")
+    evaluator = EVALUATORS[name](model, device, cfg)
+    result = serve(None, cfg, model=model, device=device, evaluator=evaluator,
+                   seed=args.seed, cache=not args.no_cache)
+    m = _clean(result.metrics)
+    for key in JSON_KEYS:
+        m.setdefault(key, None)
+    notes = list(m.get("predictor_notes") or [])
+    if m.get("arrivals") and m["arrivals"] != "from trace":
+        notes.append(f"arrivals: {m['arrivals']}")
+    if not m.get("cycle_level"):
+        notes.append(f"iteration times: {m['iteration_time_model']}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(m, sort_keys=True))
+        return 0
+    _print_table(m)
+    return 0
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}{unit}"
+    return f"{v}{unit}"
+
+
+def _print_table(m) -> None:
+    rows = [
+        ("trace / model / system", f"{m['trace']} / {m['model']} / {m['system']}"),
+        ("allocator (layout)", f"{m['allocator']} ({m['kv_layout']}), scheduler "
+                               f"{m['scheduler']}, predictor {m['predictor'] or '-'}"),
+        ("requests completed", f"{m['requests_completed']} of {m['requests']} "
+                               f"({m['requests_rejected']} rejected, {m['requests_cut']} cut)"),
+        ("output tokens/s", _fmt(m["tokens_per_s"])),
+        ("TTFT p50 / p90 / p99", " / ".join(_fmt(m[f"ttft_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
+        ("TPOT p50 / p90 / p99", " / ".join(_fmt(m[f"tpot_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
+        ("queueing delay p50 / p99", f"{_fmt(m['queue_delay_p50_s'], ' s')} / "
+                                     f"{_fmt(m['queue_delay_p99_s'], ' s')}"),
+        ("KV utilization", _fmt(m["kv_utilization"])),
+        ("reserved KV peak / mean", f"{_fmt(m['peak_reserved_bytes'] / 1e9, ' GB')} / "
+                                    f"{_fmt((m['mean_reserved_bytes'] or 0) / 1e9, ' GB')} of "
+                                    f"{_fmt(m['kv_capacity_bytes'] / 1e9, ' GB')}"),
+        ("mean decode batch", _fmt(m["mean_decode_batch"])),
+        ("preemptions", _fmt(m["preemptions"])),
+        ("migrations (rate)", f"{m['migrations']} ({_fmt(m['migration_rate'])})"),
+        ("predictor accuracy", _fmt(m["predictor_accuracy"])),
+        ("iteration times", m["iteration_time_model"]),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")

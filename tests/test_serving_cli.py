@@ -1,0 +1,100 @@
+"""``h2m2sim serve``: JSON keys, nulls where not applicable, clear one-line errors, a fake
+model when the model layer is unavailable."""
+import dataclasses
+import json
+import sys
+
+import pytest
+
+from h2m2sim.cli import main
+
+BASE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4",
+        "--model", "deepseek-r1-distill-qwen-7b", "--max-requests", "150", "--json"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
+
+
+def _serve(capsys, *extra):
+    assert main(BASE + list(extra)) == 0
+    cap = capsys.readouterr()
+    return json.loads(cap.out), cap.err
+
+
+@pytest.mark.parametrize("alloc", ["static", "paged"])
+def test_json_has_required_keys_and_nulls(capsys, alloc):
+    m, err = _serve(capsys, "--allocator", alloc)
+    for key in ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
+                "requests_completed", "predictor_accuracy", "migration_rate"):
+        assert key in m
+    assert m["requests_completed"] + m["requests_rejected"] == 150
+    assert m["requests_rejected"] == 1          # one prompt is longer than the 4,096 default
+    assert m["predictor_accuracy"] is None and m["migration_rate"] is None
+    assert 0 < m["kv_utilization"] <= 1 and m["tokens_per_s"] > 0
+    assert m["cycle_level"] is False and "NOT cycle-level" in err
+
+
+def test_odma_with_oracle_and_learned_fallback_note(capsys):
+    m, _ = _serve(capsys, "--allocator", "odma", "--predictor", "oracle")
+    assert m["predictor_accuracy"] == 1.0 and m["migration_rate"] == 0.0
+    m, err = _serve(capsys, "--allocator", "odma")
+    assert m["predictor"] == "learned" and "no prompt text" in err
+    assert 0 <= m["migration_rate"] <= 1
+
+
+def test_options_reach_the_run(capsys):
+    m, err = _serve(capsys, "--allocator", "paged", "--allocator-param", "block_tokens=32",
+                    "--rate", "50", "--max-batch", "8", "--kv-capacity", "2 GB")
+    assert m["kv_layout"] == "paged:32" and m["kv_capacity_bytes"] <= 2e9
+    assert "Poisson" in err and m["mean_decode_batch"] <= 8
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--allocator", "paged", "--system", "mlu370"], "did you mean 'mlu370-x4'"),
+    (["--allocator", "odma", "--predictor", "orcale"], "did you mean 'oracle'"),
+    (["--allocator", "paged", "--allocator-param", "blok_tokens=3"], "allocator.paged"),
+    (["--allocator", "paged", "--kv-capacity", "lots"], "--kv-capacity"),
+])
+def test_user_errors_are_one_line(capsys, argv, needle):
+    assert main(BASE + argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_bad_trace_row_is_named(capsys, tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1,-2,5\n")
+    argv = BASE[:]
+    argv[2] = str(p)
+    assert main(argv + ["--allocator", "paged"]) == 2
+    assert f"{p} row 2" in capsys.readouterr().err
+
+
+def test_missing_model_layer_is_said_clearly(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "h2m2sim.model", None)   # import now fails
+    assert main(BASE + ["--allocator", "paged"]) == 2
+    assert "model layer (h2m2sim.model) is not available" in capsys.readouterr().err
+
+
+def test_runs_with_a_fake_model(capsys, monkeypatch):
+    @dataclasses.dataclass(frozen=True)
+    class FakeSpec:
+        name: str = "fake-1b"
+        layers: int = 4
+        hidden: int = 512
+        heads: int = 8
+        kv_heads: int = 8
+        head_dim: int = 64
+        ffn_dim: int = 2048
+
+        def kv_bytes_per_token_per_layer(self, dtype=None):
+            return 2 * self.kv_heads * self.head_dim * 2
+
+    import h2m2sim.cli.cmd_serve as cmd
+    from h2m2sim.serving import setup
+    monkeypatch.setattr(setup, "resolve_model", lambda name: FakeSpec())
+    m, _ = _serve(capsys, "--allocator", "static")
+    assert m["model"] == "fake-1b" and m["kv_bytes_per_token"] == 4 * 2 * 8 * 64 * 2
+    assert cmd.JSON_KEYS[0] == "kv_utilization"
