@@ -260,7 +260,13 @@ class ResultStore:
         return self.csv_path
 
     def read(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
-        """(columns, rows, swept axes) of the results, rebuilding the CSV first."""
-        self.rebuild()
+        """(columns, rows, swept axes) of the results, rebuilding the CSV first (when the
+        directory is writable; otherwise the CSV is read as it is)."""
+        try:
+            self.rebuild()
+        except OSError:
+            if not self.csv_path.exists():
+                raise ConfigError(str(self.root), "cannot write results.csv and there is "
+                                                  "none to read") from None
         header, rows = read_csv(self.csv_path)
         return header, rows, list(self.plan().get("axes", []))

@@ -31,10 +31,13 @@ class SweepReport:
 
 
 def default_workers(sweep: Sweep) -> int:
-    """``simulation.workers`` of the first point, else one per CPU core."""
+    """``simulation.workers`` of the first point, else one per CPU core we may use."""
     if sweep.points and sweep.points[0].config.simulation.workers:
         return sweep.points[0].config.simulation.workers
-    return os.cpu_count() or 1
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = None,

@@ -116,8 +116,8 @@ def _point_error(err: ConfigError, axes: list[Axis], combo: dict[str, int],
             if err.message.startswith("unknown key") and not rest:
                 return ConfigError(f"{ax.group}.{ax.path}", err.message)
             return ConfigError(f"{ax.group}.{ax.path}[{combo[ax.path]}]{rest}", err.message)
-        if err.message.startswith("unknown") and ax.path.startswith((err.key + ".",
-                                                                     err.key + "[")):
+        if err.message.startswith(("unknown key", "unknown section")) and \
+                ax.path.startswith((err.key + ".", err.key + "[")):
             return ConfigError(f"{ax.group}.{ax.path}", f"'{err.key}' is an {err.message}")
     where = ", ".join(f"{k}={v!r}" for k, v in params.items())
     return ConfigError(err.key, f"{err.message} (sweep point {index}"
