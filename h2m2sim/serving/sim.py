@@ -31,7 +31,7 @@ import numpy as np
 from h2m2sim.errors import OutOfMemoryError
 
 from .config import ServingConfig
-from .timing import IterationTables, advance_running
+from .timing import IterationTables, advance_blocks, advance_running
 
 __all__ = ["ServingResult", "simulate", "percentiles"]
 
@@ -131,6 +131,10 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
     bg, cg = tables.batch_grid, tables.token_grid
     host_bps = cfg.host_link_GBps * 1e9
     tag_of = getattr(allocator, "bucket_tag", None) if cfg.scheduler == "bucket" else None
+    # block allocators grow inside the Numba window (exactly as step by step, faster)
+    block = getattr(allocator, "block_tokens", None) if hasattr(allocator, "grow_blocks") \
+        else None
+    grow_log = np.zeros(0, dtype=np.int64)
 
     st = {"prefill_iterations": 0, "decode_steps": 0, "decode_token_steps": 0,
           "preemptions": 0, "swap_bytes": 0, "migration_time_s": 0.0, "swap_time_s": 0.0,
@@ -323,9 +327,22 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
         # ---- a window of identical-batch decode steps
         m = run.m
         t_limit = arr_l[na] if (na < n and m < cfg.max_batch) else np.inf
-        k, dt, used, n_fin, n_grow = advance_running(run.ctx, run.rem, run.cap, m, bg, cg,
-                                                     tab, t, t_limit)
-        reserved_int += allocator.reserved_tokens * dt
+        if block is None:
+            k, dt, used, n_fin, n_grow = advance_running(run.ctx, run.rem, run.cap, m, bg,
+                                                         cg, tab, t, t_limit)
+            reserved_int += allocator.reserved_tokens * dt
+        else:
+            order = np.argsort(run.idx[:m], kind="stable")
+            log_len = m * (min(int(run.rem[:m].min()), 4096) // block + 2)
+            if grow_log.shape[0] < log_len:
+                grow_log = np.zeros(log_len, dtype=np.int64)
+            k, dt, used, extra_int, n_log, n_fin = advance_blocks(
+                run.ctx, run.rem, run.cap, m, order, block, allocator.free_blocks, grow_log,
+                bg, cg, tab, t, t_limit)
+            reserved_int += allocator.reserved_tokens * dt + extra_int
+            if n_log:
+                allocator.grow_blocks(run.idx[grow_log[:n_log]].tolist())
+            n_grow = 1     # let grow_running check (and preempt) before the next window
         used_int += used
         t += dt
         st["decode_steps"] += k

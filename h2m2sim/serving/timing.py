@@ -36,7 +36,7 @@ from numba import njit
 from h2m2sim.errors import ConfigError
 
 __all__ = ["PointEvaluator", "AnalyticEvaluator", "TableGrid", "IterationTables",
-           "build_tables", "layout_kind", "interp2", "decode_window", "advance_running"]
+           "build_tables", "layout_kind", "interp2", "decode_window", "advance_running", "advance_blocks"]
 
 PHASES = ("prefill", "decode", "kv_copy")
 
@@ -260,6 +260,58 @@ def advance_running(ctx, rem, cap, m, bg, cg, tab, t0, t_limit):
         elif cap[j] <= ctx[j]:
             n_grow += 1
     return k, elapsed, used, n_fin, n_grow
+
+
+@njit(cache=True)
+def advance_blocks(ctx, rem, cap, m, order, block, free, grow_log, bg, cg, tab, t0, t_limit):
+    """:func:`advance_running` for a block allocator: a request that fills its blocks gets
+    one more block *inside* the window (oldest request first within a step, as the
+    step-by-step loop would), as long as ``free`` blocks last. The positions that got a
+    block are appended to ``grow_log`` in allocation order for the caller to replay on the
+    allocator. The window stops before a step whose blocks are not available (the caller
+    then preempts), after a request finishes, or at ``t_limit``. Returns (steps, elapsed,
+    KV token-seconds held, token-seconds of blocks reserved inside the window, blocks
+    granted, requests finished)."""
+    total = 0
+    for j in range(m):
+        total += ctx[j]
+    k = 0
+    elapsed = 0.0
+    used = 0.0
+    extra = 0.0
+    extra_int = 0.0
+    n_log = 0
+    n_fin = 0
+    cap_log = grow_log.shape[0]
+    while True:
+        need = 0
+        for j in range(m):
+            if cap[j] <= ctx[j]:
+                need += 1
+        if need > free or n_log + need > cap_log:
+            break
+        for q in range(m):
+            j = order[q]
+            if cap[j] <= ctx[j]:
+                cap[j] += block
+                grow_log[n_log] = j
+                n_log += 1
+        free -= need
+        extra += need * block
+        dt = interp2(bg, cg, tab, float(m), total / m)
+        elapsed += dt
+        used += total * dt
+        extra_int += extra * dt
+        for j in range(m):
+            ctx[j] += 1
+            rem[j] -= 1
+            if rem[j] == 0:
+                n_fin += 1
+        total += m
+        k += 1
+        if n_fin > 0 or t0 + elapsed >= t_limit:
+            break
+    return k, elapsed, used, extra_int, n_log, n_fin
 
 
 class IterationTables:

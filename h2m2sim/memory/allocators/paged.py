@@ -66,6 +66,30 @@ class PagedAllocator(KVAllocator):
         self._blocks[req_id].extend(pop() for _ in range(n))
         return len(self._blocks[req_id]) * self.block_tokens
 
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    def grow_blocks(self, req_ids) -> None:
+        """Give one more block to each request of ``req_ids``, in order (a request may
+        appear several times) — what a sequence of ``grow`` calls that each need exactly
+        one block would do, in one call. The caller guarantees enough free blocks."""
+        if len(req_ids) > len(self._free):
+            raise ValueError("not enough free blocks")
+        pop = self._free.popleft
+        bt = self.block_tokens
+        for rid in req_ids:
+            self._blocks[rid].append(pop())
+            r = self._reqs[rid]
+            r.cap += bt
+            r.used = r.cap - bt + 1
+            if r.cap > r.peak_cap:
+                r.peak_cap = r.cap
+            if self.log_all_events:
+                self._log("grow", rid, r.cap)
+        self.counts["grow"] += len(req_ids)
+        self._add_reserved(len(req_ids) * bt)
+
     def _release(self, req_id, r, generated, completed):
         # freed blocks go to the front of the free list, in the request's logical order, so
         # the next allocations reuse the most recently freed blocks first
