@@ -28,7 +28,12 @@ buckets, a 10,000-request window, refresh every 1,000 requests.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal, Optional
+
 import numpy as np
+
+from dram_models.schema import param
 
 from h2m2sim.errors import ConfigError
 
@@ -133,6 +138,35 @@ class ODMAAllocator(ContiguousAllocator):
     (migrations / completed requests)."""
 
     name = "odma"
+
+    @dataclass(frozen=True)
+    class Params:
+        """Options of the ODMA allocator (``policy.allocator_params``)."""
+
+        gamma: float = param(0.2, ge=0, doc="Uncertainty inflation: L' = L (1 + gamma u).",
+                             source="ODMA strategy paper, Sec. III-B")
+        tau: float = param(0.8, ge=0, le=1, doc="Requests with uncertainty u > tau go to "
+                                                "the large bucket.",
+                           source="ODMA strategy paper, Sec. III-B")
+        num_buckets: int = param(4, ge=1, doc="Regular buckets B.",
+                                 source="ODMA strategy paper, Sec. III-C")
+        window: int = param(10_000, ge=1, unit="requests",
+                            doc="Sliding window of realized lengths for the quantiles.",
+                            source="ODMA strategy paper, Sec. III-C")
+        refresh_every: int = param(1_000, ge=1, unit="requests",
+                                   doc="Bucket bounds are recomputed every this many "
+                                       "completions.",
+                                   source="ODMA strategy paper, Sec. III-C")
+        quantiles: Optional[tuple[float, ...]] = param(
+            None, doc="Quantile levels p_i of the bounds; null = equal occupancy i/B.")
+        initial_boundaries: tuple[int, ...] = param(
+            DEFAULT_INITIAL_BOUNDARIES, unit="tokens",
+            doc="Bounds used until the first refresh (no realized lengths yet).")
+        basis: Literal["total", "output"] = param(
+            "total", doc="What a bucket bounds: total = prompt + output (fixed extent per "
+                         "bucket), output = generated tokens (extent prompt + b_i).")
+        align_tokens: int = param(16, ge=1, unit="tokens",
+                                  doc="Bounds and extents are multiples of this.")
 
     def __init__(self, capacity_bytes: int, bytes_per_token: int, *, gamma: float = 0.2,
                  tau: float = 0.8, num_buckets: int = 4, window: int = 10_000,

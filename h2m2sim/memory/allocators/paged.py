@@ -3,9 +3,11 @@ list of blocks that are, after some churn, scattered over the whole region."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
+from dram_models.schema import param
 from h2m2sim.errors import ConfigError
 
 from .base import KVAllocator
@@ -24,6 +26,16 @@ class PagedAllocator(KVAllocator):
     """
 
     name = "paged"
+
+    @dataclass(frozen=True)
+    class Params:
+        """Options of the paged allocator (``policy.allocator_params``)."""
+
+        block_tokens: int = param(16, ge=1, unit="tokens", doc="Tokens per KV block.",
+                                  source="vLLM default block size 16")
+        watermark: float = param(0.01, ge=0, lt=1, doc="Fraction of blocks kept free at "
+                                                       "admission (growth may use them).",
+                                 source="vLLM default watermark 0.01")
 
     def __init__(self, capacity_bytes: int, bytes_per_token: int, *, block_tokens: int = 16,
                  watermark: float = 0.01, **kw):

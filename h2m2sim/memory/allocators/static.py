@@ -2,6 +2,9 @@
 longest request the server accepts (the FasterTransformer / static vLLM baseline)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from dram_models.schema import param
 from h2m2sim.errors import ConfigError
 
 from .base import ContiguousAllocator
@@ -16,6 +19,13 @@ class StaticAllocator(ContiguousAllocator):
     before it exceeds the worst case, so ``grow`` beyond it fails."""
 
     name = "static"
+
+    @dataclass(frozen=True)
+    class Params:
+        """Options of the static allocator (``policy.allocator_params``)."""
+
+        align_tokens: int = param(16, ge=1, unit="tokens",
+                                  doc="Extents are rounded up to a multiple of this.")
 
     def __init__(self, capacity_bytes: int, bytes_per_token: int, *,
                  max_new_tokens: int | None = None, **kw):
