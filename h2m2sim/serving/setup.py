@@ -10,10 +10,8 @@ presets.**
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
-import numpy as np
 
 from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError, OutOfMemoryError

@@ -27,7 +27,6 @@ tokens>"``. The cycle-level evaluator turns it into an address pattern (see
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
@@ -35,7 +34,7 @@ from numba import njit
 
 from h2m2sim.errors import ConfigError
 
-__all__ = ["PointEvaluator", "AnalyticEvaluator", "TableGrid", "IterationTables",
+__all__ = ["PointEvaluator", "IterationTimeModel", "AnalyticEvaluator", "TableGrid", "IterationTables",
            "build_tables", "layout_kind", "interp2", "decode_window", "advance_running", "advance_blocks"]
 
 PHASES = ("prefill", "decode", "kv_copy")
@@ -52,6 +51,28 @@ class PointEvaluator(Protocol):
                  kv_layout: str) -> float: ...
 
     def cache_key(self) -> Any: ...
+
+
+@runtime_checkable
+class IterationTimeModel(Protocol):
+    """What the serving loop asks of iteration times (seconds). :class:`IterationTables`
+    implements it by interpolating tables sampled from a :class:`PointEvaluator`."""
+
+    label: str
+    cycle_level: bool
+
+    def decode_step_s(self, batch: int, context_tokens, kv_layout: str) -> float:
+        """One decode iteration of ``batch`` requests holding ``context_tokens`` KV tokens
+        (per-request array, or their total)."""
+        ...
+
+    def prefill_s(self, prompt_tokens) -> float:
+        """One prefill iteration over prompts of the given token counts."""
+        ...
+
+    def kv_copy_s(self, tokens: int, kv_layout: str = "contiguous") -> float:
+        """A contiguous copy of ``tokens`` tokens of KV (an ODMA migration)."""
+        ...
 
 
 def layout_kind(kv_layout: str) -> tuple[str, int]:
@@ -180,37 +201,26 @@ class TableGrid:
 
 
 @njit(cache=True)
-def _seg(grid, x):
-    """Index i with the segment [grid[i], grid[i+1]] used for x (edges extrapolate)."""
+def _bracket(grid, x):
+    """(i, i1, w): x lies at weight w between grid[i] and grid[i1]; the edge segments
+    extend beyond the grid (linear extrapolation); a one-point grid is constant."""
     n = grid.shape[0]
     if n == 1:
-        return 0
+        return 0, 0, 0.0
     i = np.searchsorted(grid, x, side="right") - 1
     if i < 0:
         i = 0
     if i > n - 2:
         i = n - 2
-    return i
+    return i, i + 1, (x - grid[i]) / (grid[i + 1] - grid[i])
 
 
 @njit(cache=True)
 def interp2(bg, cg, tab, b, c):
     """Bilinear interpolation of tab[len(bg), len(cg)] at (b, c), linear beyond the edges.
     Exact for t = a0 + a1*b + a2*c + a3*b*c (the shape of a memory-bound decode step)."""
-    i = _seg(bg, b)
-    j = _seg(cg, c)
-    if bg.shape[0] == 1:
-        wb = 0.0
-        i1 = i
-    else:
-        wb = (b - bg[i]) / (bg[i + 1] - bg[i])
-        i1 = i + 1
-    if cg.shape[0] == 1:
-        wc = 0.0
-        j1 = j
-    else:
-        wc = (c - cg[j]) / (cg[j + 1] - cg[j])
-        j1 = j + 1
+    i, i1, wb = _bracket(bg, b)
+    j, j1, wc = _bracket(cg, c)
     return ((1 - wb) * (1 - wc) * tab[i, j] + wb * (1 - wc) * tab[i1, j]
             + (1 - wb) * wc * tab[i, j1] + wb * wc * tab[i1, j1])
 
