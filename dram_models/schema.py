@@ -118,6 +118,8 @@ def _describe(value: Any) -> str:
 
 
 def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
+    if tp is Any:
+        return value
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (Union, types.UnionType):
@@ -144,8 +146,6 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
             return value
         raise ConfigError(key, f"must be one of {_allowed(args)}; got {value!r}"
                           + suggest(str(value), [str(a) for a in args]))
-    if tp is Any:
-        return value
     if tp is bool:
         if isinstance(value, bool):
             return value

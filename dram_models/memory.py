@@ -1,0 +1,259 @@
+"""A prepared DRAM memory system (standard + controller settings + channel count) that runs
+request streams through the Numba engine.
+
+Two ways in:
+
+* :meth:`MemorySystem.run_trace` -- a :class:`~dram_models.trace.Trace`; each channel gets
+  its own front-end stream (requests keep their trace order per channel and are offered as
+  fast as that channel's queue accepts them, or at their arrival cycle);
+* :meth:`MemorySystem.run` -- general :class:`Streams` of descriptors (contiguous byte
+  ranges) with optional tile groups, gates, outstanding caps and address translation;
+  this is how the NPU model closes its DMA/compute loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import engine as E
+from .errors import ConfigError
+from .mapping import AddressMapping, resolve
+from .rules import act_domain_is_pc, command_slots, compile_rules, timing_values
+from .schema import load, to_dict, deep_merge
+from .spec import ControllerConfig, DramSpec, ceil_ticks
+from .stats import DramStats, summarize
+from .trace import Trace
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Streams:
+    """Front-end request streams.
+
+    Descriptor arrays (one entry per descriptor, streams own contiguous slices
+    ``[first[s], last[s])``): ``addr`` (uint64, byte address; virtual if a page table is
+    given), ``nbytes`` (int64 > 0), ``is_write`` (bool), ``arrival`` (int64 ticks, -1 =
+    none), ``group`` (int64 tile group the data belongs to, -1 = none), ``gate`` (int64:
+    the descriptor may start only after the compute of this group has finished, -1 =
+    none). ``max_outstanding[s]`` caps in-flight bursts of stream s (0 = no cap).
+
+    Groups: ``compute[g]`` ticks of compute once all reads of g are back and
+    ``prev[g]`` (same chain, -1 = first) has finished."""
+
+    first: np.ndarray
+    last: np.ndarray
+    addr: np.ndarray
+    nbytes: np.ndarray
+    is_write: np.ndarray
+    arrival: np.ndarray | None = None
+    group: np.ndarray | None = None
+    gate: np.ndarray | None = None
+    max_outstanding: np.ndarray | None = None
+    compute: np.ndarray | None = None
+    prev: np.ndarray | None = None
+
+    @property
+    def n_desc(self) -> int:
+        return len(self.addr)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Translation:
+    """Address translation for a run: a flat page table and a set-associative LRU TLB.
+
+    ``page_table[i]`` is the physical frame of virtual page ``vpn_base + i``;
+    ``miss_ticks`` is the fixed miss penalty, or, with ``walk``, each miss reads the PTE at
+    ``pte_base + 8 * i`` through the DRAM and waits for it."""
+
+    page_shift: int
+    page_table: np.ndarray
+    vpn_base: int = 0
+    entries: int = 2048
+    ways: int = 16
+    miss_ticks: int = 0
+    walk: bool = False
+    pte_base: int = 0
+
+    def __post_init__(self):
+        if self.entries % self.ways:
+            raise ConfigError("tlb.entries", f"must be a multiple of the associativity "
+                              f"({self.ways}), got {self.entries}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunResult:
+    """Statistics plus raw per-descriptor / per-group / per-burst times (ticks)."""
+
+    stats: DramStats
+    tick_ns: float
+    desc_done: np.ndarray
+    group_ready: np.ndarray
+    group_end: np.ndarray
+    burst_done: np.ndarray
+    burst_count: np.ndarray
+    command_log: np.ndarray
+    stream_tlb_stall: np.ndarray
+    deadlock: bool
+
+
+class MemorySystem:
+    """A DRAM standard with controller settings, ready to simulate.
+
+    ``channels`` overrides the preset's channel count; ``controller`` overrides (a
+    mapping or :class:`ControllerConfig`) are merged into the preset's defaults."""
+
+    def __init__(self, spec: DramSpec, controller: ControllerConfig | dict | None = None,
+                 channels: int | None = None):
+        if channels is not None:
+            if channels < 1 or channels & (channels - 1):
+                raise ConfigError("channels", f"must be a power of two >= 1, got {channels}")
+            spec = spec.with_channels(channels)
+        if controller is None:
+            ctrl = spec.controller
+        elif isinstance(controller, ControllerConfig):
+            ctrl = controller
+        else:
+            ctrl = load(ControllerConfig, deep_merge(to_dict(spec.controller), controller),
+                        "controller")
+        if ctrl.refresh == "per_bank" and not spec.per_bank_refresh:
+            raise ConfigError("controller.refresh", f"{spec.name} has no per-bank refresh; "
+                              "use all_bank or none")
+        self.spec = spec
+        self.controller = ctrl
+        self.mapping: AddressMapping = resolve(ctrl.mapping, spec, "controller.mapping")
+        self.tpc = spec.ticks_per_ck
+        self.tick_ns = spec.tck_ns / self.tpc
+        o = spec.organization
+        v = timing_values(spec)
+        k = self.tpc
+        cfg = np.zeros(E.NCFG, dtype=np.int64)
+        cfg[E.C_CH], cfg[E.C_PC], cfg[E.C_RK] = o.channels, o.pseudo_channels, o.ranks
+        cfg[E.C_BG], cfg[E.C_BA] = o.bank_groups, o.banks_per_group
+        cfg[E.C_RQ], cfg[E.C_WQ] = ctrl.read_queue, ctrl.write_queue
+        cfg[E.C_WHI] = max(1, int(round(ctrl.write_high * ctrl.write_queue)))
+        cfg[E.C_WLO] = int(round(ctrl.write_low * ctrl.write_queue))
+        cfg[E.C_CLOSED] = ctrl.page_policy == "closed"
+        cfg[E.C_CAP] = ctrl.row_hit_cap
+        cfg[E.C_REFMODE] = {"none": 0, "all_bank": 1, "per_bank": 2}[ctrl.refresh]
+        cfg[E.C_APC] = act_domain_is_pc(spec)
+        cfg[E.C_SPLIT] = spec.command_bus.split
+        cfg[E.C_SHIFT] = spec.burst_bytes.bit_length() - 1
+        cfg[E.C_XOR] = self.mapping.xor
+        self.cfg = cfg
+        tim = np.zeros(E.NTIM, dtype=np.int64)
+        tim[E.T_CL] = v["tCL"] * k
+        tim[E.T_CWL] = v["tCWL"] * k
+        tim[E.T_BL] = v["tBL"] * k
+        tim[E.T_FAW] = v["tFAW"] * k
+        tim[E.T_REFI] = v["tREFI"] * k
+        tim[E.T_REFIPB] = v["tREFIpb"] * k
+        self.tim = tim
+        self.slots, self.busid, self.off = command_slots(spec)
+        self.rules = compile_rules(spec)
+        self.map_tables = self.mapping.tables()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def channels(self) -> int:
+        return self.spec.organization.channels
+
+    def ck_to_ticks(self, ck: float) -> int:
+        return ceil_ticks(ck, self.tpc)
+
+    def ns_to_ticks(self, ns: float) -> int:
+        return int(np.ceil(ns / self.tick_ns - 1e-9))
+
+    # ------------------------------------------------------------------ runs
+    def run(self, streams: Streams, translation: Translation | None = None,
+            record: bool = False, log: bool = False) -> RunResult:
+        """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
+        every burst (in issue order); ``log`` keeps the issued command log for the
+        checker."""
+        n = streams.n_desc
+        bb = self.spec.burst_bytes
+        addr = np.ascontiguousarray(streams.addr, dtype=np.uint64)
+        nbytes = np.asarray(streams.nbytes, dtype=np.int64)
+        if n and (nbytes <= 0).any():
+            raise ConfigError("streams.nbytes", "every descriptor needs at least one byte")
+        first_burst = addr // np.uint64(bb)
+        last_burst = (addr + nbytes.astype(np.uint64) - np.uint64(1)) // np.uint64(bb)
+        nb = (last_burst - first_burst).astype(np.int64) + 1
+
+        def arr(x, fill, dtype=np.int64):
+            return np.full(n, fill, dtype=dtype) if x is None else \
+                np.ascontiguousarray(x, dtype=dtype)
+
+        arrival = arr(streams.arrival, -1)
+        group = arr(streams.group, -1)
+        gate = arr(streams.gate, -1)
+        is_write = arr(streams.is_write, 0, np.uint8)
+        S = len(streams.first)
+        maxout = np.zeros(S, dtype=np.int64) if streams.max_outstanding is None else \
+            np.ascontiguousarray(streams.max_outstanding, dtype=np.int64)
+        ng = 0 if streams.compute is None else len(streams.compute)
+        compute = np.zeros(ng, dtype=np.int64) if streams.compute is None else \
+            np.ascontiguousarray(streams.compute, dtype=np.int64)
+        prev = np.full(ng, -1, dtype=np.int64) if streams.prev is None else \
+            np.ascontiguousarray(streams.prev, dtype=np.int64)
+        nxt = np.full(ng, -1, dtype=np.int64)
+        has_prev = prev >= 0
+        nxt[prev[has_prev]] = np.nonzero(has_prev)[0]
+        if ng and ((group >= ng).any() or (gate >= ng).any()):
+            raise ConfigError("streams.group", "group or gate index out of range")
+        tl = np.zeros(E.NTLB, dtype=np.int64)
+        if translation is None:
+            pt = np.zeros(0, dtype=np.int64)
+            tl[E.TL_SETS] = 1
+            tl[E.TL_WAYS] = 1
+        else:
+            pt = np.ascontiguousarray(translation.page_table, dtype=np.int64)
+            tl[E.TL_SHIFT] = translation.page_shift
+            tl[E.TL_VBASE] = translation.vpn_base
+            tl[E.TL_SETS] = translation.entries // translation.ways
+            tl[E.TL_WAYS] = translation.ways
+            tl[E.TL_MISS] = translation.miss_ticks
+            tl[E.TL_WALK] = translation.walk
+            tl[E.TL_PTE] = translation.pte_base
+        cfg = self.cfg.copy()
+        cfg[E.C_LOG] = log
+        cfg[E.C_REC] = record
+        total = int(nb.sum())
+        log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
+        if log:
+            # room for refresh commands: one per domain per interval, generously
+            log_cap += int(total * 0.5) + 100000
+        m_field, m_src, m_len, m_dst, m_sizes = self.map_tables
+        r_off, r_lvl, r_next, r_lat = self.rules
+        out = E._run(cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
+                     r_lat, m_field, m_src, m_len, m_dst, m_sizes,
+                     np.ascontiguousarray(streams.first, dtype=np.int64),
+                     np.ascontiguousarray(streams.last, dtype=np.int64), maxout,
+                     addr, nb, is_write, arrival, group, gate, compute, prev, nxt, pt, tl,
+                     log_cap)
+        stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, cmdlog, s_tlb = out
+        stats = summarize(self.spec, self.controller.mapping, stat, cmdc, lat_hist,
+                          self.tick_ns)
+        return RunResult(stats, self.tick_ns, d_done, g_ready, g_end, b_done, b_cnt, cmdlog,
+                         s_tlb, bool(stat[E.S_DEADLOCK]))
+
+    def channel_of(self, addr: np.ndarray) -> np.ndarray:
+        return self.mapping.decode(addr)["channel"]
+
+    def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
+        """Per-channel streams for a trace; also the permutation from stream order back
+        to trace order."""
+        ch = self.channel_of(trace.addr)
+        order = np.argsort(ch, kind="stable")
+        counts = np.bincount(ch, minlength=self.channels)
+        last = np.cumsum(counts)
+        first = last - counts
+        arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1)[order]
+        streams = Streams(first=first, last=last, addr=trace.addr[order],
+                          nbytes=np.full(len(trace), self.spec.burst_bytes, dtype=np.int64),
+                          is_write=trace.is_write[order], arrival=arrival)
+        return streams, order
+
+    def run_trace(self, trace: Trace, record: bool = False, log: bool = False) -> RunResult:
+        """Simulate a trace (see module docstring)."""
+        streams, _ = self.trace_streams(trace)
+        return self.run(streams, record=record, log=log)
