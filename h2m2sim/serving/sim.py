@@ -342,7 +342,9 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
             reserved_int += allocator.reserved_tokens * dt + extra_int
             if n_log:
                 allocator.grow_blocks(run.idx[grow_log[:n_log]].tolist())
-            n_grow = 1     # let grow_running check (and preempt) before the next window
+            # blocks are granted inside the next window; only a window that could not
+            # start (k == 0: blocks exhausted) needs grow_running, which preempts
+            n_grow = 1 if k == 0 else 0
         used_int += used
         t += dt
         st["decode_steps"] += k

@@ -2,7 +2,6 @@
 list of blocks that are, after some churn, scattered over the whole region."""
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +50,9 @@ class PagedAllocator(KVAllocator):
                               f"holds {self.n_blocks} blocks of {self.block_tokens} tokens, "
                               f"less than one request of {self.max_context_tokens} tokens")
         self.watermark_blocks = int(float(watermark) * self.n_blocks)
-        self._free = deque(range(self.n_blocks))
+        # the free list is a stack whose top is the *end* of this list: initially blocks
+        # 0..N-1 pop in address order (vLLM's deque popleft/appendleft, as a stack)
+        self._free = list(range(self.n_blocks - 1, -1, -1))
         self._blocks: dict[int, list[int]] = {}
         self.block_bytes = self.block_tokens * self.bytes_per_token
 
@@ -66,16 +67,22 @@ class PagedAllocator(KVAllocator):
         n = self._nblocks(need)
         if len(self._free) - n < self.watermark_blocks:
             return None
-        pop = self._free.popleft
-        self._blocks[req_id] = [pop() for _ in range(n)]
+        self._blocks[req_id] = self._take(n)
         return n * self.block_tokens
+
+    def _take(self, n: int) -> list[int]:
+        """The top ``n`` blocks of the free stack, in pop order."""
+        if n == 0:
+            return []
+        got = self._free[-n:][::-1]
+        del self._free[-n:]
+        return got
 
     def _grow(self, req_id, r, new_tokens):
         n = self._nblocks(new_tokens) - len(self._blocks[req_id])
         if n > len(self._free):
             return None
-        pop = self._free.popleft
-        self._blocks[req_id].extend(pop() for _ in range(n))
+        self._blocks[req_id].extend(self._take(n))
         return len(self._blocks[req_id]) * self.block_tokens
 
     @property
@@ -88,10 +95,9 @@ class PagedAllocator(KVAllocator):
         one block would do, in one call. The caller guarantees enough free blocks."""
         if len(req_ids) > len(self._free):
             raise ValueError("not enough free blocks")
-        pop = self._free.popleft
         bt = self.block_tokens
-        for rid in req_ids:
-            self._blocks[rid].append(pop())
+        for rid, b in zip(req_ids, self._take(len(req_ids))):
+            self._blocks[rid].append(b)
             r = self._reqs[rid]
             r.cap += bt
             r.used = r.cap - bt + 1
@@ -103,9 +109,9 @@ class PagedAllocator(KVAllocator):
         self._add_reserved(len(req_ids) * bt)
 
     def _release(self, req_id, r, generated, completed):
-        # freed blocks go to the front of the free list, in the request's logical order, so
+        # freed blocks go on top of the free stack, in the request's logical order, so
         # the next allocations reuse the most recently freed blocks first
-        self._free.extendleft(reversed(self._blocks.pop(req_id)))
+        self._free.extend(reversed(self._blocks.pop(req_id)))
 
     def block_ids(self, req_id: int) -> list[int]:
         """Physical block numbers of the request in logical order."""
