@@ -44,7 +44,8 @@ def tiled(trace: RequestTrace, n: int, name: str, rate: float | None = None,
 
 
 def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
-          model_name: str = "deepseek-r1-distill-qwen-7b", system: str = "mlu370-x4") -> list:
+          model_name: str = "deepseek-r1-distill-qwen-7b", system: str = "mlu370-x4",
+          only=None) -> list:
     from h2m2sim.predictors import make_predictor
     model, device = resolve_model(model_name), resolve_device(system)
     workloads = {
@@ -54,6 +55,8 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
     }
     rows = []
     for wname, trace in workloads.items():
+        if only and wname not in only:
+            continue
         for alloc in allocators:
             cfg = ServingConfig(allocator=alloc, max_context_tokens=16384
                                 if wname == "conv-tiled" else 2048)
@@ -68,12 +71,12 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
             simulate(warm, cfg, build_allocator(cfg, cap, sizes["kv_bytes_per_token"]),
                      tables, pred.take(slice(0, 200)))
             a = build_allocator(cfg, cap, sizes["kv_bytes_per_token"])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = simulate(trace, cfg, a, tables, pred)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             m = res.metrics
             rows.append({"workload": wname, "allocator": alloc, "requests": len(trace),
-                         "wall_s": round(wall, 2),
+                         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                          "requests_per_wall_s": round(len(trace) / wall),
                          "decode_steps": m["decode_steps"],
                          "prefill_iterations": m["prefill_iterations"],
@@ -87,9 +90,12 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--allocators", nargs="+", default=["static", "paged", "odma"])
+    ap.add_argument("--workloads", nargs="+", default=None,
+                    help="conv-tiled and/or alpaca-poisson (default both)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = bench(args.requests)
+    rows = bench(args.requests, tuple(args.allocators), only=args.workloads)
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(),
                           "python": platform.python_version(), "rows": rows}))

@@ -172,6 +172,7 @@ def prepare_prediction(trace, name: str | None, options: dict, folds: int, seed:
     """(Prediction, report) for every request, out-of-fold for trainable predictors."""
     from h2m2sim.predictors import cross_predict
     opts = dict(options)
+    seed = int(opts.pop("seed", seed))          # predictor_params.seed wins
     if name == "s3" and s3_max_length is not None and "boundaries" not in opts:
         opts.setdefault("max_length", int(s3_max_length))
     return cross_predict(name, trace, folds=folds, seed=seed, **opts)
