@@ -204,3 +204,17 @@ def test_read_addresses_contiguous_vs_paged():
     assert n.tolist() == [4, 3] and s.tolist() == [4, 12]
     addr = kv_read_addresses(p, [5], [7], access_bytes=64)
     assert len(addr) == 7 and np.count_nonzero(np.diff(addr.astype(np.int64)) != 64) == 1
+
+
+def test_sample_layout_reads_contiguous_streams_paged_scatters():
+    from h2m2sim.memory.allocators.traffic import sample_layout_reads
+    ctx = [100, 1000, 37]
+    c = sample_layout_reads("contiguous", ctx, 2048, planes=2)
+    p = sample_layout_reads("paged:16", ctx, 2048, planes=2, seed=3)
+    assert len(c) == len(p) == sum(ctx) * 2048 // 64          # same bytes read
+    assert len(np.unique(p)) == len(p)                          # no token read twice
+    jumps = lambda a: np.count_nonzero(np.diff(a.astype(np.int64)) != 64)  # noqa: E731
+    assert jumps(c) == 3 * 2 - 1                                # one run per request-plane
+    assert jumps(p) > 100                                       # ~one run per block-plane
+    assert np.array_equal(p, sample_layout_reads("paged:16", ctx, 2048, planes=2, seed=3))
+    assert jumps(sample_layout_reads("paged:256", ctx, 2048, planes=2)) < jumps(p)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import KVAllocator
 
-__all__ = ["token_segments", "kv_read_addresses"]
+__all__ = ["token_segments", "kv_read_addresses", "segment_reads", "sample_layout_reads"]
 
 
 def token_segments(alloc: KVAllocator, req_id: int, tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +47,17 @@ def kv_read_addresses(alloc: KVAllocator, req_ids, context_tokens, *, planes: in
     ``plane_ids`` restricts to some planes (e.g. ``[0, 1]`` = K and V of layer 0 when
     ``planes = 2 * layers``). Each plane's bytes per token must be a multiple of
     ``access_bytes``."""
-    bpt = alloc.bytes_per_token
+    segments = [token_segments(alloc, int(r), int(c)) for r, c in zip(req_ids, context_tokens)]
+    return segment_reads(segments, alloc.base_address, alloc.capacity_tokens,
+                         alloc.bytes_per_token, planes=planes, access_bytes=access_bytes,
+                         plane_ids=plane_ids)
+
+
+def segment_reads(segments, base_address: int, capacity_tokens: int, bytes_per_token: int,
+                  *, planes: int = 1, access_bytes: int = 64, plane_ids=None) -> np.ndarray:
+    """:func:`kv_read_addresses` for explicit per-request token runs
+    ``[(starts, counts), ...]`` in a region of ``capacity_tokens`` tokens."""
+    bpt = int(bytes_per_token)
     if bpt % planes:
         raise ValueError(f"bytes_per_token {bpt} is not divisible by planes={planes}")
     bpp = bpt // planes
@@ -55,13 +65,12 @@ def kv_read_addresses(alloc: KVAllocator, req_ids, context_tokens, *, planes: in
         raise ValueError(f"{bpp} bytes per token per plane is not a multiple of "
                          f"access_bytes={access_bytes}")
     plane_ids = range(planes) if plane_ids is None else plane_ids
-    plane_stride = alloc.capacity_tokens * bpp
+    plane_stride = int(capacity_tokens) * bpp
     run_addr, run_len = [], []
-    for rid, ctx in zip(req_ids, context_tokens):
-        s, c = token_segments(alloc, int(rid), int(ctx))
+    for s, c in segments:
         for p in plane_ids:
-            run_addr.append(alloc.base_address + p * plane_stride + s * bpp)
-            run_len.append(c * bpp)
+            run_addr.append(int(base_address) + p * plane_stride + np.asarray(s) * bpp)
+            run_len.append(np.asarray(c) * bpp)
     if not run_addr:
         return np.zeros(0, dtype=np.uint64)
     addr = np.concatenate(run_addr).astype(np.int64)
@@ -69,3 +78,60 @@ def kv_read_addresses(alloc: KVAllocator, req_ids, context_tokens, *, planes: in
     # expand each run into its accesses without a Python loop
     offs = np.arange(int(nacc.sum()), dtype=np.int64) - np.repeat(np.cumsum(nacc) - nacc, nacc)
     return (np.repeat(addr, nacc) + offs * access_bytes).astype(np.uint64)
+
+
+def sample_layout_reads(kv_layout: str, context_tokens, bytes_per_token: int, *,
+                        planes: int = 1, access_bytes: int = 64, capacity_tokens=None,
+                        churn: int = 2000, seed: int = 0) -> np.ndarray:
+    """A representative attention read stream for one iteration-table point: requests
+    holding ``context_tokens`` KV tokens each, laid out the way ``kv_layout`` lays them out
+    in a server that has been running for a while.
+
+    ``contiguous``: one extent per request, extents back to back, 16-token aligned.
+    ``paged:<b>``: a :class:`~.paged.PagedAllocator` of ``capacity_tokens`` tokens (default
+    4x the batch's tokens, at least 4,096) is churned by ``churn`` seeded reserve/release
+    operations of short random requests so that its free list is scrambled as in steady
+    state; then the batch is reserved and grown one block at a time, round-robin, as
+    decoding does. Returns byte addresses as :func:`kv_read_addresses` does, for a region
+    based at 0. Deterministic for a seed; the cycle-level evaluator can wrap the result in
+    a :class:`dram_models.trace.Trace`."""
+    from h2m2sim.serving.timing import layout_kind  # local: avoids an import cycle
+
+    from .paged import PagedAllocator
+
+    ctx = np.maximum(np.asarray(context_tokens, dtype=np.int64), 0)
+    kind, block = layout_kind(kv_layout)
+    aligned = -(-np.maximum(ctx, 1) // 16) * 16
+    cap = int(capacity_tokens or max(4 * int(aligned.sum()), 4096))
+    if kind == "contiguous":
+        starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
+        segs = [(np.array([s]), np.array([c])) for s, c in zip(starts.tolist(), ctx.tolist())]
+        return segment_reads(segs, 0, cap, bytes_per_token, planes=planes,
+                             access_bytes=access_bytes)
+    longest = max(int(ctx.max()) if ctx.size else 1, block) + 1
+    a = PagedAllocator(cap * bytes_per_token, bytes_per_token, block_tokens=block,
+                       watermark=0.0, max_context_tokens=min(cap, max(longest, 4 * block + 1)))
+    rng = np.random.default_rng(seed)
+    live: list[int] = []
+    rid = len(ctx)
+    for _ in range(churn):
+        if live and (rng.random() < 0.5 or a.free_blocks < a.n_blocks // 4):
+            a.release(live.pop(int(rng.integers(len(live)))), completed=False)
+        else:
+            n = int(rng.integers(1, 4 * block + 1))
+            if a.reserve(rid, n - 1, need_tokens=n):
+                live.append(rid)
+                rid += 1
+    for r in live:
+        a.release(r, completed=False)
+    ids = list(range(len(ctx)))
+    for i in ids:
+        if not a.reserve(i, 0, need_tokens=1):
+            raise ValueError("capacity_tokens too small for the batch")
+    grown = np.ones(len(ctx), dtype=np.int64)
+    while np.any(grown < ctx):
+        for i in np.flatnonzero(grown < ctx).tolist():
+            grown[i] = min(int(ctx[i]), int(grown[i]) + block)
+            if not a.grow(i, int(grown[i])):
+                raise ValueError("capacity_tokens too small for the batch")
+    return kv_read_addresses(a, ids, ctx, planes=planes, access_bytes=access_bytes)
