@@ -281,3 +281,18 @@ def test_paged_fast_path_matches_step_by_step(preemption):
     for key in ("kv_utilization", "peak_reserved_bytes", "mean_reserved_bytes",
                 "mean_used_bytes"):
         assert fast.metrics[key] == pytest.approx(slow.metrics[key], rel=1e-9)
+
+
+def test_odma_routing_metrics_and_events_exposed():
+    tr = _trace(300, seed=8, rate=50.0)
+    pred = make_predictor("noisy", accuracy=0.7, calibration=1.0, seed=1).predict(tr)
+    res, a = _run(tr, "odma", cap_tokens=8192, pred=pred)
+    m = res.metrics
+    s = a.stats()
+    large = s["n_large_uncertain"] + s["n_large_no_bucket"]
+    assert m["large_bucket_fraction"] == pytest.approx(large / len(tr))
+    assert s["n_large_uncertain"] > 0                      # calibrated misses have u = 1 > tau
+    assert m["bucket_refreshes"] >= 1 and m["bucket_boundaries"] == s["boundaries"]
+    refresh = [e for e in res.events if e.kind == "refresh"]
+    assert refresh and all(e.time_s >= 0 for e in refresh)
+    assert tuple(m["bucket_boundaries"]) == refresh[-1].info

@@ -60,6 +60,7 @@ class ServingResult:
     rejected: np.ndarray
     allocator_stats: dict
     timeline: dict | None = None
+    events: list = dataclasses.field(default_factory=list)   # allocator events (migrate, refresh, ...)
 
 
 class _Running:
@@ -363,7 +364,7 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
     if timeline is not None:
         timeline = {k: np.asarray(v) for k, v in timeline.items()}
     return ServingResult(metrics, arr, admit_t, first_t, finish_t, out, npre, rejected,
-                         allocator.stats(), timeline)
+                         allocator.stats(), timeline, list(allocator.events))
 
 
 def _metrics(trace, cfg, allocator, tables, st, arr, admit_t, first_t, finish_t, out, npre,
@@ -421,6 +422,13 @@ def _metrics(trace, cfg, allocator, tables, st, arr, admit_t, first_t, finish_t,
         "cycle_level": tables.cycle_level,
         "interpolation_error": tables.error_summary(),
     }
+    if "n_regular" in s:   # ODMA-style routing statistics
+        routed = s["n_regular"] + s["n_large_uncertain"] + s["n_large_no_bucket"]
+        m["large_bucket_fraction"] = ((s["n_large_uncertain"] + s["n_large_no_bucket"]) /
+                                      routed if routed else None)
+        m["regular_bucket_accuracy"] = s.get("regular_bucket_accuracy")
+        m["bucket_boundaries"] = s.get("boundaries")
+        m["bucket_refreshes"] = s.get("n_boundary_refreshes")
     for name, x in (("ttft", ttft), ("tpot", tpot), ("queue_delay", queue), ("e2e", e2e)):
         p = percentiles(x)
         for q, v in p.items():
