@@ -426,7 +426,9 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
     """Sample ``evaluator`` over ``grid`` for every layout in ``layouts`` and measure the
     interpolation error. With ``cache`` the arrays are stored under a hash of the
     evaluator's ``cache_key()``, the grid, the layouts and the code version
-    (:func:`h2m2sim.cache.cached`), so a second run with the same inputs reuses them."""
+    (:func:`h2m2sim.cache.cached`; an evaluator with a ``cache_salt()`` method supplies its
+    own version string, e.g. ``code_digest("dram_models", "h2m2sim.npu")``), so a second
+    run with the same inputs reuses them."""
     if not isinstance(evaluator, PointEvaluator):
         raise ConfigError("evaluator", "must provide evaluate(), cache_key(), label and "
                           "cycle_level (see h2m2sim.serving.timing.PointEvaluator)")
@@ -438,8 +440,10 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
         from h2m2sim.cache import cached
         key = {"evaluator": evaluator.cache_key(), "grid": dataclasses.asdict(grid),
                "layouts": layouts, "seed": seed}
+        # an evaluator may narrow the code-version salt to the modules it depends on
+        salt = evaluator.cache_salt() if hasattr(evaluator, "cache_salt") else None
         arrays = cached("serving-iteration-tables", key, compute, fmt="npz",
-                        cache_dir=cache_dir)
+                        cache_dir=cache_dir, salt=salt)
     else:
         arrays = compute()
     return IterationTables(arrays, evaluator.label, evaluator.cycle_level)
