@@ -2,13 +2,14 @@
 
 What it models (per channel, one controller each):
 
-* read and write queues (bounded), FR-FCFS scheduling (ready row hits first, then the
-  oldest ready command), write draining between high and low watermarks;
+* read and write queues (bounded, at most 64 entries each), FR-FCFS scheduling (ready row
+  hits first, then the oldest ready command), write draining between high and low
+  watermarks;
 * open-page or closed-page (auto-precharge when no queued request hits the row) policy,
   with a starvation cap on row hits while a conflicting request waits;
 * every pairwise timing rule of the family (:mod:`dram_models.rules`) through
-  next-allowed-time tables per channel / data bus / activation domain / rank / bank
-  group / bank, the four-activate window, rank-switch penalties;
+  next-allowed-time tables per channel / data bus / rank / bank group / bank, the
+  four-activate window, rank-switch penalties;
 * command-bus occupancy: one shared bus (DDR/LPDDR; LPDDR5's ACT takes two slots) or
   separate row and column buses (HBM), shared by the pseudo-channels of a channel;
 * all-bank or per-bank refresh with precharge of open banks;
@@ -26,48 +27,61 @@ real page-table read through the same DRAM). Tile groups form per-core chains:
 compute of group g starts when all its reads have completed and the previous group of
 its chain has finished, and lasts ``g_compute[g]`` ticks.
 
-Time advances from event to event (the next cycle at which some command can issue, a
+Time advances from event to event (the next tick at which some command can issue, a
 request can enter a queue, or data returns); idle cycles are never ticked. All times
 inside are in *ticks* (``spec.ticks_per_ck`` per CK).
+
+Why it is fast: the scheduler never rescans the whole queue. Queue entries are kept in
+age order and indexed by bit masks per (rank, command kind) -- ACT needed, PRE needed,
+row hit -- so a kind that is blocked at rank level (tRRD, tFAW, tCCD, bus) is skipped in
+one comparison, and the oldest ready entry of a kind is found by walking set bits. Each
+entry caches the bank-group and bank part of its earliest time, valid until a command
+touches its bank group (next-allowed times only ever grow, so cached values stay lower
+bounds). Non-allocating helpers are compiled without the Numba runtime (``_nrt=False``):
+otherwise every call increments and decrements the reference count of each array argument
+atomically, which costs more than the work.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 INF = np.int64(2**62)
-
-# Helpers that touch arrays but never allocate are compiled without the Numba runtime
-# (_nrt=False): otherwise every call increments and decrements the reference count of
-# each array argument atomically, which costs ~100 ns per call -- more than the work.
+QMAX_LIMIT = 64                     # queue entries per queue (bit masks are uint64)
 
 # cfg indices
 C_CH, C_PC, C_RK, C_BG, C_BA, C_RQ, C_WQ, C_WHI, C_WLO, C_CLOSED, C_CAP, C_REFMODE, \
-    C_APC, C_SPLIT, C_SHIFT, C_XOR, C_LOG, C_REC, C_NB = range(19)
-NCFG = 19
+    C_APC, C_SPLIT, C_SHIFT, C_XOR, C_LOG, C_REC = range(18)
+NCFG = 18
 # tim indices (ticks)
 T_CL, T_CWL, T_BL, T_FAW, T_REFI, T_REFIPB = range(6)
 NTIM = 6
 # tlb cfg indices
 TL_SHIFT, TL_VBASE, TL_SETS, TL_WAYS, TL_MISS, TL_WALK, TL_PTE = range(7)
 NTLB = 7
-# queue entry fields
-Q_PC, Q_RK, Q_BGN, Q_BANK, Q_ROW, Q_COL, Q_ENQ, Q_STREAM, Q_DESC, Q_GRP, Q_FLAG, Q_BID, \
-    Q_KIND, Q_VER, Q_BPART, Q_CMD = range(16)
-NQF = 16
+# queue entry fields (indexed by slot; slots never move)
+Q_PC, Q_RK, Q_BGN, Q_BANK, Q_ROW, Q_ENQ, Q_STREAM, Q_DESC, Q_GRP, Q_FLAG, Q_BID, \
+    Q_KIND, Q_VER, Q_BPART, Q_CAT = range(15)
+NQF = 15
+# entry categories (what the entry's next command is)
+K_ACT, K_PRE, K_COL = range(3)
 # statistics indices
 S_READS, S_WRITES, S_HITS, S_MISSES, S_CONFLICTS, S_LATSUM, S_END, S_TLBHIT, S_TLBMISS, \
-    S_TLBSTALL, S_DEADLOCK, S_BYTES_R, S_BYTES_W, S_PTE, S_IT, S_SCHED, S_SCAN, S_STR = range(18)
-NSTAT = 18
+    S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS = range(14)
+NSTAT = 14
 LAT_BINS = 1 << 16
 
 ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = range(9)
 NCMD = 9
 L_CH, L_D, L_A, L_K, L_SIB, L_BG, L_BK = range(7)
 
+U1 = np.uint64(1)
+
 
 @njit(cache=True, _nrt=False)
 def _tset(tree, P, i, v):
+    """Set leaf i of a min segment tree (size 2P) to v."""
     j = i + P
     tree[j] = v
     j >>= 1
@@ -93,12 +107,21 @@ def _targmin(tree, P):
 
 
 @njit(cache=True, _nrt=False)
-def _decode(addr, m_field, m_src, m_len, m_dst, sizes, xor, out):
+def _decode(addr, m_field, m_radix, m_log2, m_dst, xor, sizes, out):
+    """Mixed-radix address decode from the least significant end (bit slices when the
+    radix is a power of two)."""
     for f in range(7):
         out[f] = 0
+    v = addr
     for k in range(m_field.shape[0]):
-        bits = (addr >> np.uint64(m_src[k])) & np.uint64((1 << m_len[k]) - 1)
-        out[m_field[k]] |= np.int64(bits) << m_dst[k]
+        r = m_radix[k]
+        if m_log2[k] >= 0:
+            val = np.int64(v & np.uint64(r - 1))
+            v = v >> np.uint64(m_log2[k])
+        else:
+            val = np.int64(v % np.uint64(r))
+            v = v // np.uint64(r)
+        out[m_field[k]] |= val << m_dst[k]
     if xor:
         g = sizes[3]
         b = sizes[4]
@@ -112,6 +135,7 @@ def _decode(addr, m_field, m_src, m_len, m_dst, sizes, xor, out):
 @njit(cache=True, _nrt=False)
 def _earliest(cmd, ch, pcn, rkn, bgn, bank, nxt, offs, off, busfree, busid, faw, faw_i,
               dom, tfaw):
+    """Earliest issue tick of ``cmd`` for one bank under every constraint."""
     t = nxt[ch, cmd]
     v = nxt[offs[1] + pcn, cmd]
     if v > t:
@@ -159,11 +183,11 @@ def _rank_lb(cmd, ch, pcn, rkn, dom, nxt, offs, off, busfree, busid, faw, faw_i,
 
 
 @njit(cache=True, _nrt=False)
-def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, nxt, offs, off, slots, busfree, busid,
-           r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
+def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, offs, off, slots, busfree,
+           busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
+    """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times."""
     ref = t + off[cmd]
     busfree[ch, busid[cmd]] = t + slots[cmd]
-    R = cfg[C_RK]
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
         nc = r_next[r]
@@ -192,186 +216,113 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, nxt, offs, off, slots, bus
         faw[dom, faw_i[dom]] = ref
         faw_i[dom] = (faw_i[dom] + 1) & 3
     cmdc[ch, cmd] += 1
-    if cfg[C_LOG]:
+    if logon:
         n = nlog[0]
-        if n >= log.shape[0]:
-            return
-        log[n, 0] = t
-        log[n, 1] = cmd
-        log[n, 2] = ch
-        log[n, 3] = pcn
-        log[n, 4] = rkn
-        log[n, 5] = bgn
-        log[n, 6] = bank
-        log[n, 7] = row
+        if n < log.shape[0]:
+            log[n, 0] = t
+            log[n, 1] = cmd
+            log[n, 2] = ch
+            log[n, 3] = pcn
+            log[n, 4] = rkn
+            log[n, 5] = bgn
+            log[n, 6] = bank
+            log[n, 7] = row
         nlog[0] = n + 1
 
 
 @njit(cache=True, _nrt=False)
-def _recount_hits(ch, bank, row, q, qn, qo, hitq, qhits):
-    for qt in range(2):
-        c = 0
-        for i in range(qn[ch, qt]):
-            e = qo[ch, qt, i]
-            if q[ch, qt, e, Q_BANK] == bank and q[ch, qt, e, Q_ROW] == row:
-                c += 1
-        hitq[bank, qt] = c
-        qhits[ch, qt] += c
+def _del_bit(m, j):
+    """Remove bit position j from mask m, moving higher bits down by one."""
+    low = m & ((U1 << np.uint64(j)) - U1)
+    if j >= 63:
+        return low
+    return low | ((m >> np.uint64(j + 1)) << np.uint64(j))
 
 
 @njit(cache=True, _nrt=False)
-def _close_bank(ch, bank, open_row, hitq, qhits):
-    open_row[bank] = -1
+def _recategorize(ch, bank, NBC, NLR, q, qo, cm, bm, open_row):
+    """Bank ``bank`` changed state: move its queued entries between the ACT / PRE / hit
+    masks and drop their cached earliest times."""
+    lb = bank - ch * NBC
+    orow = open_row[bank]
     for qt in range(2):
-        qhits[ch, qt] -= hitq[bank, qt]
-        hitq[bank, qt] = 0
+        m = bm[ch, qt, lb]
+        while m:
+            low = m & (~m + U1)
+            p = np.int64(trailing_zeros(low))
+            m ^= low
+            e = qo[ch, qt, p]
+            lr = q[ch, qt, e, Q_RK] - ch * NLR
+            old = q[ch, qt, e, Q_CAT]
+            if orow == q[ch, qt, e, Q_ROW]:
+                new = K_COL
+            elif orow < 0:
+                new = K_ACT
+            else:
+                new = K_PRE
+            if new != old:
+                cm[ch, qt, lr, old] &= ~low
+                cm[ch, qt, lr, new] |= low
+                q[ch, qt, e, Q_CAT] = new
+            q[ch, qt, e, Q_VER] = -1
 
 
-@njit(cache=True)
-def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-         m_field, m_src, m_len, m_dst, m_sizes,
-         s_first, s_last, s_maxout,
-         d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
-         g_compute, g_prev, g_next,
-         pt, tlbc, log_cap):
+@njit(cache=True, _nrt=False)
+def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+          m_field, m_radix, m_log2, m_dst, m_sizes,
+          s_first, s_last, s_maxout,
+          d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+          g_compute, g_prev, g_next,
+          pt, tlbc,
+          # state (allocated by _run)
+          offs, nxt, q, qo, qn, cm, bm, open_row, hits_since, faw, faw_i, busfree, drain,
+          ref_due, ref_pend, pb_ptr, bgver, bocc, cmdc, stat, lat_hist, log, nlog,
+          s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
+          ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields):
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
     G = cfg[C_BG]
     B = cfg[C_BA]
     NBR = G * B                     # banks per rank
+    NLR = P * R                     # ranks per channel
+    NBC = NLR * NBR                 # banks per channel
     apc = cfg[C_APC] != 0           # activation domain = pseudo-channel (HBM)
     NBD = NBR * R if apc else NBR   # banks per activation domain
-    NDC = P if apc else P * R       # activation domains per channel
-    ND = C * NDC
-    NPC = C * P
-    NRK = NPC * R
-    NBG = NRK * G
-    NBANK = NBG * B
-    offs = np.zeros(5, dtype=np.int64)
-    offs[1] = C
-    offs[2] = C + NPC
-    offs[3] = C + NPC + NRK
-    offs[4] = C + NPC + NRK + NBG
-    nxt = np.zeros((offs[4] + NBANK, NCMD), dtype=np.int64)
-    QMAX = max(cfg[C_RQ], cfg[C_WQ])
-    qcap = np.empty(2, dtype=np.int64)
-    qcap[0] = cfg[C_RQ]
-    qcap[1] = cfg[C_WQ]
-    q = np.zeros((C, 2, QMAX, NQF), dtype=np.int64)
-    qn = np.zeros((C, 2), dtype=np.int64)
-    # qo[ch, qt, :qn] = occupied slots, oldest first; qo[ch, qt, qn:] = free slots.
-    # Entries never move; removal shifts this small index array only.
-    qo = np.zeros((C, 2, QMAX), dtype=np.int64)
-    for c in range(C):
-        for k in range(2):
-            for e in range(QMAX):
-                qo[c, k, e] = e
-    qhits = np.zeros((C, 2), dtype=np.int64)
-    open_row = np.full(NBANK, -1, dtype=np.int64)
-    hits_since = np.zeros(NBANK, dtype=np.int64)
-    hitq = np.zeros((NBANK, 2), dtype=np.int64)
-    faw = np.full((ND, 4), -INF // 2, dtype=np.int64)
-    faw_i = np.zeros(ND, dtype=np.int64)
-    busfree = np.zeros((C, 2), dtype=np.int64)
-    bgver = np.zeros(NBG, dtype=np.int64)     # bumped when a command touches the group
-    NLR = P * R                               # ranks per channel
-    lbk = np.zeros((NLR, 3), dtype=np.int64)
-    lbk_id = np.full(NLR, -1, dtype=np.int64)
-    sched_id = 0
-    drain = np.zeros(C, dtype=np.int64)
-    refmode = cfg[C_REFMODE]
-    ref_due = np.zeros(ND, dtype=np.int64)
-    ref_pend = np.zeros(ND, dtype=np.int64)
-    pb_ptr = np.zeros(ND, dtype=np.int64)
-    for d in range(ND):
-        # stagger refresh of the domains so they do not all stall at once
-        if refmode == 1:
-            ref_due[d] = tim[T_REFI] * (d + 1) // ND
-        elif refmode == 2:
-            ref_due[d] = tim[T_REFIPB] * (d % NDC + 1) // NDC
-        else:
-            ref_due[d] = INF
-    cmdc = np.zeros((C, NCMD), dtype=np.int64)
-    stat = np.zeros(NSTAT, dtype=np.int64)
-    lat_hist = np.zeros(LAT_BINS, dtype=np.int64)
-    log = np.zeros((log_cap if cfg[C_LOG] else 0, 8), dtype=np.int64)
-    nlog = np.zeros(1, dtype=np.int64)
+    NDC = P if apc else NLR         # activation domains per channel
+    qcap0 = cfg[C_RQ]
+    qcap1 = cfg[C_WQ]
     whi = cfg[C_WHI]
     wlo = cfg[C_WLO]
     closed = cfg[C_CLOSED] != 0
     cap = cfg[C_CAP]
+    refmode = cfg[C_REFMODE]
     split = cfg[C_SPLIT] != 0
     shift = np.uint64(cfg[C_SHIFT])
     xor = cfg[C_XOR] != 0
+    logon = cfg[C_LOG] != 0
+    rec = cfg[C_REC] != 0
     tcl = tim[T_CL]
     tcwl = tim[T_CWL]
     tbl = tim[T_BL]
     tfaw = tim[T_FAW]
-
-    # ---- front-end state -----------------------------------------------------------
     S = s_first.shape[0]
-    D = d_addr.shape[0]
     Gn = g_compute.shape[0]
-    s_cur = s_first.copy()
-    s_k = np.zeros(S, dtype=np.int64)          # next burst within the current descriptor
-    s_out = np.zeros(S, dtype=np.int64)        # outstanding bursts
-    s_vpn = np.full(S, -1, dtype=np.int64)
-    s_pfn = np.zeros(S, dtype=np.int64)
-    s_hold = np.zeros(S, dtype=np.int64)       # 1: waiting for a page-table read
-    s_ptdone = np.zeros(S, dtype=np.int64)     # 1: translation of current page resolved
-    s_tlbstall = np.zeros(S, dtype=np.int64)
-    s_holdt = np.zeros(S, dtype=np.int64)
-    s_wnext = np.full(S, -1, dtype=np.int64)   # linked lists of waiting streams
-    ch_whead = np.full(C, -1, dtype=np.int64)
-    g_whead = np.full(max(Gn, 1), -1, dtype=np.int64)
-    d_left = d_nb.copy()
-    d_done = np.full(D, -1, dtype=np.int64)
-    g_left = np.zeros(max(Gn, 1), dtype=np.int64)
-    g_ready = np.zeros(max(Gn, 1), dtype=np.int64)
-    g_end = np.full(max(Gn, 1), -1, dtype=np.int64)
-    for d in range(D):
-        if d_grp[d] >= 0 and d_write[d] == 0:
-            g_left[d_grp[d]] += d_nb[d]
-    total = 0
-    for d in range(D):
-        total += d_nb[d]
-    rec = cfg[C_REC] != 0
-    b_done = np.full(total if rec else 0, -1, dtype=np.int64)
-    b_cnt = np.zeros(total if rec else 0, dtype=np.int64)
-    remaining = total
-    bid_next = 0
-
+    FS = fifo.shape[1]
+    PCH = ch_tree.shape[0] // 2
+    PST = st_tree.shape[0] // 2
     use_pt = pt.shape[0] > 0
     tl_sets = tlbc[TL_SETS]
     tl_ways = tlbc[TL_WAYS]
-    tlb_tag = np.full(max(tl_sets * tl_ways, 1), -1, dtype=np.int64)
-    tlb_use = np.zeros(max(tl_sets * tl_ways, 1), dtype=np.int64)
     tlb_clock = 0
     pshift = tlbc[TL_SHIFT]
     pmask = (np.int64(1) << pshift) - 1
-
-    # completion FIFOs (read, write): completion tick, stream, desc, group, bid, kind
-    FS = 16
-    while FS < C * (cfg[C_RQ] + cfg[C_WQ]) + 64 * C + 64:
-        FS *= 2
-    fifo = np.zeros((2, FS, 6), dtype=np.int64)
-    fh = np.zeros(2, dtype=np.int64)
-    ft = np.zeros(2, dtype=np.int64)
-
-    PCH = 1
-    while PCH < C:
-        PCH *= 2
-    ch_tree = np.full(2 * PCH, INF, dtype=np.int64)
-    PST = 1
-    while PST < max(S, 1):
-        PST *= 2
-    st_tree = np.full(2 * PST, INF, dtype=np.int64)
-    for s in range(S):
-        if s_cur[s] < s_last[s]:
-            _tset(st_tree, PST, s, 0)
-    for c in range(C):
-        _tset(ch_tree, PCH, c, 0 if refmode != 0 else INF)
+    remaining = 0
+    for d in range(d_nb.shape[0]):
+        remaining += d_nb[d]
+    bid_next = 0
+    end_tick = 0
 
     # groups without reads and without a predecessor finish right away
     for g in range(Gn):
@@ -385,11 +336,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 g_end[h] = start + g_compute[h]
                 h = g_next[h]
 
-    fields = np.zeros(7, dtype=np.int64)
-    end_tick = 0
-
     while remaining > 0:
-        stat[S_IT] += 1
         now = ch_tree[1]
         if st_tree[1] < now:
             now = st_tree[1]
@@ -399,6 +346,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         if now >= INF:
             stat[S_DEADLOCK] = 1
             break
+        stat[S_EVENTS] += 1
 
         # ---- 1. data returns ----------------------------------------------------
         for k in range(2):
@@ -452,7 +400,6 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         # ---- 2. streams offer bursts ----------------------------------------------
         while st_tree[1] <= now:
             s = _targmin(st_tree, PST)
-            stat[S_STR] += 1
             nt = INF
             while s_cur[s] < s_last[s]:
                 d = s_cur[s]
@@ -514,10 +461,12 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             addr = (np.uint64(tlbc[TL_PTE] + idx * 8) >> shift) << shift
                     if kind == 0:
                         addr = np.uint64((s_pfn[s] << pshift) | (np.int64(addr) & pmask))
-                _decode(addr, m_field, m_src, m_len, m_dst, m_sizes, xor, fields)
+                _decode(addr >> shift, m_field, m_radix, m_log2, m_dst, xor, m_sizes,
+                        fields)
                 ch = fields[0]
                 qt = 1 if (d_write[d] != 0 and kind == 0) else 0
-                if qn[ch, qt] >= qcap[qt]:
+                n = qn[ch, qt]
+                if n >= (qcap1 if qt == 1 else qcap0):
                     s_wnext[s] = ch_whead[ch]
                     ch_whead[ch] = s
                     break
@@ -525,13 +474,13 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 rkn = pcn * R + fields[2]
                 bgn = rkn * G + fields[3]
                 bank = bgn * B + fields[4]
-                e = qo[ch, qt, qn[ch, qt]]
+                row = fields[5]
+                e = qo[ch, qt, n]
                 q[ch, qt, e, Q_PC] = pcn
                 q[ch, qt, e, Q_RK] = rkn
                 q[ch, qt, e, Q_BGN] = bgn
                 q[ch, qt, e, Q_BANK] = bank
-                q[ch, qt, e, Q_ROW] = fields[5]
-                q[ch, qt, e, Q_COL] = fields[6]
+                q[ch, qt, e, Q_ROW] = row
                 q[ch, qt, e, Q_ENQ] = now
                 q[ch, qt, e, Q_STREAM] = s
                 q[ch, qt, e, Q_DESC] = d
@@ -539,19 +488,45 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 q[ch, qt, e, Q_FLAG] = 0
                 q[ch, qt, e, Q_KIND] = kind
                 q[ch, qt, e, Q_VER] = -1
-                qn[ch, qt] += 1
-                if open_row[bank] == fields[5]:
-                    hitq[bank, qt] += 1
-                    qhits[ch, qt] += 1
-                if ch_tree[PCH + ch] > now:
-                    _tset(ch_tree, PCH, ch, now)
+                orow = open_row[bank]
+                if orow == row:
+                    cat = K_COL
+                elif orow < 0:
+                    cat = K_ACT
+                else:
+                    cat = K_PRE
+                q[ch, qt, e, Q_CAT] = cat
+                bit = U1 << np.uint64(n)
+                cm[ch, qt, rkn - ch * NLR, cat] |= bit
+                lbn = bank - ch * NBC
+                bm[ch, qt, lbn] |= bit
+                bocc[ch, qt, lbn >> 6] |= U1 << np.uint64(lbn & 63)
+                qn[ch, qt] = n + 1
+                # wake the controller when this entry could first issue (a lower bound),
+                # or now if it may flip the read/write mode
+                if qt == drain[ch]:
+                    if cat == K_COL:
+                        cmd = WR if qt == 1 else RD
+                    elif cat == K_ACT:
+                        cmd = ACT
+                    else:
+                        cmd = PRE
+                    dom = pcn if apc else rkn
+                    te = _earliest(cmd, ch, pcn, rkn, bgn, bank, nxt, offs, off, busfree,
+                                   busid, faw, faw_i, dom, tfaw)
+                    if te < now:
+                        te = now
+                else:
+                    te = now
+                if ch_tree[PCH + ch] > te:
+                    _tset(ch_tree, PCH, ch, te)
                 if kind == 1:
                     q[ch, qt, e, Q_BID] = -1
                     remaining += 1
                     stat[S_PTE] += 1
                     s_hold[s] = 1
                     s_holdt[s] = now
-                    continue            # loop re-checks s_hold and waits
+                    continue            # the loop re-checks s_hold and waits
                 q[ch, qt, e, Q_BID] = bid_next
                 bid_next += 1
                 s_out[s] += 1
@@ -564,7 +539,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         # ---- 3. controllers issue commands --------------------------------------------
         while ch_tree[1] <= now:
             ch = _targmin(ch_tree, PCH)
-            stat[S_SCHED] += 1
+            stat[S_DECISIONS] += 1
             issued = False
             nt = INF
             nr = qn[ch, 0]
@@ -612,8 +587,8 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     t = _earliest(cmd, ch, pcn, rkn, bgn, tb, nxt, offs, off, busfree,
                                   busid, faw, faw_i, dom, tfaw)
                     if t <= now and row_free and (split or col_free):
-                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, cfg, nxt, offs, off,
-                               slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
+                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, R, logon, nxt, offs,
+                               off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
                                faw_i, dom, cmdc, log, nlog)
                         issued = True
                         row_free = False
@@ -624,9 +599,11 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         if cmd == PREA:
                             for b in range(b0, b0 + NBD):
                                 if open_row[b] >= 0:
-                                    _close_bank(ch, b, open_row, hitq, qhits)
+                                    open_row[b] = -1
+                                    _recategorize(ch, b, NBC, NLR, q, qo, cm, bm, open_row)
                         elif cmd == PRE:
-                            _close_bank(ch, tb, open_row, hitq, qhits)
+                            open_row[tb] = -1
+                            _recategorize(ch, tb, NBC, NLR, q, qo, cm, bm, open_row)
                         elif cmd == REF:
                             ref_pend[dom] = 0
                             ref_due[dom] += tim[T_REFI]
@@ -637,128 +614,149 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     elif t < nt:
                         nt = t
 
-            # FR-FCFS over the active queue. Each entry caches the bank-group and bank
-            # part of its earliest time (valid until a command touches its bank group:
-            # next-allowed times only grow); the channel/data-bus/rank part is computed
-            # once per rank per decision.
+            # FR-FCFS over the active queue: the oldest ready row hit, else (on a split
+            # bus: and) the oldest ready ACT/PRE.
             n = qn[ch, qt]
             if n > 0 and (row_free or col_free):
-                all_hits = qhits[ch, qt] == n
-                no_hits = qhits[ch, qt] == 0
-                best_col = -1
-                best_row = -1
-                best_row_cmd = -1
-                sched_id += 1
                 colc = WR if qt == 1 else RD
-                for i in range(n):
-                    e = qo[ch, qt, i]
-                    bank = q[ch, qt, e, Q_BANK]
-                    bgn = q[ch, qt, e, Q_BGN]
-                    rkn = q[ch, qt, e, Q_RK]
-                    pcn = q[ch, qt, e, Q_PC]
+                best_col = 64
+                best_row = 64
+                best_row_cmd = -1
+                for lr in range(NLR):
+                    mcol = cm[ch, qt, lr, K_COL]
+                    mact = cm[ch, qt, lr, K_ACT]
+                    mpre = cm[ch, qt, lr, K_PRE]
+                    if (mcol | mact | mpre) == 0:
+                        continue
+                    rkn = ch * NLR + lr
+                    pcn = rkn // R
                     dom = pcn if apc else rkn
                     if ref_pend[dom]:
-                        if refmode == 1 or bank == dom * NBD + pb_ptr[dom]:
-                            continue
-                    if q[ch, qt, e, Q_VER] != bgver[bgn]:
-                        orow = open_row[bank]
-                        if orow == q[ch, qt, e, Q_ROW]:
+                        if refmode == 1:
+                            continue    # the whole domain waits for its refresh
+                        rb = dom * NBD + pb_ptr[dom]
+                        if rb // NBR == rkn:
+                            keep = ~bm[ch, qt, rb - ch * NBC]
+                            mcol &= keep
+                            mact &= keep
+                            mpre &= keep
+                    for kk in range(3):
+                        if kk == 0:
+                            m = mcol
                             cmd = colc
-                        elif orow < 0:
+                            if not col_free:
+                                m = np.uint64(0)
+                        elif kk == 1:
+                            m = mact
                             cmd = ACT
                         else:
+                            m = mpre
                             cmd = PRE
-                        v1 = nxt[offs[3] + bgn, cmd]
-                        v2 = nxt[offs[4] + bank, cmd]
-                        q[ch, qt, e, Q_BPART] = (v1 if v1 > v2 else v2) - off[cmd]
-                        q[ch, qt, e, Q_CMD] = cmd
-                        q[ch, qt, e, Q_VER] = bgver[bgn]
-                    cmd = q[ch, qt, e, Q_CMD]
-                    if cmd == colc:
-                        if best_col >= 0:
+                        if kk > 0 and not row_free:
+                            m = np.uint64(0)
+                        if m == 0:
+                            if kk == 0 and mcol != 0 and not col_free:
+                                t = busfree[ch, busid[colc]]
+                                if t < nt:
+                                    nt = t
+                            elif kk > 0 and (mact if kk == 1 else mpre) != 0 and \
+                                    not row_free:
+                                t = busfree[ch, 0]
+                                if t < nt:
+                                    nt = t
                             continue
-                        ci = 2
-                    else:
-                        if best_row >= 0 or all_hits:
+                        lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, offs, off, busfree,
+                                      busid, faw, faw_i, tfaw)
+                        if lb > now:
+                            if lb < nt:
+                                nt = lb
                             continue
-                        if cmd == PRE:
-                            if hitq[bank, qt] > 0 and hits_since[bank] < cap:
+                        best = best_col if kk == 0 else best_row
+                        while m:
+                            low = m & (~m + U1)
+                            p = np.int64(trailing_zeros(low))
+                            if p >= best:
+                                break           # an older ready one is already chosen
+                            m ^= low
+                            e = qo[ch, qt, p]
+                            bank = q[ch, qt, e, Q_BANK]
+                            if kk == 2 and (bm[ch, qt, bank - ch * NBC] & mcol) != 0 \
+                                    and hits_since[bank] < cap:
                                 continue        # let the queued hits drain first
-                            ci = 1
-                        else:
-                            ci = 0
-                    lr = rkn - ch * NLR
-                    if lbk_id[lr] != sched_id:
-                        lbk_id[lr] = sched_id
-                        lbk[lr, 0] = _rank_lb(ACT, ch, pcn, rkn, dom, nxt, offs, off,
-                                              busfree, busid, faw, faw_i, tfaw)
-                        lbk[lr, 1] = _rank_lb(PRE, ch, pcn, rkn, dom, nxt, offs, off,
-                                              busfree, busid, faw, faw_i, tfaw)
-                        lbk[lr, 2] = _rank_lb(colc, ch, pcn, rkn, dom, nxt, offs, off,
-                                              busfree, busid, faw, faw_i, tfaw)
-                    t = q[ch, qt, e, Q_BPART]
-                    if lbk[lr, ci] > t:
-                        t = lbk[lr, ci]
-                    if ci == 2:
-                        if t <= now:
-                            best_col = e
-                            if not split or all_hits or best_row >= 0:
+                            bgn = q[ch, qt, e, Q_BGN]
+                            if q[ch, qt, e, Q_VER] != bgver[bgn]:
+                                v1 = nxt[offs[3] + bgn, cmd]
+                                v2 = nxt[offs[4] + bank, cmd]
+                                q[ch, qt, e, Q_BPART] = (v1 if v1 > v2 else v2) - off[cmd]
+                                q[ch, qt, e, Q_VER] = bgver[bgn]
+                            t = q[ch, qt, e, Q_BPART]
+                            if t <= now:
+                                if kk == 0:
+                                    best_col = p
+                                else:
+                                    best_row = p
+                                    best_row_cmd = cmd
                                 break
-                        elif t < nt:
-                            nt = t
-                    else:
-                        if t <= now:
-                            best_row = e
-                            best_row_cmd = cmd
-                            if no_hits or (split and best_col >= 0):
-                                break
-                        elif t < nt:
-                            nt = t
-                # a ready column command wins the shared bus; a split bus takes both
-                if best_row >= 0 and best_col >= 0 and best_row_cmd == PRE and \
-                        q[ch, qt, best_row, Q_BANK] == q[ch, qt, best_col, Q_BANK]:
-                    best_row = -1       # never close the row the column command needs
-                if best_row >= 0 and (split or best_col < 0):
-                    e = best_row
+                            if t < nt:
+                                nt = t
+                # a ready column command wins a shared bus; a split bus takes both
+                if best_row < 64 and best_col < 64 and best_row_cmd == PRE and \
+                        q[ch, qt, qo[ch, qt, best_row], Q_BANK] == \
+                        q[ch, qt, qo[ch, qt, best_col], Q_BANK]:
+                    best_row = 64       # never close the row the column command needs
+                if best_row < 64 and (split or best_col == 64):
+                    e = qo[ch, qt, best_row]
                     cmd = best_row_cmd
                     bank = q[ch, qt, e, Q_BANK]
                     pcn = q[ch, qt, e, Q_PC]
                     rkn = q[ch, qt, e, Q_RK]
+                    bgn = q[ch, qt, e, Q_BGN]
                     dom = pcn if apc else rkn
-                    _issue(cmd, now, ch, pcn, rkn, q[ch, qt, e, Q_BGN], bank,
-                           q[ch, qt, e, Q_ROW], cfg, nxt, offs, off, slots, busfree, busid,
-                           r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, q[ch, qt, e, Q_ROW], R, logon,
+                           nxt, offs, off, slots, busfree, busid, r_off, r_lvl, r_next,
+                           r_lat, faw, faw_i, dom, cmdc, log, nlog)
                     issued = True
-                    bgver[q[ch, qt, e, Q_BGN]] += 1
+                    bgver[bgn] += 1
                     if cmd == ACT:
                         open_row[bank] = q[ch, qt, e, Q_ROW]
                         hits_since[bank] = 0
                         q[ch, qt, e, Q_FLAG] |= 1
-                        _recount_hits(ch, bank, open_row[bank], q, qn, qo, hitq, qhits)
                     else:
+                        open_row[bank] = -1
                         q[ch, qt, e, Q_FLAG] |= 2
-                        _close_bank(ch, bank, open_row, hitq, qhits)
-                if best_col >= 0:
-                    e = best_col
+                    _recategorize(ch, bank, NBC, NLR, q, qo, cm, bm, open_row)
+                if best_col < 64:
+                    p = best_col
+                    e = qo[ch, qt, p]
                     bank = q[ch, qt, e, Q_BANK]
                     pcn = q[ch, qt, e, Q_PC]
                     rkn = q[ch, qt, e, Q_RK]
+                    bgn = q[ch, qt, e, Q_BGN]
+                    lr = rkn - ch * NLR
+                    lbn = bank - ch * NBC
                     dom = pcn if apc else rkn
-                    auto = closed and hitq[bank, qt] + hitq[bank, 1 - qt] <= 1
+                    bitp = U1 << np.uint64(p)
+                    auto = False
+                    if closed:
+                        # auto-precharge when no other queued request hits this row
+                        h0 = bm[ch, 0, lbn] & cm[ch, 0, lr, K_COL]
+                        h1 = bm[ch, 1, lbn] & cm[ch, 1, lr, K_COL]
+                        if qt == 0:
+                            h0 &= ~bitp
+                        else:
+                            h1 &= ~bitp
+                        auto = (h0 | h1) == 0
                     if qt == 1:
                         cmd = WRA if auto else WR
                     else:
                         cmd = RDA if auto else RD
-                    _issue(cmd, now, ch, pcn, rkn, q[ch, qt, e, Q_BGN], bank,
-                           q[ch, qt, e, Q_ROW], cfg, nxt, offs, off, slots, busfree, busid,
-                           r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, q[ch, qt, e, Q_ROW], R, logon,
+                           nxt, offs, off, slots, busfree, busid, r_off, r_lvl, r_next,
+                           r_lat, faw, faw_i, dom, cmdc, log, nlog)
                     issued = True
-                    bgver[q[ch, qt, e, Q_BGN]] += 1
+                    bgver[bgn] += 1
                     hits_since[bank] += 1
-                    hitq[bank, qt] -= 1
-                    qhits[ch, qt] -= 1
-                    ref = now + off[cmd]
-                    tc = ref + (tcwl if qt == 1 else tcl) + tbl
+                    tc = now + off[cmd] + (tcwl if qt == 1 else tcl) + tbl
                     kind = q[ch, qt, e, Q_KIND]
                     flag = q[ch, qt, e, Q_FLAG]
                     if kind == 0:
@@ -783,18 +781,32 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     fifo[qt, slot, 4] = q[ch, qt, e, Q_BID]
                     fifo[qt, slot, 5] = kind
                     ft[qt] += 1
-                    if auto:
-                        _close_bank(ch, bank, open_row, hitq, qhits)
-                    # remove entry e, keeping age order of the rest
+                    # remove position p: masks and the age-order index shift down
+                    cat = q[ch, qt, e, Q_CAT]
+                    cm[ch, qt, lr, cat] &= ~bitp
+                    bm[ch, qt, lbn] &= ~bitp
+                    for l2 in range(NLR):
+                        for c2 in range(3):
+                            if cm[ch, qt, l2, c2] >> np.uint64(p):
+                                cm[ch, qt, l2, c2] = _del_bit(cm[ch, qt, l2, c2], p)
+                    if bm[ch, qt, lbn] == 0:
+                        bocc[ch, qt, lbn >> 6] &= ~(U1 << np.uint64(lbn & 63))
+                    for wd in range(bocc.shape[2]):
+                        mw = bocc[ch, qt, wd]
+                        while mw:
+                            lowb = mw & (~mw + U1)
+                            b2 = wd * 64 + np.int64(trailing_zeros(lowb))
+                            mw ^= lowb
+                            if bm[ch, qt, b2] >> np.uint64(p):
+                                bm[ch, qt, b2] = _del_bit(bm[ch, qt, b2], p)
                     last = qn[ch, qt] - 1
-                    j = 0
-                    while qo[ch, qt, j] != e:
-                        j += 1
-                    while j < last:
+                    for j in range(p, last):
                         qo[ch, qt, j] = qo[ch, qt, j + 1]
-                        j += 1
                     qo[ch, qt, last] = e
                     qn[ch, qt] = last
+                    if auto:
+                        open_row[bank] = -1
+                        _recategorize(ch, bank, NBC, NLR, q, qo, cm, bm, open_row)
                     w = ch_whead[ch]
                     while w >= 0:
                         nw2 = s_wnext[w]
@@ -803,13 +815,11 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         w = nw2
                     ch_whead[ch] = -1
             if issued:
-                b0t = busfree[ch, 0]
-                if split and busfree[ch, 1] < b0t:
-                    b0t = busfree[ch, 1]
-                if b0t < nt:
-                    nt = b0t
-                if nt <= now:
-                    nt = now + 1
+                bt = busfree[ch, 0]
+                if split and busfree[ch, 1] < bt:
+                    bt = busfree[ch, 1]
+                if bt < nt:
+                    nt = bt
             elif qn[ch, 0] + qn[ch, 1] > 0 and not (row_free and col_free):
                 bt = busfree[ch, 0]
                 if split and busfree[ch, 1] < bt:
@@ -825,5 +835,135 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     for s in range(S):
         tlbstall += s_tlbstall[s]
     stat[S_TLBSTALL] = tlbstall
-    return (stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, log[:nlog[0]],
+
+
+@njit(cache=True)
+def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+         m_field, m_radix, m_log2, m_dst, m_sizes,
+         s_first, s_last, s_maxout,
+         d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+         g_compute, g_prev, g_next,
+         pt, tlbc, log_cap):
+    """Allocate the simulation state and run :func:`_loop` (which cannot allocate)."""
+    C = cfg[C_CH]
+    P = cfg[C_PC]
+    R = cfg[C_RK]
+    G = cfg[C_BG]
+    B = cfg[C_BA]
+    NBR = G * B
+    apc = cfg[C_APC] != 0
+    NDC = P if apc else P * R
+    ND = C * NDC
+    NPC = C * P
+    NRK = NPC * R
+    NBG = NRK * G
+    NBANK = NBG * B
+    NLR = P * R
+    offs = np.zeros(5, dtype=np.int64)
+    offs[1] = C
+    offs[2] = C + NPC
+    offs[3] = C + NPC + NRK
+    offs[4] = C + NPC + NRK + NBG
+    nxt = np.zeros((offs[4] + NBANK, NCMD), dtype=np.int64)
+    QM = max(cfg[C_RQ], cfg[C_WQ])
+    q = np.zeros((C, 2, QM, NQF), dtype=np.int64)
+    qo = np.zeros((C, 2, QM), dtype=np.int64)
+    for c in range(C):
+        for k in range(2):
+            for e in range(QM):
+                qo[c, k, e] = e
+    qn = np.zeros((C, 2), dtype=np.int64)
+    cm = np.zeros((C, 2, NLR, 3), dtype=np.uint64)
+    bm = np.zeros((C, 2, NLR * NBR), dtype=np.uint64)
+    open_row = np.full(NBANK, -1, dtype=np.int64)
+    hits_since = np.zeros(NBANK, dtype=np.int64)
+    faw = np.full((ND, 4), -INF // 2, dtype=np.int64)
+    faw_i = np.zeros(ND, dtype=np.int64)
+    busfree = np.zeros((C, 2), dtype=np.int64)
+    drain = np.zeros(C, dtype=np.int64)
+    refmode = cfg[C_REFMODE]
+    ref_due = np.zeros(ND, dtype=np.int64)
+    ref_pend = np.zeros(ND, dtype=np.int64)
+    pb_ptr = np.zeros(ND, dtype=np.int64)
+    for d in range(ND):
+        # stagger the refresh of the domains so they do not all stall at once
+        if refmode == 1:
+            ref_due[d] = tim[T_REFI] * (d + 1) // ND
+        elif refmode == 2:
+            ref_due[d] = tim[T_REFIPB] * (d % NDC + 1) // NDC
+        else:
+            ref_due[d] = INF
+    bgver = np.zeros(NBG, dtype=np.int64)
+    NW = (NLR * NBR + 63) // 64
+    bocc = np.zeros((C, 2, NW), dtype=np.uint64)  # local banks holding queued entries
+    cmdc = np.zeros((C, NCMD), dtype=np.int64)
+    stat = np.zeros(NSTAT, dtype=np.int64)
+    lat_hist = np.zeros(LAT_BINS, dtype=np.int64)
+    log = np.zeros((log_cap if cfg[C_LOG] else 0, 8), dtype=np.int64)
+    nlog = np.zeros(1, dtype=np.int64)
+
+    S = s_first.shape[0]
+    D = d_addr.shape[0]
+    Gn = g_compute.shape[0]
+    s_cur = s_first.copy()
+    s_k = np.zeros(S, dtype=np.int64)
+    s_out = np.zeros(S, dtype=np.int64)
+    s_vpn = np.full(S, -1, dtype=np.int64)
+    s_pfn = np.zeros(S, dtype=np.int64)
+    s_hold = np.zeros(S, dtype=np.int64)
+    s_holdt = np.zeros(S, dtype=np.int64)
+    s_ptdone = np.zeros(S, dtype=np.int64)
+    s_tlbstall = np.zeros(S, dtype=np.int64)
+    s_wnext = np.full(S, -1, dtype=np.int64)
+    ch_whead = np.full(C, -1, dtype=np.int64)
+    g_whead = np.full(max(Gn, 1), -1, dtype=np.int64)
+    d_left = d_nb.copy()
+    d_done = np.full(D, -1, dtype=np.int64)
+    g_left = np.zeros(max(Gn, 1), dtype=np.int64)
+    g_ready = np.zeros(max(Gn, 1), dtype=np.int64)
+    g_end = np.full(max(Gn, 1), -1, dtype=np.int64)
+    total = 0
+    for d in range(D):
+        total += d_nb[d]
+        if d_grp[d] >= 0 and d_write[d] == 0:
+            g_left[d_grp[d]] += d_nb[d]
+    rec = cfg[C_REC] != 0
+    b_done = np.full(total if rec else 0, -1, dtype=np.int64)
+    b_cnt = np.zeros(total if rec else 0, dtype=np.int64)
+    tl = max(tlbc[TL_SETS] * tlbc[TL_WAYS], 1)
+    tlb_tag = np.full(tl, -1, dtype=np.int64)
+    tlb_use = np.zeros(tl, dtype=np.int64)
+    FS = 16
+    while FS < C * (cfg[C_RQ] + cfg[C_WQ]) + 64 * C + 64:
+        FS *= 2
+    fifo = np.zeros((2, FS, 6), dtype=np.int64)
+    fh = np.zeros(2, dtype=np.int64)
+    ft = np.zeros(2, dtype=np.int64)
+    PCH = 1
+    while PCH < C:
+        PCH *= 2
+    ch_tree = np.full(2 * PCH, INF, dtype=np.int64)
+    PST = 1
+    while PST < max(S, 1):
+        PST *= 2
+    st_tree = np.full(2 * PST, INF, dtype=np.int64)
+    for s in range(S):
+        if s_cur[s] < s_last[s]:
+            _tset(st_tree, PST, s, 0)
+    for c in range(C):
+        _tset(ch_tree, PCH, c, 0 if refmode != 0 else INF)
+    fields = np.zeros(7, dtype=np.int64)
+    _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+          m_field, m_radix, m_log2, m_dst, m_sizes,
+          s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+          g_compute, g_prev, g_next, pt, tlbc,
+          offs, nxt, q, qo, qn, cm, bm, open_row, hits_since, faw, faw_i, busfree, drain,
+          ref_due, ref_pend, pb_ptr, bgver, bocc, cmdc, stat, lat_hist, log, nlog,
+          s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
+          ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields)
+    nl = min(nlog[0], log.shape[0])
+    if cfg[C_LOG] and nlog[0] > log.shape[0]:
+        stat[S_DEADLOCK] = 2   # command log overflow: caller must retry with more room
+    return (stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, log[:nl],
             s_tlbstall)

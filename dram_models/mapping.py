@@ -56,46 +56,55 @@ _TOKEN_RE = re.compile(r"(Ro|Ra|Pc|Bg|Ba|Ch|Co)(?::(\d+))?")
 
 @dataclasses.dataclass(frozen=True)
 class AddressMapping:
-    """A resolved mapping for one DramSpec: segments of address bits, LSB first.
+    """A resolved mapping for one DramSpec.
 
-    ``segments`` holds (field, address bit position, number of bits, shift inside the
-    field). ``xor`` enables bank hashing with row bits."""
+    ``steps`` lists, from the least significant end of the burst index (the address
+    without its in-burst offset), (field, radix, shift inside the field): each step takes
+    ``index % radix`` as the next digits of that field and divides the index by ``radix``.
+    Power-of-two radices are plain bit slices; a channel count that is not a power of two
+    (e.g. 24 DDR5 sub-channels) becomes a modulo step. ``xor`` enables bank hashing with
+    row bits."""
 
     name: str
-    segments: tuple[tuple[int, int, int, int], ...]
+    steps: tuple[tuple[int, int, int], ...]
     xor: bool
     sizes: tuple[int, ...]          # number of values of each field
     offset_bits: int
 
     def tables(self) -> tuple[np.ndarray, ...]:
-        """Arrays for the Numba engine: field, src bit, length, dst shift, plus sizes."""
-        seg = np.array(self.segments, dtype=np.int64).reshape(-1, 4)
-        return (seg[:, 0].copy(), seg[:, 1].copy(), seg[:, 2].copy(), seg[:, 3].copy(),
+        """Arrays for the Numba engine: field, radix, log2 radix (-1 if not a power of
+        two), shift in the field, and the field sizes."""
+        st = np.array(self.steps, dtype=np.int64).reshape(-1, 3)
+        log2 = np.array([r.bit_length() - 1 if r & (r - 1) == 0 else -1
+                         for r in st[:, 1].tolist()], dtype=np.int64)
+        return (st[:, 0].copy(), st[:, 1].copy(), log2, st[:, 2].copy(),
                 np.array(self.sizes, dtype=np.int64))
 
     def decode(self, addr: np.ndarray) -> dict[str, np.ndarray]:
         """Vectorized decode of byte addresses into a dict of coordinate arrays."""
-        addr = np.asarray(addr, dtype=np.uint64)
-        out = [np.zeros(addr.shape, dtype=np.int64) for _ in FIELDS]
-        for field, src, length, dst in self.segments:
-            bits = (addr >> np.uint64(src)) & np.uint64((1 << length) - 1)
-            out[field] |= bits.astype(np.int64) << dst
+        v = np.asarray(addr, dtype=np.uint64) >> np.uint64(self.offset_bits)
+        out = [np.zeros(v.shape, dtype=np.int64) for _ in FIELDS]
+        for field, radix, dst in self.steps:
+            r = np.uint64(radix)
+            out[field] |= (v % r).astype(np.int64) << dst
+            v = v // r
         if self.xor:
             _apply_xor(out, self.sizes)
-        return dict(zip(("channel", "pseudo_channel", "rank", "bank_group", "bank", "row",
-                         "column"), out))
+        return dict(zip(COORDS, out))
 
     def encode(self, coords: dict[str, np.ndarray]) -> np.ndarray:
         """Inverse of :meth:`decode` (byte offset 0 inside the burst)."""
-        vals = [np.asarray(coords[k], dtype=np.int64).copy() for k in
-                ("channel", "pseudo_channel", "rank", "bank_group", "bank", "row", "column")]
+        vals = [np.asarray(coords[k], dtype=np.int64).copy() for k in COORDS]
         if self.xor:
             _apply_xor(vals, self.sizes)  # XOR is its own inverse
-        addr = np.zeros(vals[0].shape, dtype=np.uint64)
-        for field, src, length, dst in self.segments:
-            bits = (vals[field] >> dst) & ((1 << length) - 1)
-            addr |= bits.astype(np.uint64) << np.uint64(src)
-        return addr
+        v = np.zeros(vals[0].shape, dtype=np.uint64)
+        for field, radix, dst in reversed(self.steps):
+            digit = (vals[field] >> dst) % radix
+            v = v * np.uint64(radix) + digit.astype(np.uint64)
+        return v << np.uint64(self.offset_bits)
+
+
+COORDS = ("channel", "pseudo_channel", "rank", "bank_group", "bank", "row", "column")
 
 
 def _apply_xor(vals: list, sizes: tuple[int, ...]) -> None:
@@ -145,7 +154,7 @@ def resolve(mapping: str, spec: DramSpec, key: str = "mapping") -> AddressMappin
     o = spec.organization
     sizes = (o.channels, o.pseudo_channels, o.ranks, o.bank_groups, o.banks_per_group, o.rows,
              o.bursts_per_row)
-    widths = [s.bit_length() - 1 for s in sizes]
+    widths = [s.bit_length() - 1 if s & (s - 1) == 0 else 0 for s in sizes]
     toks = _expand(text.replace(" ", ""), spec, key)
     # assign bits from the least significant end
     used = [0] * len(FIELDS)
@@ -158,19 +167,23 @@ def resolve(mapping: str, spec: DramSpec, key: str = "mapping") -> AddressMappin
         if open_count[f] > 1:
             raise ConfigError(key, f"field {FIELDS[f]} appears more than once without a bit "
                               "count in mapping " + repr(mapping))
+        if f == F_CH and sizes[f] & (sizes[f] - 1):
+            continue
         if explicit > widths[f] or (open_count[f] == 0 and explicit != widths[f]):
             raise ConfigError(key, f"mapping {mapping!r} gives {FIELDS[f]} {explicit} bits; "
                               f"{spec.name} with this organization has {widths[f]}")
-    segments = []
+    steps = []
     offset_bits = spec.burst_bytes.bit_length() - 1
-    pos = offset_bits
     for f, n in reversed(toks):
+        if f == F_CH and sizes[F_CH] & (sizes[F_CH] - 1):
+            if n is not None:
+                raise ConfigError(key, f"the channel field cannot be split when the channel "
+                                  f"count ({sizes[F_CH]}) is not a power of two")
+            steps.append((f, sizes[F_CH], 0))
+            continue
         length = (widths[f] - sum(m for g, m in toks if g == f and m is not None)) \
             if n is None else n
         if length:
-            segments.append((f, pos, length, used[f]))
+            steps.append((f, 1 << length, used[f]))
             used[f] += length
-            pos += length
-    # explicit-count occurrences nearer the MSB must still take higher field bits: the
-    # pass above walks LSB -> MSB, so shifts are already ascending.
-    return AddressMapping(mapping, tuple(segments), xor, sizes, offset_bits)
+    return AddressMapping(mapping, tuple(steps), xor, sizes, offset_bits)

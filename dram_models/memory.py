@@ -105,8 +105,8 @@ class MemorySystem:
     def __init__(self, spec: DramSpec, controller: ControllerConfig | dict | None = None,
                  channels: int | None = None):
         if channels is not None:
-            if channels < 1 or channels & (channels - 1):
-                raise ConfigError("channels", f"must be a power of two >= 1, got {channels}")
+            if channels < 1:
+                raise ConfigError("channels", f"must be >= 1, got {channels}")
             spec = spec.with_channels(channels)
         if controller is None:
             ctrl = spec.controller
@@ -222,14 +222,18 @@ class MemorySystem:
         if log:
             # room for refresh commands: one per domain per interval, generously
             log_cap += int(total * 0.5) + 100000
-        m_field, m_src, m_len, m_dst, m_sizes = self.map_tables
+        m_field, m_radix, m_log2, m_dst, m_sizes = self.map_tables
         r_off, r_lvl, r_next, r_lat = self.rules
-        out = E._run(cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
-                     r_lat, m_field, m_src, m_len, m_dst, m_sizes,
-                     np.ascontiguousarray(streams.first, dtype=np.int64),
-                     np.ascontiguousarray(streams.last, dtype=np.int64), maxout,
-                     addr, nb, is_write, arrival, group, gate, compute, prev, nxt, pt, tl,
-                     log_cap)
+        first = np.ascontiguousarray(streams.first, dtype=np.int64)
+        last = np.ascontiguousarray(streams.last, dtype=np.int64)
+        while True:
+            out = E._run(cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl,
+                         r_next, r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, first,
+                         last, maxout, addr, nb, is_write, arrival, group, gate, compute,
+                         prev, nxt, pt, tl, log_cap)
+            if out[0][E.S_DEADLOCK] != 2:
+                break
+            log_cap *= 4        # the command log overflowed: run again with more room
         stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, cmdlog, s_tlb = out
         stats = summarize(self.spec, self.controller.mapping, stat, cmdc, lat_hist,
                           self.tick_ns)

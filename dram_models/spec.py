@@ -49,8 +49,9 @@ class Organization:
                                     "(default: burst_length)")
 
     def _check(self):
-        for name in ("channels", "pseudo_channels", "ranks", "bank_groups",
-                     "banks_per_group", "rows"):
+        # channels may be any count (the mapping then interleaves them modulo); every
+        # level below is addressed by bit slices
+        for name in ("pseudo_channels", "ranks", "bank_groups", "banks_per_group", "rows"):
             v = getattr(self, name)
             if v & (v - 1):
                 raise ConfigError(name, f"must be a power of two (address bits), got {v}")
@@ -172,8 +173,8 @@ class ControllerConfig:
 
     mapping: str = param("RoBaRaCoCh", doc="address mapping: a named mapping or a bit-order "
                          "string, most significant field first (see dram_models.mapping)")
-    read_queue: int = param(32, ge=1, le=4096, doc="read queue entries per channel")
-    write_queue: int = param(32, ge=1, le=4096, doc="write queue entries per channel")
+    read_queue: int = param(32, ge=1, le=64, doc="read queue entries per channel")
+    write_queue: int = param(32, ge=1, le=64, doc="write queue entries per channel")
     write_high: float = param(0.8, gt=0, le=1, doc="start draining writes when the write "
                               "queue is this full")
     write_low: float = param(0.2, ge=0, lt=1, doc="stop draining writes at this fill")

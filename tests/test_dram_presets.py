@@ -140,10 +140,6 @@ def test_channel_overrides_scale_the_device():
         assert one.timing == full.timing and one.organization.rows == full.organization.rows
 
 
-@pytest.mark.xfail(strict=True, raises=ConfigError,
-                   reason="spec.Organization requires a power-of-two channel count; a "
-                          "12-channel server (24 sub-channels) and a 5-stack A100 (40 "
-                          "channels) need that relaxed in spec.py (lead's decision)")
 @pytest.mark.parametrize("name,channels,peak", [
     ("ddr5-4800", 24, 460.8),     # 12-channel DDR5-4800 server (BMC reproduction)
     ("hbm2e-3200", 40, 2048.0),   # A100-80GB-like: 5 HBM2E stacks
