@@ -449,8 +449,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             s_vpn[s] = vpn
                             s_pfn[s] = pt[idx]
                         else:
-                            stat[S_TLBMISS] += 1
                             if tlbc[TL_WALK] == 0:
+                                stat[S_TLBMISS] += 1
                                 # fixed miss latency, then the translation is in hand
                                 s_ptdone[s] = 1
                                 s_tlbstall[s] += tlbc[TL_MISS]
@@ -524,6 +524,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     q[ch, qt, e, Q_BID] = -1
                     remaining += 1
                     stat[S_PTE] += 1
+                    stat[S_TLBMISS] += 1    # counted once the walk is under way
                     s_hold[s] = 1
                     s_holdt[s] = now
                     continue            # the loop re-checks s_hold and waits

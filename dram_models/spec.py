@@ -257,13 +257,15 @@ class DramSpec:
         return self.tCK_ps / 1000.0
 
     def idle_read_latency_ck(self) -> float:
-        """Latency of an isolated read to a closed bank, CK: the last ACT slot, tRCD,
-        read latency and one burst (the documented timing sum)."""
+        """Latency of an isolated read to a closed bank, CK: ACT's slots up to its last,
+        tRCD, read latency and one burst (the documented timing sum). Timings count from
+        the last slot of each command, so a multi-slot RD's extra slots fall inside tRCD."""
         return (self.command_bus.ACT - 1) + self.timing.tRCD + self.timing.tCL + self.tBL
 
     def row_hit_latency_ck(self) -> float:
-        """Latency of an isolated read to an open row, CK: tCL + one burst."""
-        return self.timing.tCL + self.tBL
+        """Latency of an isolated read to an open row, CK: RD's slots up to its last, tCL
+        and one burst."""
+        return max(self.command_bus.RD - 1, 0) + self.timing.tCL + self.tBL
 
     def with_channels(self, channels: int) -> "DramSpec":
         return override(self, {"organization": {"channels": channels}})

@@ -1,0 +1,98 @@
+"""Shared command-line plumbing of ``dram_models.bench`` and ``dram_models.replay``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from .errors import SimError
+from .memory import MemorySystem
+from .patterns import make
+from .spec import load_standard
+from .trace import Trace
+
+
+def add_memory_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--standard", required=True,
+                   help="DRAM standard: a preset name (e.g. lpddr5-6400) or a YAML file")
+    p.add_argument("--channels", type=int, default=None,
+                   help="channels to simulate (default: the preset's whole device); "
+                        "1 = one channel exactly as the preset describes it")
+    p.add_argument("--mapping", default=None,
+                   help="address mapping: named (RoBaRaCoCh, MOP4CLXOR, ...) or a bit order "
+                        "(default: the preset's)")
+    p.add_argument("--queue-depth", type=int, default=None,
+                   help="read and write queue entries per channel (default: the preset's)")
+    p.add_argument("--refresh", choices=("all_bank", "per_bank", "none"), default=None,
+                   help="refresh mode (default: the preset's)")
+    p.add_argument("--page-policy", choices=("open", "closed"), default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def memory_from_args(args) -> MemorySystem:
+    spec = load_standard(args.standard)
+    ctrl = {}
+    if args.mapping:
+        ctrl["mapping"] = args.mapping
+    if args.queue_depth:
+        ctrl["read_queue"] = ctrl["write_queue"] = args.queue_depth
+    if args.refresh:
+        ctrl["refresh"] = args.refresh
+    if args.page_policy:
+        ctrl["page_policy"] = args.page_policy
+    return MemorySystem(spec, ctrl or None, channels=args.channels)
+
+
+def timed_run(ms: MemorySystem, trace: Trace) -> tuple[dict, float]:
+    """Run once on a small trace (to load or compile the Numba engine), then time the real
+    run. Returns the statistics and the wall time of the real run."""
+    ms.run_trace(Trace.open_loop(np.arange(64, dtype=np.uint64) * np.uint64(ms.spec.burst_bytes)))
+    t0 = time.perf_counter()
+    res = ms.run_trace(trace)
+    wall = time.perf_counter() - t0
+    return res.stats.as_dict(), wall
+
+
+def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wall: float,
+           as_json: bool) -> None:
+    out = {"standard": ms.spec.name, label_key: label, "requests": n,
+           "channels": ms.channels, "mapping": ms.controller.mapping,
+           "queue_depth": ms.controller.read_queue, "refresh": ms.controller.refresh,
+           "page_policy": ms.controller.page_policy,
+           "sim_cycles": stats["sim_cycles"], "sim_ns": stats["sim_ns"],
+           "bandwidth_gbps": stats["bandwidth_gbps"], "peak_gbps": stats["peak_gbps"],
+           "efficiency": stats["efficiency"],
+           "avg_read_latency_ns": stats["avg_read_latency_ns"],
+           "p50_read_latency_ns": stats["p50_read_latency_ns"],
+           "p99_read_latency_ns": stats["p99_read_latency_ns"],
+           "row_hit_rate": stats["row_hit_rate"], "row_hits": stats["row_hits"],
+           "row_misses": stats["row_misses"], "row_conflicts": stats["row_conflicts"],
+           "commands": stats["commands"], "reads": stats["reads"], "writes": stats["writes"],
+           "wall_s": wall, "requests_per_s": n / wall if wall > 0 else None}
+    if as_json:
+        print(json.dumps(out))
+        return
+    print(f"{ms.spec.name}, {ms.channels} channel(s), mapping {ms.controller.mapping}, "
+          f"queue {ms.controller.read_queue}, refresh {ms.controller.refresh}")
+    print(f"{label_key}: {label}, {n} requests ({stats['reads']} reads, {stats['writes']} "
+          f"writes)")
+    print(f"  simulated      {stats['sim_ns'] / 1e3:.3f} us ({stats['sim_cycles']:.0f} CK)")
+    print(f"  bandwidth      {stats['bandwidth_gbps']:.2f} GB/s of {stats['peak_gbps']:.2f} "
+          f"peak ({100 * stats['efficiency']:.1f}%)")
+    print(f"  read latency   mean {stats['avg_read_latency_ns']:.1f} ns, p50 "
+          f"{stats['p50_read_latency_ns']:.1f} ns, p99 {stats['p99_read_latency_ns']:.1f} ns")
+    print(f"  row buffer     {100 * stats['row_hit_rate']:.1f}% hits ({stats['row_hits']} hits, "
+          f"{stats['row_misses']} misses, {stats['row_conflicts']} conflicts)")
+    print("  commands       " + ", ".join(f"{k} {v}" for k, v in stats["commands"].items() if v))
+    print(f"  simulator      {wall:.3f} s wall, {n / wall / 1e6:.2f} M requests/s")
+
+
+def main_guard(fn, argv=None) -> int:
+    try:
+        return fn(argv)
+    except SimError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
