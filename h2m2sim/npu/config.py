@@ -1,0 +1,151 @@
+"""The NPU chip configuration (H2M2 Table 2 defaults).
+
+A chip is ``cores`` identical cores at ``freq_ghz``. A core has an MM unit (an
+``mm_rows`` x ``mm_cols`` weight-stationary systolic array), an MV unit (``mv_lanes``
+lanes, each a ``mv_width``-wide dot product per cycle), a vector unit and an SFU
+(``vector_width`` wide ALU, ``adder_tree`` adders, ``sfu_rate`` lookups per cycle), a
+scratchpad of ``spm_buffers`` x ``spm_buffer_bytes`` (double buffering) and a DMA engine
+with at most ``dma_outstanding`` bursts in flight.
+
+Units: cycles are core clock cycles (1 ns at the default 1 GHz); bytes are bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from dram_models.errors import ConfigError
+from dram_models.schema import deep_merge, load, param, suggest, to_dict
+
+__all__ = ["NpuChipConfig", "CHIP_PRESETS", "resolve_chip"]
+
+_T2 = "H2M2 Table 2"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NpuChipConfig:
+    """One accelerator chip (all cores identical)."""
+
+    name: str = param("h2m2", doc="chip name")
+    cores: int = param(4, ge=1, le=1024, doc="cores per chip", source="H2M2 Sec. 4.1, Fig. 11")
+    freq_ghz: float = param(1.0, gt=0, le=10, unit="GHz", doc="core clock", source=_T2)
+    # ---- MM unit: weight-stationary systolic array
+    mm_rows: int = param(128, ge=1, le=4096, doc="systolic array rows (the reduction (K) "
+                         "dimension of the stationary weight block)", source=_T2)
+    mm_cols: int = param(128, ge=1, le=4096, doc="systolic array columns (output columns "
+                         "(N) of the stationary weight block)", source=_T2)
+    mm_dataflow: Literal["weight_stationary"] = param(
+        "weight_stationary", doc="systolic dataflow (only weight stationary is modelled)",
+        source=_T2)
+    mm_weight_double_buffer: bool = param(
+        True, doc="each PE holds a second weight register, so the next weight block is "
+        "shifted in while the current one computes (TPU v1 style)",
+        source="assumed, as in the TPU the paper cites for its MM unit (Jouppi et al., "
+        "ISCA 2017)")
+    mm_preload_rows_per_cycle: int = param(
+        1, ge=1, le=4096, doc="weight rows shifted into the array per cycle (preload of a "
+        "block takes mm_rows / this cycles)", source="assumed (one row per cycle)")
+    # ---- MV unit
+    mv_lanes: int = param(32, ge=1, le=4096, doc="MV lanes (independent dot products)",
+                          source=_T2)
+    mv_width: int = param(128, ge=1, le=4096, doc="elements per lane per cycle (1-D array "
+                          "of multipliers + adder tree)", source=_T2)
+    mv_latency: int = param(10, ge=0, doc="MV pipeline latency (multiply + log2(width) "
+                            "adder-tree levels + accumulate)", unit="cycles",
+                            source="assumed: 1 + log2(128) + 2")
+    # ---- vector unit and SFU
+    vector_width: int = param(128, ge=1, le=4096, doc="vector ALU lanes "
+                              "(ADD/SUB/MUL/DIV)", source=_T2)
+    adder_tree: int = param(128, ge=1, le=4096, doc="adder-tree inputs per cycle "
+                            "(reductions)", source=_T2)
+    sfu_rate: int = param(128, ge=1, le=4096, doc="SFU lookup-table requests per cycle "
+                          "(exp, rsqrt, GELU/SiLU)", source=_T2)
+    vector_latency: int = param(12, ge=0, unit="cycles", doc="vector/SFU pipeline latency "
+                                "per tile (adder tree depth + SFU lookup)",
+                                source="assumed: log2(128) + 5")
+    # ---- scratchpad and DMA
+    spm_buffer_bytes: int = param(16 * 2**20, ge=4096, unit="bytes",
+                                  doc="bytes of one scratchpad buffer", source=_T2)
+    spm_buffers: int = param(2, ge=1, le=16, doc="scratchpad buffers per core (2 = double "
+                             "buffering: reads of tile i wait for compute of tile i-2)",
+                             source=_T2)
+    acc_bytes: int = param(4, ge=1, le=8, unit="bytes", doc="bytes per accumulator "
+                           "element of a partial output block kept in the scratchpad",
+                           source="assumed: INT32 accumulation of INT8 products")
+    dma_outstanding: int = param(
+        2048, ge=1, doc="memory requests (bursts) one core's DMA may have in flight",
+        unit="bursts", source="chosen (Little's law): 3.3 TB/s x ~100 ns loaded latency / "
+        "32 B / 4 cores = ~2.6k; 2048 per core keeps a 64-channel HBM3 side busy")
+    dma_queues: int = param(
+        0, ge=0, le=1024, doc="independent DMA request queues per core; a queue blocks only "
+        "itself when its memory channel is full. 0 = one per memory channel",
+        source="chosen: a NoC with per-channel buffers avoids head-of-line blocking")
+    dma_chunk_bytes: int = param(
+        0, ge=0, unit="bytes", doc="bytes per DMA descriptor; 0 = the channel-interleave "
+        "granularity of the side's address mapping (at least 256 B)",
+        source="chosen: one descriptor per channel-interleave unit")
+    tile_overhead_cycles: int = param(0, ge=0, unit="cycles", doc="fixed cycles added to "
+                                      "each tile's compute (instruction issue)",
+                                      source="assumed 0")
+
+    def _check(self) -> None:
+        if self.mm_preload_rows_per_cycle > self.mm_rows:
+            raise ConfigError("mm_preload_rows_per_cycle",
+                              f"must be <= mm_rows ({self.mm_rows}), got "
+                              f"{self.mm_preload_rows_per_cycle}")
+
+    # ---- derived -------------------------------------------------------------------
+    @property
+    def cycle_ns(self) -> float:
+        return 1.0 / self.freq_ghz
+
+    @property
+    def mm_peak_tops(self) -> float:
+        """Peak MM throughput of the chip, 1e12 ops/s (2 ops per multiply-add)."""
+        return 2.0 * self.mm_rows * self.mm_cols * self.cores * self.freq_ghz / 1e3
+
+    @property
+    def mv_peak_tops(self) -> float:
+        """Peak MV throughput of the chip, 1e12 ops/s."""
+        return 2.0 * self.mv_lanes * self.mv_width * self.cores * self.freq_ghz / 1e3
+
+    @property
+    def peak_tflops(self) -> float:
+        """Peak dense throughput of the chip (the MM unit), 1e12 ops/s."""
+        return self.mm_peak_tops
+
+    @property
+    def spm_bytes(self) -> int:
+        return self.spm_buffer_bytes * self.spm_buffers
+
+
+#: Named chip configurations (``chip: h2m2`` or ``chip: {preset: h2m2, cores: 8}``).
+CHIP_PRESETS: dict[str, dict[str, Any]] = {
+    "h2m2": {},
+}
+
+
+def resolve_chip(raw: Any, key: str = "chip") -> NpuChipConfig:
+    """A chip from a preset name, ``{preset: NAME, ...overrides}`` or a full mapping
+    (missing fields take the H2M2 Table 2 defaults)."""
+    if isinstance(raw, NpuChipConfig):
+        return raw
+    if raw is None:
+        raw = {}
+    if isinstance(raw, str):
+        raw = {"preset": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(key, f"must be a chip preset name or a mapping, got {raw!r}")
+    data = dict(raw)
+    if "preset" in data:
+        name = data.pop("preset")
+        if not isinstance(name, str) or name not in CHIP_PRESETS:
+            raise ConfigError(f"{key}.preset", f"unknown chip preset {name!r}"
+                              + suggest(str(name), list(CHIP_PRESETS))
+                              + f"; available: {', '.join(CHIP_PRESETS)}")
+        data = deep_merge(dict(CHIP_PRESETS[name], name=name), data)
+    return load(NpuChipConfig, data, key)
+
+
+def chip_dict(chip: NpuChipConfig) -> dict:
+    return to_dict(chip)

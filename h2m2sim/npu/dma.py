@@ -1,0 +1,290 @@
+"""From tile plans to the DRAM engine's request streams: the DMA engines of all cores of
+one chip, closed-loop with compute.
+
+Each core's DMA has ``Q`` request queues for reads and ``Q`` for writes (default: one per
+memory channel, as a NoC with per-channel buffers provides), so a full channel queue
+stalls only the requests behind it, not the whole core. A tile's byte ranges are cut into
+descriptors at channel-interleave (and page) boundaries and each descriptor goes to the
+queue of the channel its *physical* address maps to. Every core runs its tiles as one
+chain of engine *groups*:
+
+* compute of tile i starts when all its reads are back and tile i-1 is done;
+* reads of tile i may start only once compute of tile i - ``spm_buffers`` has finished
+  (its scratchpad buffer is free again: double buffering);
+* the results of tile i are written once its compute has finished.
+
+Several kernels run back to back (:func:`build_streams` with ``kernel_of``) are separated
+by a *barrier* per kernel: a zero-compute group whose "reads" are one flag read per core,
+issued from the core's write queue after the core's last tile of the kernel (so after its
+result writes were issued); the next kernel's first tiles wait for the barrier. Barrier
+groups form their own chain, so a kernel never starts before all earlier ones ended.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dram_models.memory import MemorySystem, Streams
+
+from h2m2sim.memory.dram import channel_granularity, split_ranges
+
+from .tiling import TilePlan
+
+__all__ = ["DmaLayout", "build_streams", "dma_params", "translation_for"]
+
+KIND_READ, KIND_WRITE, KIND_BARRIER = 0, 1, 2
+
+
+@dataclasses.dataclass
+class DmaLayout:
+    """Streams for the engine plus what is needed to read the results back.
+
+    ``group_of_tile[t]`` = engine group of plan tile t (-1 if not simulated);
+    ``barrier_group[j]`` = group of kernel j's barrier (-1 none); per descriptor:
+    ``d_tile``, ``d_kind``, ``d_core``; per stream: ``s_core``."""
+
+    streams: Streams
+    translation: object
+    group_of_tile: np.ndarray
+    barrier_group: np.ndarray
+    d_tile: np.ndarray
+    d_kind: np.ndarray
+    d_core: np.ndarray
+    s_core: np.ndarray
+    compute_ticks: np.ndarray
+    queues: int
+    chunk: int
+
+
+def dma_params(chip, ms: MemorySystem, page_size: int) -> tuple[int, int, int]:
+    """(queues per core, descriptor bytes, channel-interleave granularity)."""
+    gran = channel_granularity(ms)
+    q = chip.dma_queues or ms.channels
+    chunk = chip.dma_chunk_bytes or min(max(gran, 256), 1 << 16)
+    chunk = min(chunk, page_size)
+    return q, chunk, gran
+
+
+def build_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
+                  compute_ticks: np.ndarray, subset: np.ndarray | None = None,
+                  kernel_of: np.ndarray | None = None, ideal: bool = False,
+                  shared: bool = True) -> DmaLayout:
+    """Engine streams for the tiles of ``plan`` (all, or those with ``subset`` True).
+
+    ``memory`` is the :class:`~h2m2sim.memory.SystemMemory` holding the operands;
+    ``ideal`` issues physical addresses (no TLB); otherwise the descriptors carry virtual
+    addresses and the caller adds the translation (:func:`translation_for`)."""
+    T = plan.n_tiles
+    sub = np.ones(T, dtype=bool) if subset is None else np.asarray(subset, dtype=bool)
+    kern = np.zeros(T, dtype=np.int64) if kernel_of is None else np.asarray(kernel_of)
+    P = chip.cores
+    Q, chunk, gran = dma_params(chip, ms, memory.page_size)
+    nbuf = chip.spm_buffers
+
+    # ---- groups: simulated tiles renumbered; per-core chains
+    tiles = np.nonzero(sub)[0]
+    n_sub = len(tiles)
+    gid = np.full(T, -1, dtype=np.int64)
+    gid[tiles] = np.arange(n_sub)
+    core = plan.core[tiles]
+    order = np.lexsort((tiles, core))          # by core, then tile id (= chain order)
+    chain_t = tiles[order]
+    chain_c = core[order]
+    new_chain = np.r_[True, chain_c[1:] != chain_c[:-1]]
+    pos = np.arange(n_sub) - np.maximum.accumulate(np.where(new_chain, np.arange(n_sub), 0))
+    prev = np.full(n_sub, -1, dtype=np.int64)
+    ok = pos >= 1
+    prev[gid[chain_t[ok]]] = gid[chain_t[np.nonzero(ok)[0] - 1]]
+    # chain position of every plan tile within its kernel (for the shared queues' order)
+    kpos = np.zeros(T, dtype=np.int64)
+    ck = kern[chain_t]
+    new_k = new_chain | np.r_[True, ck[1:] != ck[:-1]]
+    kpos[chain_t] = np.arange(n_sub) - np.maximum.accumulate(
+        np.where(new_k, np.arange(n_sub), 0))
+    back = np.full(n_sub, -1, dtype=np.int64)      # the tile whose buffer we reuse
+    okb = pos >= nbuf
+    back[gid[chain_t[okb]]] = gid[chain_t[np.nonzero(okb)[0] - nbuf]]
+
+    # barrier groups: one per kernel boundary that has simulated tiles on both sides
+    kinds = np.unique(kern[tiles]) if n_sub else np.zeros(0, dtype=np.int64)
+    nk = int(kern.max()) + 1 if T else 0
+    barrier_group = np.full(nk, -1, dtype=np.int64)
+    has_barrier = len(kinds) > 1
+    if has_barrier:
+        for i, j in enumerate(kinds[:-1]):
+            barrier_group[j] = n_sub + i
+    n_groups = n_sub + (len(kinds) - 1 if has_barrier else 0)
+    compute = np.zeros(n_groups, dtype=np.int64)
+    compute[:n_sub] = compute_ticks[tiles]
+    gprev = np.full(n_groups, -1, dtype=np.int64)
+    gprev[:n_sub] = prev
+    if has_barrier:
+        bg = barrier_group[kinds[:-1]]
+        gprev[bg[1:]] = bg[:-1]
+
+    # read gate: the buffer's previous tile, unless it belongs to an earlier kernel: then
+    # the barrier just before this tile's kernel (which ends after that tile anyway)
+    gate_r = back.copy()
+    kt = kern[tiles]
+    if has_barrier:
+        prev_k = np.full(nk, -1, dtype=np.int64)     # barrier preceding kernel j
+        for i in range(1, len(kinds)):
+            prev_k[kinds[i]] = barrier_group[kinds[i - 1]]
+        bk = np.where(back >= 0, kern[tiles[np.maximum(back, 0)]], -1)
+        cross = (back < 0) | (bk != kt)
+        gate_r = np.where(cross, prev_k[kt], back)
+
+    # ---- descriptors: logical ranges -> virtual pieces -> split -> physical
+    def expand(t_arr, op_arr, off_arr, len_arr):
+        keep = sub[t_arr]
+        t_arr, op_arr, off_arr, len_arr = t_arr[keep], op_arr[keep], off_arr[keep], len_arr[keep]
+        T_l, A_l, L_l, K_l = [], [], [], []
+        for o in np.unique(op_arr):
+            sel = np.nonzero(op_arr == o)[0]
+            src, va, ln = plan.operands[int(o)].map(off_arr[sel], len_arr[sel])
+            T_l.append(t_arr[sel][src])
+            A_l.append(va)
+            L_l.append(ln)
+            K_l.append(sel[src])
+        if not T_l:
+            z = np.zeros(0, dtype=np.int64)
+            return z, z, z
+        # keep the plan's order of ranges
+        key = np.concatenate(K_l)
+        o = np.argsort(key, kind="stable")
+        return np.concatenate(T_l)[o], np.concatenate(A_l)[o], np.concatenate(L_l)[o]
+
+    rt, ra, rl = expand(plan.r_tile, plan.r_op, plan.r_off, plan.r_len)
+    wt, wa, wl = expand(plan.w_tile, plan.w_op, plan.w_off, plan.w_len)
+    d_tile = np.concatenate((rt, wt))
+    d_kind = np.concatenate((np.zeros(len(rt), np.int64), np.ones(len(wt), np.int64)))
+    va = np.concatenate((ra, wa))
+    vl = np.concatenate((rl, wl))
+    memory.check_mapped(side, va, vl)
+    src, dva, pl = split_ranges(va, vl, chunk)
+    d_tile, d_kind = d_tile[src], d_kind[src]
+    d_core = plan.core[d_tile]
+    if shared:
+        # kernel by kernel; within a kernel round-robin over the cores tile by tile
+        seqk = 2 * ((kern[d_tile] * (kpos.max(initial=0) + 1) + kpos[d_tile]) * P + d_core)
+    else:
+        seqk = 2 * d_tile
+
+    # barrier flag reads: per kernel boundary and core, after the core's last tile
+    if has_barrier:
+        b_t, b_k = [], []
+        for j in kinds[:-1]:
+            mine = tiles[kt == j]
+            cores_j = plan.core[mine]
+            last_of_core = {}
+            for t_, c_ in zip(mine, cores_j):
+                last_of_core[int(c_)] = int(t_)
+            for c_, t_ in sorted(last_of_core.items()):
+                b_t.append(t_)
+                b_k.append(j)
+        b_t = np.array(b_t, dtype=np.int64)
+        b_k = np.array(b_k, dtype=np.int64)
+        # flag address: the kernel's first result byte (or first operand byte)
+        flag_va = np.empty(len(b_t), dtype=np.int64)
+        for j in np.unique(b_k):
+            wsel = np.nonzero(kern[plan.w_tile] == j)[0]
+            if len(wsel):
+                i = wsel[0]
+                _, fva, _ = plan.operands[int(plan.w_op[i])].map(plan.w_off[i:i + 1],
+                                                                  np.ones(1, np.int64))
+            else:
+                i = np.nonzero(kern[plan.r_tile] == j)[0][0]
+                _, fva, _ = plan.operands[int(plan.r_op[i])].map(plan.r_off[i:i + 1],
+                                                                  np.ones(1, np.int64))
+            flag_va[b_k == j] = fva[0] - fva[0] % ms.spec.burst_bytes
+        d_tile = np.concatenate((d_tile, b_t))
+        d_kind = np.concatenate((d_kind, np.full(len(b_t), KIND_BARRIER)))
+        d_core = np.concatenate((d_core, plan.core[b_t]))
+        dva = np.concatenate((dva, flag_va))
+        pl = np.concatenate((pl, np.full(len(b_t), ms.spec.burst_bytes)))
+        if shared:
+            bk = 2 * ((kern[b_t] * (kpos.max(initial=0) + 1) + kpos[b_t]) * P
+                      + plan.core[b_t]) + 1
+        else:
+            bk = 2 * b_t + 1
+        seqk = np.concatenate((seqk, bk))
+        b_group = barrier_group[b_k]
+    phys = memory.physical(side, dva)
+    queue = (phys // gran) % Q
+    wside = (d_kind != KIND_READ).astype(np.int64)
+    if shared:
+        stream = wside * Q + queue
+        S = 2 * Q
+    else:
+        stream = d_core * (2 * Q) + wside * Q + queue
+        S = P * 2 * Q
+    order = np.lexsort((np.arange(len(stream)), seqk, stream))
+    counts = np.bincount(stream, minlength=S)
+    last = np.cumsum(counts)
+    first = last - counts
+
+    nd = len(stream)
+    group = np.full(nd, -1, dtype=np.int64)
+    gate = np.full(nd, -1, dtype=np.int64)
+    isr = d_kind == KIND_READ
+    isw = d_kind == KIND_WRITE
+    g_of = gid[d_tile]
+    group[isr] = g_of[isr]
+    gate[isr] = gate_r[g_of[isr]]
+    gate[isw] = g_of[isw]
+    if has_barrier:
+        isb = d_kind == KIND_BARRIER
+        group[isb] = b_group
+        gate[isb] = g_of[isb]
+    addr = phys if ideal else dva
+    # Per-queue caps (dma_outstanding / Q) are NOT passed to the engine: with caps the
+    # current engine can lose a stream's wake-up when the stream waits on a gate at its
+    # cap (run never ends). In-flight requests are bounded by the channel queues instead
+    # (each queue feeds one channel). Restore `cap` once the engine is fixed.
+    cap = 0
+    st = Streams(first=first, last=last, addr=addr[order].astype(np.uint64),
+                 nbytes=pl[order], is_write=isw[order], group=group[order],
+                 gate=gate[order], max_outstanding=np.full(S, cap, dtype=np.int64),
+                 compute=compute, prev=gprev)
+    s_core = np.full(S, -1, dtype=np.int64) if shared else np.arange(S) // (2 * Q)
+    return DmaLayout(st, None, gid, barrier_group,
+                     d_tile[order], d_kind[order], d_core[order], s_core, compute, Q, chunk)
+
+
+#: dense page-table slices up to this many entries; larger spans are compacted
+DENSE_LIMIT = 1 << 22
+
+
+def translation_for(layout: DmaLayout, memory, side: str, tick_ns: float) -> DmaLayout:
+    """Attach the engine Translation covering every page the descriptors touch.
+
+    Normally a dense slice of the side's flat table from the lowest to the highest
+    touched page. When that span exceeds :data:`DENSE_LIMIT` entries (small pages over
+    a huge virtual space), the touched page runs are packed into a compact local virtual
+    range (page offsets kept, descriptors re-addressed): TLB behaviour is the same up to
+    the set index of each page."""
+    st = layout.streams
+    shift = memory.page_shift
+    va = st.addr.astype(np.int64)
+    if len(va) == 0:
+        return layout
+    v0 = va >> shift
+    v1 = ((va + st.nbytes - 1) >> shift) + 1
+    lo, hi = int(v0.min()), int(v1.max())
+    if hi - lo <= DENSE_LIMIT:
+        tr = memory.translation(side, lo << shift, hi << shift, tick_ns)
+        return dataclasses.replace(layout, translation=tr)
+    from h2m2sim.memory.frames import merge_extents
+    from h2m2sim.memory.mmu import PTE_BYTES, make_translation
+    rs, re_ = merge_extents(v0, v1)
+    lens = re_ - rs
+    local = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    k = np.searchsorted(rs, v0, side="right") - 1
+    new_va = ((local[k] + (v0 - rs[k])) << shift) | (va & ((1 << shift) - 1))
+    pt = memory.tables[memory._side(side)]
+    table = np.concatenate([pt.dense(int(a), int(b)) for a, b in zip(rs, re_)])
+    tr = make_translation(memory.system.mmu, table, 0, memory.pte_base(side) +
+                          PTE_BYTES * lo, tick_ns, memory.page_size)
+    st2 = dataclasses.replace(st, addr=new_va.astype(np.uint64))
+    return dataclasses.replace(layout, streams=st2, translation=tr)

@@ -1,0 +1,664 @@
+"""Simulating kernels on one side of a system: tiles -> DMA streams -> DRAM engine, all
+cores of the chip in one closed-loop run (memory completion gates compute, compute gates
+prefetch).
+
+Public API:
+
+* :func:`simulate_kernel` -- one GEMM / GEMV / attention / vector kernel by shape, with
+  its tensors placed in a private memory;
+* :func:`run_kernel` -- one :class:`h2m2sim.model.Kernel` of a layer graph, its tensors
+  at given virtual addresses (a :class:`~h2m2sim.memory.SystemMemory` or a mapping);
+* :func:`run_kernels` -- a list of graph kernels of one side back to back (a sublayer
+  partition), separated by barriers, in one engine run.
+
+Fidelity: ``cycle`` simulates every tile. ``sampled`` simulates a prefix of every core's
+tile chain -- a warm-up and a measurement window, doubled until the per-tile time is
+steady (two halves of the window within 2 %) -- and extrapolates the rest of each chain
+with the measured time per unit of estimated tile work; kernels with few tiles are always
+simulated in full. docs/validation/npu.md reports its error against full runs.
+
+Times in the result are ns; ``cycles`` are chip (core clock) cycles.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dram_models.errors import ConfigError
+from dram_models.schema import suggest
+from dram_models.stats import DramStats
+
+from h2m2sim.memory.dram import memory_system
+from h2m2sim.memory.system_memory import SystemMemory
+
+from .dma import KIND_READ, DmaLayout, build_streams, translation_for
+from .tiling import Operand, TilePlan, concat_plans, plan_matmul, plan_vector
+from .units import vector_passes
+
+__all__ = ["KernelResult", "simulate_kernel", "run_kernel", "run_kernels", "OPS",
+           "FIDELITIES", "plan_graph_kernel"]
+
+OPS = ("gemm", "gemv", "attention", "attn_score", "attn_value", "softmax", "layernorm",
+       "residual", "activation", "elementwise")
+FIDELITIES = ("cycle", "sampled")
+_VECTOR_OPS = ("softmax", "layernorm", "residual", "activation", "elementwise")
+
+#: sampled fidelity: initial prefix (tiles per core), warm-up share, steadiness tolerance
+SAMPLE_PREFIX = 8
+SAMPLE_TOL = 0.02
+SHARED_QUEUES = True
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelResult:
+    """Outcome of a kernel (or a list of kernels) on one side.
+
+    ``time_ns`` end to end (first request to last result written); ``cycles`` the same in
+    chip cycles; ``bytes`` DRAM bytes moved (reads + writes + page-table reads);
+    ``achieved_gbps = bytes / time_ns``; ``peak_gbps`` the side's DRAM peak. The stall
+    breakdown is taken on the critical core (the one that finishes last):
+    ``compute_ns`` its busy compute time, ``stall_memory_ns`` time its compute waited for
+    operands (incl. the first load and the final write drain), ``stall_compute_ns`` time
+    loaded operands waited for the compute unit (the memory side was ahead),
+    ``stall_tlb_ns`` the largest TLB stall of its DMA queues. ``compute_bound`` =
+    compute_ns >= half the time. ``kernels`` holds a per-kernel breakdown for lists."""
+
+    op: str
+    side: str
+    cycles: int
+    time_ns: float
+    flops: int
+    bytes: int
+    achieved_gbps: float
+    peak_gbps: float
+    compute_bound: bool
+    stall_compute_ns: float
+    stall_memory_ns: float
+    stall_tlb_ns: float
+    tlb_hits: int
+    tlb_misses: int
+    dram: DramStats
+    compute_ns: float = 0.0
+    unit: str = ""
+    tiles: int = 0
+    fidelity: str = "cycle"
+    simulated_fraction: float = 1.0
+    deadlock: bool = False
+    kernels: tuple = ()
+
+    def as_dict(self, dram: bool = True) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("dram", "kernels")}
+        if dram:
+            d["dram"] = self.dram.as_dict()
+        if self.kernels:
+            d["kernels"] = [dict(k) for k in self.kernels]
+        return d
+
+
+# ------------------------------------------------------------------------------ context
+class _Ctx:
+    """Side, chip, engine, memory and translation mode of a run."""
+
+    def __init__(self, system: Any, side: str, memory: SystemMemory | None,
+                 page_size: int | None, placement: str, seed: int, translate: str | None):
+        from h2m2sim.system.config import SystemSpec, resolve_system
+        if not isinstance(system, SystemSpec):
+            system = resolve_system(system, "system")
+        self.system = system
+        self.side = system.side(side, "side")
+        self.chip = self.side.chip
+        self.ms = memory_system(self.side)
+        if memory is None:
+            memory = SystemMemory(system, page_size=page_size, policy=placement, seed=seed)
+        elif page_size is not None and page_size != memory.page_size:
+            raise ConfigError("page_size", f"{page_size} differs from the given memory's "
+                              f"page size {memory.page_size}")
+        self.memory = memory
+        mode = translate or ("mmu" if system.mmu.enabled else "ideal")
+        if mode not in ("mmu", "ideal"):
+            raise ConfigError("translate", f"must be 'mmu' or 'ideal', got {mode!r}")
+        self.ideal = mode == "ideal"
+        self.tick_ns = self.ms.tick_ns
+        self.bw_gbps = 0.9 * self.side.bandwidth_gbps
+
+    def ticks(self, cycles: np.ndarray) -> np.ndarray:
+        c = np.asarray(cycles, dtype=np.float64) * self.chip.cycle_ns / self.tick_ns
+        return np.ceil(c - 1e-9).astype(np.int64)
+
+
+def _check_fidelity(fidelity: str) -> None:
+    if fidelity not in FIDELITIES:
+        raise ConfigError("fidelity", f"must be one of {', '.join(FIDELITIES)}, got "
+                          f"{fidelity!r}" + suggest(str(fidelity), FIDELITIES))
+
+
+def _dtype_bytes(dtype: str) -> int:
+    from h2m2sim.model import dtype_bytes
+    return dtype_bytes(dtype)
+
+
+# ---------------------------------------------------------------------- running + results
+@dataclasses.dataclass
+class _Run:
+    """Per-tile timeline of one engine run (ticks), plus what the result needs."""
+
+    res: Any
+    layout: DmaLayout
+    subset: np.ndarray
+    ready: np.ndarray        # per plan tile (nan if not simulated)
+    end: np.ndarray
+    start: np.ndarray
+    core_finish: np.ndarray  # per core: last compute end or last write/flag done
+    core_last_end: np.ndarray
+
+
+def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray,
+                kern: np.ndarray | None) -> _Run:
+    lay = build_streams(plan, ctx.chip, ctx.ms, ctx.memory, ctx.side.name, ticks, subset,
+                        kern, ctx.ideal, SHARED_QUEUES)
+    if not ctx.ideal:
+        lay = translation_for(lay, ctx.memory, ctx.side.name, ctx.tick_ns)
+    res = ctx.ms.run(lay.streams, lay.translation)
+    if res.deadlock:
+        raise RuntimeError(f"engine deadlock simulating {plan.op} on side {ctx.side.name} "
+                           "(a bug in the DMA gating)")
+    T = plan.n_tiles
+    g = lay.group_of_tile
+    sim = g >= 0
+    ready = np.full(T, np.nan)
+    end = np.full(T, np.nan)
+    ready[sim] = res.group_ready[g[sim]]
+    end[sim] = res.group_end[g[sim]]
+    start = end - ticks
+    P = ctx.chip.cores
+    core_last_end = np.zeros(P)
+    core_finish = np.zeros(P)
+    for c in range(P):
+        m = sim & (plan.core == c)
+        if m.any():
+            core_last_end[c] = end[m].max()
+    nonread = (lay.d_kind != KIND_READ)
+    if nonread.any():
+        fin = np.zeros(P)
+        np.maximum.at(fin, lay.d_core[nonread], res.desc_done[nonread].astype(np.float64))
+        core_finish = np.maximum(core_last_end, fin)
+    else:
+        core_finish = core_last_end.copy()
+    return _Run(res, lay, subset, ready, end, start, core_finish, core_last_end)
+
+
+def _chains(plan: TilePlan, P: int) -> list[np.ndarray]:
+    return [np.nonzero(plan.core == c)[0] for c in range(P)]
+
+
+def _breakdown(ctx: _Ctx, plan: TilePlan, run: _Run, ticks: np.ndarray, chains,
+               crit: int) -> tuple[float, float, float]:
+    """(compute, memory stall, compute stall) of core ``crit`` in ticks, simulated part."""
+    t = chains[crit]
+    t = t[run.subset[t]]
+    if len(t) == 0:
+        return 0.0, 0.0, 0.0
+    prev_end = np.r_[0.0, run.end[t][:-1]]
+    rdy = run.ready[t]
+    comp = float(ticks[t].sum())
+    mem = float(np.maximum(rdy - prev_end, 0).sum()) + \
+        float(run.core_finish[crit] - run.core_last_end[crit])
+    cst = float(np.maximum(prev_end - rdy, 0).sum())
+    return comp, mem, cst
+
+
+def _tlb_stall(run: _Run, core: int) -> float:
+    s = (run.layout.s_core == core) | (run.layout.s_core < 0)
+    st = run.res.stream_tlb_stall
+    return float(st[s].max()) if s.any() and len(st) else 0.0
+
+
+def _scale_stats(d: DramStats, f: float, time_ns: float) -> DramStats:
+    if f == 1.0 and abs(d.sim_ns - time_ns) < 1e-9:
+        return d
+    r = lambda x: int(round(x * f))  # noqa: E731
+    nbytes = r(d.bytes)
+    bw = nbytes / time_ns if time_ns > 0 else 0.0
+    return dataclasses.replace(
+        d, sim_ns=time_ns, sim_cycles=d.sim_cycles * (time_ns / d.sim_ns if d.sim_ns else 0),
+        reads=r(d.reads), writes=r(d.writes), bytes=nbytes, bandwidth_gbps=bw,
+        efficiency=bw / d.peak_gbps if d.peak_gbps else 0.0, row_hits=r(d.row_hits),
+        row_misses=r(d.row_misses), row_conflicts=r(d.row_conflicts),
+        commands={k: r(v) for k, v in d.commands.items()}, tlb_hits=r(d.tlb_hits),
+        tlb_misses=r(d.tlb_misses), tlb_stall_ns=d.tlb_stall_ns * f, pte_reads=r(d.pte_reads))
+
+
+def _est_ticks(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray) -> np.ndarray:
+    """Analytic tile weights for extrapolation: max(compute, bytes at a core's share of
+    the side's bandwidth), ticks."""
+    rb, wb = plan.tile_bytes()
+    per_core_bpt = ctx.bw_gbps * ctx.tick_ns / ctx.chip.cores
+    return np.maximum(ticks.astype(np.float64), (rb + wb) / per_core_bpt) + 1.0
+
+
+def _simulate_plan(ctx: _Ctx, plan: TilePlan, fidelity: str,
+                   kern: np.ndarray | None = None) -> tuple[dict, _Run]:
+    """Run one (possibly concatenated) plan; returns summary numbers in ticks."""
+    P = ctx.chip.cores
+    ticks = ctx.ticks(plan.cycles)
+    chains = _chains(plan, P)
+    nmax = max((len(c) for c in chains), default=0)
+    full = np.ones(plan.n_tiles, dtype=bool)
+    p = SAMPLE_PREFIX
+    if fidelity == "sampled" and kern is None:
+        est = _est_ticks(ctx, plan, ticks)
+        while p * 2 <= nmax:
+            pos = np.zeros(plan.n_tiles, dtype=np.int64)
+            for ch in chains:
+                pos[ch] = np.arange(len(ch))
+            run = _engine_run(ctx, plan, ticks, pos < p, None)
+            out = _extrapolate(ctx, plan, run, ticks, est, chains, p)
+            if out is not None:
+                return out, run
+            p *= 2
+    run = _engine_run(ctx, plan, ticks, full, kern)
+    crit = int(np.argmax(run.core_finish))
+    comp, mem, cst = _breakdown(ctx, plan, run, ticks, chains, crit)
+    T = float(run.core_finish.max())
+    if kern is not None:
+        T = max(T, float(run.res.group_end.max(initial=0)))
+    return {"time": T, "compute": comp, "stall_mem": mem, "stall_comp": cst,
+            "tlb": _tlb_stall(run, crit), "fraction": 1.0, "scale": 1.0}, run
+
+
+def _extrapolate(ctx, plan, run, ticks, est, chains, p) -> dict | None:
+    """Extrapolated summary from a prefix run of ``p`` tiles per core, or None when the
+    per-tile time is not steady yet."""
+    w = max(2, p // 4)
+    mid = (w + p) // 2
+    fin = np.zeros(len(chains))
+    rates = {}
+    for c, ch in enumerate(chains):
+        if len(ch) <= p:
+            fin[c] = run.core_finish[c]
+            continue
+        e = run.end[ch[:p]]
+        x = est[ch]
+        r1 = (e[mid - 1] - e[w - 1]) / x[w:mid].sum()
+        r2 = (e[p - 1] - e[mid - 1]) / x[mid:p].sum()
+        if abs(r1 - r2) > SAMPLE_TOL * max(r1, r2):
+            return None
+        rate = (e[p - 1] - e[w - 1]) / x[w:p].sum()
+        rates[c] = (rate, w)
+        tail = run.core_finish[c] - e[p - 1]
+        fin[c] = e[p - 1] + rate * x[p:].sum() + tail
+    crit = int(np.argmax(fin))
+    comp, mem, cst = _breakdown(ctx, plan, run, ticks, chains, crit)
+    tlb = _tlb_stall(run, crit)
+    ch = chains[crit]
+    if crit in rates:
+        rate, w = rates[crit]
+        rest = ch[p:]
+        tau = rate * est[rest]
+        # the prefix's write drain is replaced by the final one (same length)
+        comp += float(ticks[rest].sum())
+        mem += float(np.maximum(tau - ticks[rest], 0).sum())
+        win = ch[w:p]
+        prev_end = run.end[ch[w - 1:p - 1]]
+        cst_rate = float(np.maximum(prev_end - run.ready[win], 0).sum()) / est[win].sum()
+        cst += cst_rate * est[rest].sum()
+    pscale = _page_scale(ctx, plan, run.subset)
+    if crit in rates:
+        # TLB stall follows the misses: compulsory (pages) when the kernel fits the TLB
+        tlb *= pscale if pscale is not None else est[ch].sum() / est[ch[:p]].sum()
+    rb, wb = plan.tile_bytes()
+    tot = rb.sum() + wb.sum()
+    simb = rb[run.subset].sum() + wb[run.subset].sum()
+    return {"time": float(fin.max()), "compute": comp, "stall_mem": mem, "stall_comp": cst,
+            "tlb": tlb, "fraction": float(simb / tot) if tot else 1.0,
+            "scale": float(tot / simb) if simb else 1.0,
+            "tlb_miss_scale": pscale}
+
+
+def _pages(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> int:
+    """Distinct virtual pages the tiles in ``subset`` touch."""
+    from h2m2sim.memory.frames import merge_extents
+    sh = ctx.memory.page_shift
+    v0, v1 = [], []
+    for t, o, f, ln in ((plan.r_tile, plan.r_op, plan.r_off, plan.r_len),
+                        (plan.w_tile, plan.w_op, plan.w_off, plan.w_len)):
+        keep = subset[t]
+        for op in np.unique(o[keep]):
+            sel = keep & (o == op)
+            _, va, l2 = plan.operands[int(op)].map(f[sel], ln[sel])
+            v0.append(va >> sh)
+            v1.append(((va + l2 - 1) >> sh) + 1)
+    if not v0:
+        return 0
+    s, e = merge_extents(np.concatenate(v0), np.concatenate(v1))
+    return int((e - s).sum())
+
+
+def _page_scale(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> float | None:
+    """TLB misses of the whole kernel / misses of the prefix when the kernel's pages
+    all fit in the TLB (misses are then compulsory: one per new page), else None (scale
+    with bytes)."""
+    full = _pages(ctx, plan, np.ones(plan.n_tiles, dtype=bool))
+    if full > ctx.system.mmu.tlb_entries:
+        return None
+    part = _pages(ctx, plan, subset)
+    return full / part if part else None
+
+
+def _result(ctx: _Ctx, plan: TilePlan, s: dict, run: _Run, op: str, fidelity: str,
+            kernels: tuple = ()) -> KernelResult:
+    tn = ctx.tick_ns
+    time_ns = float(s["time"] * tn)
+    stats = _scale_stats(run.res.stats, s["scale"], time_ns)
+    if s.get("tlb_miss_scale") is not None:
+        # compulsory misses: scale with the pages touched, lookups with the bytes
+        lookups = stats.tlb_hits + stats.tlb_misses
+        miss = int(round(run.res.stats.tlb_misses * s["tlb_miss_scale"]))
+        stats = dataclasses.replace(stats, tlb_misses=miss, tlb_hits=max(lookups - miss, 0))
+    comp_ns = float(s["compute"] * tn)
+    return KernelResult(
+        op=op, side=ctx.side.name, cycles=int(math.ceil(time_ns / ctx.chip.cycle_ns - 1e-9)),
+        time_ns=time_ns, flops=int(plan.flops), bytes=int(stats.bytes),
+        achieved_gbps=stats.bytes / time_ns if time_ns > 0 else 0.0,
+        peak_gbps=ctx.side.bandwidth_gbps, compute_bound=bool(comp_ns >= 0.5 * time_ns),
+        stall_compute_ns=float(s["stall_comp"] * tn), stall_memory_ns=float(s["stall_mem"] * tn),
+        stall_tlb_ns=float(s["tlb"] * tn), tlb_hits=int(stats.tlb_hits),
+        tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp_ns, unit=plan.unit,
+        tiles=plan.n_tiles, fidelity=fidelity, simulated_fraction=float(s["fraction"]),
+        deadlock=bool(run.res.deadlock), kernels=kernels)
+
+
+# ------------------------------------------------------------------------- kernel plans
+def _private_place(ctx: _Ctx, tensors: Sequence[tuple[str, int, str]]) -> dict[str, int]:
+    out = {}
+    for name, nbytes, kind in tensors:
+        if name in ctx.memory.tensors:
+            out[name] = ctx.memory.address(name)
+        else:
+            out[name] = ctx.memory.place(name, nbytes, ctx.side.name, kind).vaddr
+    return out
+
+
+def _shape_plans(ctx: _Ctx, op: str, m: int, k: int, n: int, batch: int, db: int,
+                 unit: str) -> list[TilePlan]:
+    """Plans of a kernel given by shape, with private tensors."""
+    chip = ctx.chip
+    for name, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(name, f"must be an integer >= 1, got {v!r}")
+    if op not in OPS:
+        raise ConfigError("op", f"unknown op {op!r}" + suggest(str(op), OPS)
+                          + f"; allowed: {', '.join(OPS)}")
+    pre = f"kernel.{op}"
+    if op in ("gemm", "gemv"):
+        if op == "gemv" and m != 1:
+            raise ConfigError("m", f"a gemv has m = 1, got {m} (use op gemm)")
+        a = _private_place(ctx, [(f"{pre}.A", batch * m * k * db, "activation"),
+                                 (f"{pre}.W", batch * k * n * db, "weight"),
+                                 (f"{pre}.C", batch * m * n * db, "activation")])
+        ops = [Operand.of("A", a[f"{pre}.A"], batch * m * k * db),
+               Operand.of("W", a[f"{pre}.W"], batch * k * n * db, "weight"),
+               Operand.of("C", a[f"{pre}.C"], batch * m * n * db)]
+        return [plan_matmul(chip, op, ops, 0, 1, 2, batch, m, k, n, db, ctx.bw_gbps,
+                            "blocked", unit=unit)]
+    if op in ("attention", "attn_score", "attn_value"):
+        # batch = KV heads, m = queries per KV head, k = head_dim, n = sequence length
+        a = _private_place(ctx, [(f"{pre}.q", batch * m * k * db, "activation"),
+                                 (f"{pre}.K", batch * n * k * db, "kv"),
+                                 (f"{pre}.V", batch * n * k * db, "kv"),
+                                 (f"{pre}.S", batch * m * n * db, "activation"),
+                                 (f"{pre}.ctx", batch * m * k * db, "activation")])
+        q = Operand.of("q", a[f"{pre}.q"], batch * m * k * db)
+        K = Operand.of("K", a[f"{pre}.K"], batch * n * k * db, "kv")
+        V = Operand.of("V", a[f"{pre}.V"], batch * n * k * db, "kv")
+        S = Operand.of("scores", a[f"{pre}.S"], batch * m * n * db)
+        C = Operand.of("ctx", a[f"{pre}.ctx"], batch * m * k * db)
+        plans = []
+        if op in ("attention", "attn_score"):
+            plans.append(plan_matmul(chip, "attn_score", [q, K, S], 0, 1, 2, batch, m, k, n,
+                                     db, ctx.bw_gbps, "nk", unit=unit))
+        if op == "attention":
+            plans.append(plan_vector(chip, "softmax", [S, S], [0], [1], batch * m, n,
+                                     vector_passes("softmax"), 5 * batch * m * n))
+        if op in ("attention", "attn_value"):
+            plans.append(plan_matmul(chip, "attn_value", [S, V, C], 0, 1, 2, batch, m, n, k,
+                                     db, ctx.bw_gbps, "kn", unit=unit))
+        return plans
+    # vector kernels: m rows of n elements (k unused)
+    rows = batch * m
+    nin = 2 if op == "residual" else 1
+    tens = [(f"{pre}.in{i}", rows * n * db, "activation") for i in range(nin)]
+    tens.append((f"{pre}.out", rows * n * db, "activation"))
+    if op == "layernorm":
+        tens.append((f"{pre}.gamma_beta", 2 * n * db, "weight"))
+    a = _private_place(ctx, tens)
+    ops = [Operand.of(nm.rsplit(".", 1)[1], a[nm], nb, kd) for nm, nb, kd in tens]
+    ins = [i for i, t in enumerate(tens) if not t[0].endswith(".out")]
+    outs = [nin]
+    from h2m2sim.model import VECTOR_FLOPS
+    fpe = {"layernorm": VECTOR_FLOPS["layernorm"], "softmax": VECTOR_FLOPS["softmax"],
+           "residual": 1, "activation": VECTOR_FLOPS["gelu"], "elementwise": 0}[op]
+    return [plan_vector(chip, op, ops, ins, outs, rows, n, vector_passes(op, fpe or None),
+                        fpe * rows * n)]
+
+
+def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | None
+                      ) -> TilePlan:
+    """Tile plan of a :class:`h2m2sim.model.Kernel` whose tensors sit at ``addresses``
+    (base tensor name -> virtual address; default: ``ctx.memory``)."""
+    def addr(t) -> int:
+        base = t.base
+        if addresses is not None and base in addresses:
+            return int(addresses[base]) + int(t.offset)
+        if base in ctx.memory.tensors:
+            return ctx.memory.address(base) + int(t.offset)
+        raise ConfigError("placement", f"tensor '{base}' of kernel '{kernel.name}' has no "
+                          f"address (place it in the memory or pass it in addresses)")
+
+    def operand(name, refs, kind):
+        refs = list(refs)
+        return Operand(name, np.array([addr(t) for t in refs], dtype=np.int64),
+                       np.array([max(int(t.bytes), 1) for t in refs], dtype=np.int64), kind)
+
+    ops_in = list(kernel.operands)
+    outs = list(kernel.outputs)
+    db = (ops_in or outs)[0].dtype_bytes
+    chip = ctx.chip
+    op = kernel.op
+    if op in ("gemm", "gemv", "attn_score", "attn_value"):
+        if op in ("gemm", "gemv"):
+            acts = [t for t in ops_in if t.kind == "activation"]
+            ws = [t for t in ops_in if t.kind == "weight" and len(t.shape) >= 2]
+            bs = [t for t in ops_in if t.kind == "weight" and len(t.shape) < 2]
+            layout = "blocked"
+        else:
+            acts = [t for t in ops_in if t.kind == "activation"]
+            ws = [t for t in ops_in if t.kind == "kv"]
+            bs = []
+            layout = "nk" if op == "attn_score" else "kn"
+        if not acts or not ws or not outs:
+            raise ConfigError("kernel", f"'{kernel.name}': a {op} needs activation and "
+                              "weight/KV operands and an output")
+        operands = [operand("A", acts, "activation"), operand("W", ws, ws[0].kind),
+                    operand("C", outs, "activation")]
+        bias = None
+        if bs:
+            operands.append(operand("bias", bs, "weight"))
+            bias = 3
+        batch = max(int(kernel.batch), 1)
+        plan = plan_matmul(chip, op, operands, 0, 1, 2, batch, kernel.m, kernel.k, kernel.n,
+                           db, ctx.bw_gbps, layout, bias=bias)
+        plan.flops = int(kernel.flops)
+        return plan
+    if op in _VECTOR_OPS:
+        operands = [operand(t.name, [t], t.kind) for t in ops_in] + \
+            [operand(t.name, [t], "activation") for t in outs]
+        nin = len(ops_in)
+        m = max(int(kernel.m), 1)
+        n = max(int(kernel.n), 1)
+        fpe = kernel.flops / (m * n) if kernel.flops else None
+        return plan_vector(chip, op, operands, list(range(nin)),
+                           list(range(nin, len(operands))), m, n, vector_passes(op, fpe),
+                           kernel.flops)
+    raise ConfigError("kernel", f"'{kernel.name}': op {op!r} is not supported by the NPU "
+                      f"model; supported: {', '.join(OPS)}")
+
+
+# --------------------------------------------------------------------------- public API
+def simulate_kernel(system: Any, side: str, op: str, m: int, k: int, n: int,
+                    dtype: str = "int8", page_size: int | None = None, batch: int = 1,
+                    fidelity: str = "cycle", *, placement: str = "contiguous",
+                    seed: int = 0, translate: str | None = None, unit: str = "auto",
+                    memory: SystemMemory | None = None) -> KernelResult:
+    """Simulate one kernel given by shape on ``side`` of ``system`` (a SystemSpec or
+    anything :func:`~h2m2sim.system.config.resolve_system` accepts).
+
+    ``op``: ``gemm`` / ``gemv`` (``[m x k] @ [k x n]``, weights ``k x n``), ``attention``
+    (score, softmax and value of ``batch`` KV heads: ``m`` queries per head, ``k`` =
+    head_dim, ``n`` = sequence length), ``attn_score`` / ``attn_value`` alone, or a
+    vector op (``softmax``, ``layernorm``, ``residual``, ``activation``, ``elementwise``:
+    ``batch*m`` rows of ``n`` elements). Tensors are placed in a fresh memory (or
+    ``memory``) on ``side``: ``placement`` contiguous or scattered frames of
+    ``page_size`` bytes (default: the system's MMU page size). ``translate``: ``mmu``
+    (TLB in the loop) or ``ideal`` (no translation cost); default from ``system.mmu``.
+    ``unit``: ``auto`` (faster of MM and MV per matrix product), ``mm`` or ``mv``."""
+    _check_fidelity(fidelity)
+    if unit not in ("auto", "mm", "mv"):
+        raise ConfigError("unit", f"must be auto, mm or mv, got {unit!r}")
+    ctx = _Ctx(system, side, memory, page_size, placement, seed, translate)
+    db = _dtype_bytes(dtype)
+    plans = _shape_plans(ctx, op, m, k, n, batch, db, unit)
+    if len(plans) == 1:
+        s, run = _simulate_plan(ctx, plans[0], fidelity)
+        return _result(ctx, plans[0], s, run, op, fidelity)
+    return _run_plans(ctx, plans, [p.op for p in plans], fidelity, op)
+
+
+def run_kernel(system: Any, side: str, kernel: Any, memory: SystemMemory | None = None,
+               addresses: Mapping[str, int] | None = None, fidelity: str = "cycle", *,
+               translate: str | None = None) -> KernelResult:
+    """Simulate one graph :class:`h2m2sim.model.Kernel` on ``side``.
+
+    Tensor addresses: ``addresses[base name]`` if given, else the tensor placed under
+    that name in ``memory``. With neither, every tensor the kernel touches is placed
+    contiguously on ``side`` in a fresh memory."""
+    return run_kernels(system, side, [kernel], memory, addresses, fidelity,
+                       translate=translate)
+
+
+def run_kernels(system: Any, side: str, kernels: Sequence[Any],
+                memory: SystemMemory | None = None,
+                addresses: Mapping[str, int] | None = None, fidelity: str = "cycle", *,
+                translate: str | None = None) -> KernelResult:
+    """Simulate graph kernels of one side back to back (in the given order, each
+    starting after all earlier ones finished: one barrier between consecutive kernels),
+    all cores of the chip, in one engine run (``cycle``) or one sampled run per kernel
+    summed with the barrier cost (``sampled``). The result's ``kernels`` lists per
+    kernel: name, op, start_ns, time_ns, flops, bytes."""
+    _check_fidelity(fidelity)
+    kernels = list(kernels)
+    if not kernels:
+        raise ConfigError("kernels", "needs at least one kernel")
+    ctx = _Ctx(system, side, memory, None, "contiguous", 0, translate)
+    if memory is None and addresses is None:
+        sizes: dict[str, tuple[int, str]] = {}
+        for kn in kernels:
+            for t in list(kn.operands) + list(kn.outputs):
+                need = int(t.offset) + int(t.bytes)
+                old = sizes.get(t.base, (0, t.kind))
+                kind = t.kind if t.view_of is None else old[1]
+                sizes[t.base] = (max(old[0], need, 1), kind)
+        _private_place(ctx, [(nm, nb, kd) for nm, (nb, kd) in sizes.items()])
+    plans = [plan_graph_kernel(ctx, kn, addresses) for kn in kernels]
+    names = [kn.name for kn in kernels]
+    op = kernels[0].op if len(kernels) == 1 else "kernels"
+    if len(plans) == 1:
+        s, run = _simulate_plan(ctx, plans[0], fidelity)
+        return _result(ctx, plans[0], s, run, op, fidelity)
+    return _run_plans(ctx, plans, names, fidelity, op)
+
+
+def _run_plans(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
+               op: str) -> KernelResult:
+    """Several plans back to back with barriers."""
+    tn = ctx.tick_ns
+    if fidelity == "cycle":
+        plan, kern = concat_plans(plans)
+        s, run = _simulate_plan(ctx, plan, "cycle", kern)
+        bg = run.layout.barrier_group
+        ends = []
+        for j in range(len(plans)):
+            if j < len(bg) and bg[j] >= 0:
+                ends.append(float(run.res.group_end[bg[j]]))
+            else:
+                ends.append(s["time"])
+        per = []
+        t0 = 0.0
+        rb, wb = plan.tile_bytes()
+        for j, p in enumerate(plans):
+            mine = kern == j
+            per.append({"name": names[j], "op": p.op, "unit": p.unit,
+                        "start_ns": t0 * tn, "time_ns": (ends[j] - t0) * tn,
+                        "flops": int(p.flops),
+                        "bytes": int(rb[mine].sum() + wb[mine].sum()),
+                        "tiles": int(p.n_tiles)})
+            t0 = ends[j]
+        return _result(ctx, plan, s, run, op, fidelity, tuple(per))
+    # sampled: each kernel on its own, summed with the barrier (flag read) cost
+    spec = ctx.ms.spec
+    barrier = spec.idle_read_latency_ck() * spec.tck_ns
+    per, results = [], []
+    t0 = 0.0
+    for j, p in enumerate(plans):
+        s, run = _simulate_plan(ctx, p, "sampled")
+        r = _result(ctx, p, s, run, p.op, "sampled")
+        results.append(r)
+        dt = r.time_ns + (barrier if j < len(plans) - 1 else 0.0)
+        per.append({"name": names[j], "op": p.op, "unit": p.unit, "start_ns": t0,
+                    "time_ns": dt, "flops": int(p.flops), "bytes": int(r.bytes),
+                    "tiles": int(p.n_tiles)})
+        t0 += dt
+    total = t0
+    stats = _sum_stats([r.dram for r in results], total)
+    comp = sum(r.compute_ns for r in results)
+    simb = sum(r.simulated_fraction * r.bytes for r in results)
+    nbytes = sum(r.bytes for r in results)
+    return KernelResult(
+        op=op, side=ctx.side.name, cycles=int(math.ceil(total / ctx.chip.cycle_ns - 1e-9)),
+        time_ns=total, flops=sum(r.flops for r in results), bytes=int(stats.bytes),
+        achieved_gbps=stats.bytes / total if total else 0.0,
+        peak_gbps=ctx.side.bandwidth_gbps, compute_bound=bool(comp >= 0.5 * total),
+        stall_compute_ns=sum(r.stall_compute_ns for r in results),
+        stall_memory_ns=sum(r.stall_memory_ns for r in results) + barrier * (len(plans) - 1),
+        stall_tlb_ns=sum(r.stall_tlb_ns for r in results), tlb_hits=int(stats.tlb_hits),
+        tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp, unit="mixed",
+        tiles=sum(r.tiles for r in results), fidelity="sampled",
+        simulated_fraction=simb / nbytes if nbytes else 1.0,
+        deadlock=any(r.deadlock for r in results), kernels=tuple(per))
+
+
+def _sum_stats(stats: list[DramStats], time_ns: float) -> DramStats:
+    d0 = stats[0]
+    tot = lambda f: sum(getattr(d, f) for d in stats)  # noqa: E731
+    nbytes = tot("bytes")
+    bw = nbytes / time_ns if time_ns > 0 else 0.0
+    reads = tot("reads")
+    lat = sum(d.avg_read_latency_ns * d.reads for d in stats) / reads if reads else 0.0
+    served = tot("row_hits") + tot("row_misses") + tot("row_conflicts")
+    return dataclasses.replace(
+        d0, sim_ns=time_ns, sim_cycles=time_ns / (d0.sim_ns / d0.sim_cycles)
+        if d0.sim_cycles else 0.0, reads=reads, writes=tot("writes"), bytes=nbytes,
+        bandwidth_gbps=bw, efficiency=bw / d0.peak_gbps if d0.peak_gbps else 0.0,
+        avg_read_latency_ns=lat, p50_read_latency_ns=max(d.p50_read_latency_ns for d in stats),
+        p99_read_latency_ns=max(d.p99_read_latency_ns for d in stats),
+        row_hits=tot("row_hits"), row_misses=tot("row_misses"),
+        row_conflicts=tot("row_conflicts"),
+        row_hit_rate=tot("row_hits") / served if served else 0.0,
+        commands={k: sum(d.commands.get(k, 0) for d in stats) for k in d0.commands},
+        tlb_hits=tot("tlb_hits"), tlb_misses=tot("tlb_misses"),
+        tlb_stall_ns=tot("tlb_stall_ns"), pte_reads=tot("pte_reads"))

@@ -1,0 +1,223 @@
+"""Hardware description of a whole system: memory sides, interconnect, MMU, sync cost.
+
+A *side* is one memory module with the accelerator chip attached to it (H2M2 Fig. 10:
+HBM3 + chip, LPDDR5X + chip). Its DRAM is a dram_models standard (a preset name, or a
+mapping ``{preset: NAME, <any field override>}`` including ``controller`` settings, or a
+full standard); ``channels`` sets the channel count, ``capacity_bytes`` the usable
+memory (at most what the DRAM organization addresses, so physical addresses never
+alias). ``chip`` is an :class:`~h2m2sim.npu.config.NpuChipConfig` (preset name or
+mapping; defaults = H2M2 Table 2).
+
+The run configuration's ``system`` section is resolved by :func:`resolve_system`
+(``RESOLVERS['system']``): a preset name (``h2m2``), a path to a YAML file, a mapping
+``{preset: NAME, <overrides>}`` (sides are overridden by name: ``sides: {hbm:
+{capacity_bytes: 48 GB}}``) or a full inline mapping. Errors name the full key, e.g.
+``system.sides[1].dram.timing.tRCD: must be > 0, got -3``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from dram_models.errors import ConfigError
+from dram_models.schema import deep_merge, load, param, suggest
+from dram_models.spec import DramSpec, load_standard
+from h2m2sim.memory.mmu import MmuSpec
+from h2m2sim.npu.config import NpuChipConfig, resolve_chip
+
+__all__ = ["SideSpec", "InterconnectSpec", "SyncSpec", "SystemSpec", "resolve_system",
+           "build_system"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SideSpec:
+    """One memory side: DRAM + capacity + the chip attached to it."""
+
+    name: str = param(doc="side name (e.g. hbm, lpddr); kernels and tensors refer to it")
+    dram: DramSpec = param(doc="DRAM standard: preset name, {preset: NAME, <overrides "
+                           "incl. organization / timing / controller>}, or a full standard")
+    channels: Optional[int] = param(None, ge=1, doc="DRAM channels (overrides the "
+                                    "standard's organization.channels; any count: a "
+                                    "count that is not a power of two interleaves "
+                                    "channels modulo)")
+    capacity_bytes: int = param(gt=0, unit="bytes", doc="usable memory of the side (at "
+                                "most the DRAM organization's capacity)")
+    chip: NpuChipConfig = param(default_factory=NpuChipConfig, doc="accelerator chip "
+                                "attached to this side (preset name or mapping)")
+    nominal_bandwidth_gbps: Optional[float] = param(
+        None, gt=0, unit="GB/s", doc="bandwidth of the real device when the simulated "
+        "DRAM organization only approximates it; informational, the simulation uses the "
+        "organization")
+    description: str = param("", doc="free text")
+    sources: dict[str, str] = param(default_factory=dict, doc="where the numbers come from")
+
+    def _check(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError("name", f"must be a non-empty name of letters, digits, '-' "
+                              f"or '_', got {self.name!r}")
+        org = self.dram_spec.organization.capacity_bytes
+        if self.capacity_bytes > org:
+            raise ConfigError("capacity_bytes", f"{self.capacity_bytes} bytes exceed what "
+                              f"the DRAM organization addresses ({org} bytes = "
+                              f"{org / 2**30:g} GiB); raise dram.organization.rows or "
+                              "channels, or lower capacity_bytes")
+
+    @functools.cached_property
+    def dram_spec(self) -> DramSpec:
+        """The DRAM standard with this side's channel count applied."""
+        if self.channels is None or self.channels == self.dram.organization.channels:
+            return self.dram
+        return self.dram.with_channels(self.channels)
+
+    @property
+    def n_channels(self) -> int:
+        return self.dram_spec.organization.channels
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """Peak DRAM bandwidth of the side as simulated, GB/s (1e9 B/s)."""
+        return self.dram_spec.peak_gbps
+
+    @property
+    def kind(self) -> str:
+        """Memory technology (the DRAM standard's name, e.g. HBM3-6400)."""
+        return self.dram.name
+
+    @property
+    def peak_tflops(self) -> float:
+        return self.chip.peak_tflops
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InterconnectSpec:
+    """The link between the chips of different sides (activation copies, migrations)."""
+
+    bandwidth_gbps: float = param(960.0, gt=0, unit="GB/s", doc="chip-to-chip bandwidth",
+                                  source="H2M2 Table 1 (960 GB/s)")
+    latency_ns: float = param(500.0, ge=0, unit="ns", doc="latency of one transfer over "
+                              "the link (setup + flight)",
+                              source="assumed; the paper gives no value")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SyncSpec:
+    """Cost of synchronizing the chips between sublayers (H2M2 Sec. 4.1: a hardware
+    event mechanism; kernels are launched ahead and released by their dependencies)."""
+
+    barrier_ns: float = param(500.0, ge=0, unit="ns", doc="time from the last kernel of a "
+                              "sublayer finishing to the next one starting on every side",
+                              source="assumed: one message over the chip-to-chip link")
+    launch_ns: float = param(0.0, ge=0, unit="ns", doc="per-kernel launch overhead",
+                             source="H2M2 Sec. 4.1: kernels are pre-launched (0)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SystemSpec:
+    """A whole system: sides, interconnect, MMU, synchronization."""
+
+    name: str = param("custom", doc="system name")
+    description: str = param("", doc="free text")
+    sides: tuple[SideSpec, ...] = param(doc="memory sides (each with its chip)")
+    interconnect: InterconnectSpec = param(default_factory=InterconnectSpec,
+                                           doc="chip-to-chip link")
+    mmu: MmuSpec = param(default_factory=MmuSpec, doc="address translation (one MMU/TLB "
+                         "per chip, one flat page table per side)")
+    sync: SyncSpec = param(default_factory=SyncSpec, doc="cross-chip synchronization")
+    sources: dict[str, str] = param(default_factory=dict, doc="where the numbers come from")
+
+    def _check(self) -> None:
+        if not self.sides:
+            raise ConfigError("sides", "needs at least one memory side")
+        seen = set()
+        for i, s in enumerate(self.sides):
+            if s.name in seen:
+                raise ConfigError(f"sides[{i}].name", f"duplicate side name {s.name!r}")
+            seen.add(s.name)
+            if self.mmu.table_bytes > s.capacity_bytes:
+                raise ConfigError("mmu.virtual_bytes", f"the flat page table "
+                                  f"({self.mmu.table_bytes} bytes) does not fit side "
+                                  f"{s.name!r} ({s.capacity_bytes} bytes); use larger "
+                                  "pages or a smaller virtual space")
+
+    @property
+    def side_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.sides)
+
+    def side(self, name: str | SideSpec, key: str = "side") -> SideSpec:
+        """The side called ``name`` (ConfigError with a suggestion otherwise)."""
+        if isinstance(name, SideSpec):
+            return name
+        for s in self.sides:
+            if s.name == name:
+                return s
+        raise ConfigError(key, f"no side {name!r} in system {self.name!r}"
+                          + suggest(str(name), self.side_names)
+                          + f"; sides: {', '.join(self.side_names)}")
+
+    @property
+    def capacity_bytes(self) -> int:
+        return sum(s.capacity_bytes for s in self.sides)
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        return sum(s.bandwidth_gbps for s in self.sides)
+
+    @property
+    def peak_tflops(self) -> float:
+        """Peak dense throughput of all chips together, 1e12 ops/s."""
+        return sum(s.chip.peak_tflops for s in self.sides)
+
+
+# ---------------------------------------------------------------------------- resolving
+def _prepare_sides(data: dict, key: str) -> dict:
+    """Resolve each side's ``dram`` (preset name / overrides) and ``chip`` into objects
+    before the typed load, so their errors carry the side's key path."""
+    sides = data.get("sides")
+    if sides is None:
+        return data
+    if isinstance(sides, Mapping) or isinstance(sides, (str, bytes)) or \
+            not hasattr(sides, "__iter__"):
+        raise ConfigError(f"{key}.sides", "must be a list of sides (each a mapping with "
+                          "name, dram, capacity_bytes, ...)")
+    out = []
+    for i, side in enumerate(sides):
+        skey = f"{key}.sides[{i}]"
+        if not isinstance(side, Mapping):
+            raise ConfigError(skey, f"must be a mapping (name, dram, capacity_bytes, ...), "
+                              f"got {side!r}")
+        side = dict(side)
+        if "dram" in side and not isinstance(side["dram"], DramSpec):
+            side["dram"] = load_standard(side["dram"], key=f"{skey}.dram")
+        if "chip" in side and not isinstance(side["chip"], NpuChipConfig):
+            side["chip"] = resolve_chip(side["chip"], f"{skey}.chip")
+        out.append(side)
+    return dict(data, sides=out)
+
+
+def build_system(data: Any, key: str = "system") -> SystemSpec:
+    """A :class:`SystemSpec` from a full mapping (no preset lookup)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(key, f"must be a mapping, got {data!r}")
+    return load(SystemSpec, _prepare_sides(dict(data), key), key)
+
+
+def resolve_system(raw: Any, key: str = "system") -> SystemSpec:
+    """Resolve a run configuration's ``system`` value (see the module docstring)."""
+    from .presets import preset_data
+    if isinstance(raw, SystemSpec):
+        return raw
+    if isinstance(raw, str):
+        return build_system(preset_data(raw, key), key)
+    if isinstance(raw, Mapping):
+        data = dict(raw)
+        if "preset" in data:
+            base = preset_data(data.pop("preset"), f"{key}.preset")
+            try:
+                data = deep_merge(base, data)
+            except ConfigError as err:
+                raise err.prefixed(f"{key}.sides") from None
+        return build_system(data, key)
+    raise ConfigError(key, f"must be a system preset name, a YAML path or a mapping, "
+                      f"got {raw!r}")

@@ -1,0 +1,77 @@
+"""Built-in system presets: one YAML file per system in ``h2m2sim/system/presets/``,
+every number commented with its source.
+
+* ``h2m2`` -- the H2M2 asymmetric system: sides ``hbm`` (HBM3, 96 GB, 3.28 TB/s) and
+  ``lpddr`` (LPDDR5X, 512 GB, 546 GB/s), each with a 4-core Table 2 chip;
+* ``lpddr-only`` -- the H2M2 baseline (two chips on capacity-centric LPDDR5X; provisional
+  topology, see the file);
+* ``hbm8`` -- eight HBM3 modules (768 GB) on two chips (provisional, see the file);
+* ``mlu370-x4`` -- the ODMA device (LPDDR5, 24 GB);
+* ``a100-80gb`` -- HBM2E, 80 GB (NPU stand-in for the GPU's compute);
+* ``cpu-ddr5`` -- a 12-channel DDR5-4800 server (NPU stand-in for the CPU's compute).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dram_models.errors import ConfigError
+from dram_models.schema import suggest
+
+from .config import SystemSpec, resolve_system
+
+__all__ = ["PRESET_DIR", "list_presets", "preset_data", "load_system_preset"]
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in system presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def _read(path: Path, key: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(where, f"not valid YAML ({getattr(err, 'problem', err)})") from None
+    except OSError as err:
+        raise ConfigError(key, f"cannot read {path}: {err.strerror}") from None
+
+
+def preset_data(name: Any, key: str = "system") -> dict:
+    """Raw data of preset ``name`` or of a YAML file path (a file may itself name a
+    ``preset`` to start from)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(key, f"must be a system preset name or a YAML path, got {name!r}")
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ConfigError(key, f"no such file: {name}")
+        data = _read(path, key)
+        if isinstance(data, dict) and isinstance(data.get("system"), dict):
+            data = data["system"]          # a run configuration: take its system section
+        if isinstance(data, dict) and "preset" in data:
+            from dram_models.schema import deep_merge
+            base = preset_data(data.pop("preset"), f"{key}.preset")
+            data = deep_merge(base, data)
+    else:
+        names = list_presets()
+        if name not in names:
+            raise ConfigError(key, f"unknown system preset {name!r}" + suggest(name, names)
+                              + f"; available: {', '.join(names)} (or a path to a .yaml "
+                              "file)")
+        data = _read(PRESET_DIR / f"{name}.yaml", key)
+    if not isinstance(data, dict):
+        raise ConfigError(key, f"system file {name} must hold a mapping")
+    return data
+
+
+def load_system_preset(name: str) -> SystemSpec:
+    """The resolved :class:`SystemSpec` of preset (or YAML file) ``name``."""
+    return resolve_system(name, "system")
