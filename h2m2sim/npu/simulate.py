@@ -50,6 +50,8 @@ _VECTOR_OPS = ("softmax", "layernorm", "residual", "activation", "elementwise")
 #: sampled fidelity: initial prefix (tiles per core), warm-up share, steadiness tolerance
 SAMPLE_PREFIX = 8
 SAMPLE_TOL = 0.02
+#: kernels with fewer tiles per core than this are always simulated in full
+SAMPLE_MIN_TILES = 4 * SAMPLE_PREFIX
 SHARED_QUEUES = True
 
 
@@ -125,6 +127,10 @@ class _Ctx:
         self.ideal = mode == "ideal"
         self.tick_ns = self.ms.tick_ns
         self.bw_gbps = 0.9 * self.side.bandwidth_gbps
+        from .dma import dma_params
+        q, chunk, _ = dma_params(self.chip, self.ms, self.memory.page_size)
+        # bytes in flight that keep every channel streaming (two descriptors each)
+        self.inflight = min(q, self.ms.channels) * chunk * 2
 
     def ticks(self, cycles: np.ndarray) -> np.ndarray:
         c = np.asarray(cycles, dtype=np.float64) * self.chip.cycle_ns / self.tick_ns
@@ -145,16 +151,14 @@ def _dtype_bytes(dtype: str) -> int:
 # ---------------------------------------------------------------------- running + results
 @dataclasses.dataclass
 class _Run:
-    """Per-tile timeline of one engine run (ticks), plus what the result needs."""
+    """Per-tile timeline of one engine run (ticks; NaN for tiles not simulated)."""
 
     res: Any
     layout: DmaLayout
     subset: np.ndarray
-    ready: np.ndarray        # per plan tile (nan if not simulated)
-    end: np.ndarray
-    start: np.ndarray
-    core_finish: np.ndarray  # per core: last compute end or last write/flag done
-    core_last_end: np.ndarray
+    ready: np.ndarray        # all reads of the tile back
+    end: np.ndarray          # compute of the tile finished
+    wdone: np.ndarray        # last write (or barrier flag) issued after the tile done
 
 
 def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray,
@@ -174,42 +178,11 @@ def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray
     end = np.full(T, np.nan)
     ready[sim] = res.group_ready[g[sim]]
     end[sim] = res.group_end[g[sim]]
-    start = end - ticks
-    P = ctx.chip.cores
-    core_last_end = np.zeros(P)
-    core_finish = np.zeros(P)
-    for c in range(P):
-        m = sim & (plan.core == c)
-        if m.any():
-            core_last_end[c] = end[m].max()
-    nonread = (lay.d_kind != KIND_READ)
+    wdone = np.zeros(T)
+    nonread = lay.d_kind != KIND_READ
     if nonread.any():
-        fin = np.zeros(P)
-        np.maximum.at(fin, lay.d_core[nonread], res.desc_done[nonread].astype(np.float64))
-        core_finish = np.maximum(core_last_end, fin)
-    else:
-        core_finish = core_last_end.copy()
-    return _Run(res, lay, subset, ready, end, start, core_finish, core_last_end)
-
-
-def _chains(plan: TilePlan, P: int) -> list[np.ndarray]:
-    return [np.nonzero(plan.core == c)[0] for c in range(P)]
-
-
-def _breakdown(ctx: _Ctx, plan: TilePlan, run: _Run, ticks: np.ndarray, chains,
-               crit: int) -> tuple[float, float, float]:
-    """(compute, memory stall, compute stall) of core ``crit`` in ticks, simulated part."""
-    t = chains[crit]
-    t = t[run.subset[t]]
-    if len(t) == 0:
-        return 0.0, 0.0, 0.0
-    prev_end = np.r_[0.0, run.end[t][:-1]]
-    rdy = run.ready[t]
-    comp = float(ticks[t].sum())
-    mem = float(np.maximum(rdy - prev_end, 0).sum()) + \
-        float(run.core_finish[crit] - run.core_last_end[crit])
-    cst = float(np.maximum(prev_end - rdy, 0).sum())
-    return comp, mem, cst
+        np.maximum.at(wdone, lay.d_tile[nonread], res.desc_done[nonread].astype(np.float64))
+    return _Run(res, lay, subset, ready, end, wdone)
 
 
 def _tlb_stall(run: _Run, core: int) -> float:
@@ -234,90 +207,192 @@ def _scale_stats(d: DramStats, f: float, time_ns: float) -> DramStats:
 
 
 def _est_ticks(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray) -> np.ndarray:
-    """Analytic tile weights for extrapolation: max(compute, bytes at a core's share of
-    the side's bandwidth), ticks."""
+    """Analytic tile weights for the steadiness test: max(compute, bytes at a core's
+    share of the side's bandwidth), ticks."""
     rb, wb = plan.tile_bytes()
     per_core_bpt = ctx.bw_gbps * ctx.tick_ns / ctx.chip.cores
     return np.maximum(ticks.astype(np.float64), (rb + wb) / per_core_bpt) + 1.0
 
 
-def _simulate_plan(ctx: _Ctx, plan: TilePlan, fidelity: str,
-                   kern: np.ndarray | None = None) -> tuple[dict, _Run]:
-    """Run one (possibly concatenated) plan; returns summary numbers in ticks."""
+def _fluid(T0: np.ndarray, R: np.ndarray, K: np.ndarray, B: float) -> np.ndarray:
+    """Finish times of cores that start at ``T0`` with ``R`` bytes and ``K`` compute ticks
+    left, sharing ``B`` bytes/tick of memory bandwidth: at any moment the active cores
+    split B equally (water-filling), none faster than its compute allows (R/K)."""
+    n = len(T0)
+    fin = np.array(T0, dtype=np.float64)
+    left = np.array(R, dtype=np.float64)
+    cap = np.where(K > 0, left / np.maximum(K, 1e-12), np.inf)
+    todo = left > 0
+    t = float(T0[todo].min()) if todo.any() else 0.0
+    while todo.any():
+        act = todo & (T0 <= t + 1e-9)
+        if not act.any():
+            t = float(T0[todo].min())
+            continue
+        idx = np.nonzero(act)[0]
+        rate = np.zeros(n)
+        budget = B
+        free = list(idx[np.argsort(cap[idx], kind="stable")])
+        while free:                              # water-filling
+            share = budget / len(free)
+            c = free[0]
+            if cap[c] <= share:
+                rate[c] = cap[c]
+                budget -= cap[c]
+                free.pop(0)
+            else:
+                for c2 in free:
+                    rate[c2] = share
+                break
+        dt = np.full(n, np.inf)
+        dt[idx] = left[idx] / np.maximum(rate[idx], 1e-30)
+        nxt = T0[todo & ~act]
+        step = min(float(dt.min()), float(nxt.min() - t) if len(nxt) else np.inf)
+        left[idx] -= rate[idx] * step
+        t += step
+        done = act & (left <= 1e-6 * np.maximum(R, 1))
+        fin[done] = t
+        todo &= ~done
+    return fin
+
+
+def _kernel_summary(run: _Run, ticks: np.ndarray, est: np.ndarray, tb: np.ndarray,
+                    chains: list, t0: float, p: int | None) -> dict | None:
+    """Timeline summary of one kernel (``chains``: its tiles per core, in order) that
+    started at tick ``t0``: fully simulated (``p`` None) or extrapolated from the first
+    ``p`` tiles of every core (None when the per-tile time is not steady yet).
+
+    Steadiness: on every extrapolated core, the time per unit of estimated tile work over
+    the two halves of the window (tiles ``w..p-1`` after a warm-up of ``w``) agrees
+    within SAMPLE_TOL. Extrapolation: the chip's memory throughput B (bytes per tick,
+    summed over the cores' windows) is shared by the cores still running
+    (:func:`_fluid`), each no faster than its compute, so cores with less work finish
+    first and leave the bandwidth to the others, as in a full run."""
+    P = len(chains)
+    sim_ch = [ch if p is None else ch[:p] for ch in chains]
+    last_end = np.array([run.end[c][-1] if len(c) else t0 for c in sim_ch], dtype=np.float64)
+    finish = np.array([max(last_end[i], run.wdone[c].max()) if len(c) else t0
+                       for i, c in enumerate(sim_ch)], dtype=np.float64)
+    fin = finish.copy()
+    T0 = np.zeros(P)
+    R = np.zeros(P)
+    K = np.zeros(P)
+    tail = np.zeros(P)
+    B = 0.0
+    ext = []
+    if p is not None:
+        w = max(2, p // 4)
+        mid = (w + p) // 2
+        for c, ch in enumerate(chains):
+            if len(ch) <= p:
+                continue
+            e = run.end[ch[:p]]
+            x = est[ch]
+            r1 = (e[mid - 1] - e[w - 1]) / x[w:mid].sum()
+            r2 = (e[p - 1] - e[mid - 1]) / x[mid:p].sum()
+            if abs(r1 - r2) > SAMPLE_TOL * max(r1, r2):
+                return None
+            B += tb[ch[w:p]].sum() / max(e[p - 1] - e[w - 1], 1e-9)
+            T0[c], R[c], K[c] = e[p - 1], tb[ch[p:]].sum(), ticks[ch[p:]].sum()
+            tail[c] = finish[c] - e[p - 1]
+            ext.append(c)
+    ext = np.array(ext, dtype=np.int64)
+    if len(ext):
+        fin[ext] = _fluid(T0[ext], R[ext], K[ext], B) + tail[ext]
+    crit = int(np.argmax(fin))
+    # breakdown on the critical core (simulated part)
+    t = sim_ch[crit]
+    comp = mem = cst = 0.0
+    if len(t):
+        prev_end = np.r_[t0, run.end[t][:-1]]
+        rdy = np.maximum(run.ready[t], t0)
+        comp = float(ticks[t].sum())
+        mem = float(np.maximum(rdy - prev_end, 0).sum()) + float(finish[crit] - last_end[crit])
+        cst = float(np.maximum(prev_end - rdy, 0).sum())
+    if crit in set(ext.tolist()):
+        ch = chains[crit]
+        rest = ch[p:]
+        comp += float(K[crit])
+        mem += max(0.0, float(fin[crit] - tail[crit] - T0[crit] - K[crit]))
+        w = max(2, p // 4)
+        win = ch[w:p]
+        pe = run.end[ch[w - 1:p - 1]]
+        cst += float(np.maximum(pe - run.ready[win], 0).sum()) / est[win].sum() * \
+            est[rest].sum()
+    return {"end": float(fin.max()), "sim_end": float(finish.max()), "crit": crit,
+            "compute": comp, "stall_mem": mem, "stall_comp": cst,
+            "extrapolated": bool(len(ext))}
+
+
+def _simulate(ctx: _Ctx, plans: list[TilePlan], fidelity: str):
+    """Run the plans back to back in one engine run (barriers between them); with
+    ``sampled`` fidelity only a prefix of every large kernel's per-core chains is
+    simulated (doubled until steady) and the rest extrapolated. Returns the combined
+    plan, the run, per-kernel summaries (durations in ticks) and overall numbers."""
+    if len(plans) == 1:
+        plan, kern = plans[0], None
+        kidx = np.zeros(plan.n_tiles, dtype=np.int64)
+    else:
+        plan, kern = concat_plans(plans)
+        kidx = kern
     P = ctx.chip.cores
     ticks = ctx.ticks(plan.cycles)
-    chains = _chains(plan, P)
-    nmax = max((len(c) for c in chains), default=0)
-    full = np.ones(plan.n_tiles, dtype=bool)
-    p = SAMPLE_PREFIX
-    if fidelity == "sampled" and kern is None:
-        est = _est_ticks(ctx, plan, ticks)
-        while p * 2 <= nmax:
-            pos = np.zeros(plan.n_tiles, dtype=np.int64)
-            for ch in chains:
-                pos[ch] = np.arange(len(ch))
-            run = _engine_run(ctx, plan, ticks, pos < p, None)
-            out = _extrapolate(ctx, plan, run, ticks, est, chains, p)
-            if out is not None:
-                return out, run
-            p *= 2
-    run = _engine_run(ctx, plan, ticks, full, kern)
-    crit = int(np.argmax(run.core_finish))
-    comp, mem, cst = _breakdown(ctx, plan, run, ticks, chains, crit)
-    T = float(run.core_finish.max())
-    if kern is not None:
-        T = max(T, float(run.res.group_end.max(initial=0)))
-    return {"time": T, "compute": comp, "stall_mem": mem, "stall_comp": cst,
-            "tlb": _tlb_stall(run, crit), "fraction": 1.0, "scale": 1.0}, run
-
-
-def _extrapolate(ctx, plan, run, ticks, est, chains, p) -> dict | None:
-    """Extrapolated summary from a prefix run of ``p`` tiles per core, or None when the
-    per-tile time is not steady yet."""
-    w = max(2, p // 4)
-    mid = (w + p) // 2
-    fin = np.zeros(len(chains))
-    rates = {}
-    for c, ch in enumerate(chains):
-        if len(ch) <= p:
-            fin[c] = run.core_finish[c]
-            continue
-        e = run.end[ch[:p]]
-        x = est[ch]
-        r1 = (e[mid - 1] - e[w - 1]) / x[w:mid].sum()
-        r2 = (e[p - 1] - e[mid - 1]) / x[mid:p].sum()
-        if abs(r1 - r2) > SAMPLE_TOL * max(r1, r2):
-            return None
-        rate = (e[p - 1] - e[w - 1]) / x[w:p].sum()
-        rates[c] = (rate, w)
-        tail = run.core_finish[c] - e[p - 1]
-        fin[c] = e[p - 1] + rate * x[p:].sum() + tail
-    crit = int(np.argmax(fin))
-    comp, mem, cst = _breakdown(ctx, plan, run, ticks, chains, crit)
-    tlb = _tlb_stall(run, crit)
-    ch = chains[crit]
-    if crit in rates:
-        rate, w = rates[crit]
-        rest = ch[p:]
-        tau = rate * est[rest]
-        # the prefix's write drain is replaced by the final one (same length)
-        comp += float(ticks[rest].sum())
-        mem += float(np.maximum(tau - ticks[rest], 0).sum())
-        win = ch[w:p]
-        prev_end = run.end[ch[w - 1:p - 1]]
-        cst_rate = float(np.maximum(prev_end - run.ready[win], 0).sum()) / est[win].sum()
-        cst += cst_rate * est[rest].sum()
-    pscale = _page_scale(ctx, plan, run.subset)
-    if crit in rates:
-        # TLB stall follows the misses: compulsory (pages) when the kernel fits the TLB
-        tlb *= pscale if pscale is not None else est[ch].sum() / est[ch[:p]].sum()
+    est = _est_ticks(ctx, plan, ticks)
     rb, wb = plan.tile_bytes()
-    tot = rb.sum() + wb.sum()
-    simb = rb[run.subset].sum() + wb[run.subset].sum()
-    return {"time": float(fin.max()), "compute": comp, "stall_mem": mem, "stall_comp": cst,
-            "tlb": tlb, "fraction": float(simb / tot) if tot else 1.0,
+    tb = rb + wb
+    nk = len(plans)
+    chains = [[np.nonzero((kidx == j) & (plan.core == c))[0] for c in range(P)]
+              for j in range(nk)]
+    kpos = np.zeros(plan.n_tiles, dtype=np.int64)
+    for per in chains:
+        for ch in per:
+            kpos[ch] = np.arange(len(ch))
+    nmax = [max((len(ch) for ch in per), default=0) for per in chains]
+    pk: list = [None] * nk
+    if fidelity == "sampled":
+        # sampling pays off (and is accurate) only for long chains
+        pk = [SAMPLE_PREFIX if SAMPLE_MIN_TILES <= n else None for n in nmax]
+    while True:
+        lim = np.array([plan.n_tiles if x is None else x for x in pk], dtype=np.int64)
+        subset = kpos < lim[kidx]
+        run = _engine_run(ctx, plan, ticks, subset, kern)
+        bg = run.layout.barrier_group
+        sums, t0, redo = [], 0.0, False
+        for j in range(nk):
+            sj = _kernel_summary(run, ticks, est, tb, chains[j], t0, pk[j])
+            if sj is None:
+                pk[j] = None if 4 * pk[j] > nmax[j] else 2 * pk[j]
+                redo = True
+                continue
+            has_b = j < len(bg) and bg[j] >= 0
+            b_end = float(run.res.group_end[bg[j]]) if has_b else sj["sim_end"]
+            sj["overhead"] = max(b_end - sj["sim_end"], 0.0)    # barrier after the kernel
+            sj["start"] = t0
+            sums.append(sj)
+            t0 = b_end
+        if not redo:
+            break
+    total, start = 0.0, 0.0
+    for sj in sums:
+        sj["duration"] = sj["end"] - sj["start"] + sj["overhead"]
+        sj["t_start"] = start
+        start += sj["duration"]
+    total = start
+    simb = tb[subset].sum()
+    tot = tb.sum()
+    over = {"time": total,
+            "compute": sum(x["compute"] for x in sums),
+            "stall_mem": sum(x["stall_mem"] + x["overhead"] for x in sums),
+            "stall_comp": sum(x["stall_comp"] for x in sums),
+            "tlb": _tlb_stall(run, sums[-1]["crit"]),
+            "fraction": float(simb / tot) if tot else 1.0,
             "scale": float(tot / simb) if simb else 1.0,
-            "tlb_miss_scale": pscale}
+            "tlb_miss_scale": _page_scale(ctx, plan, subset) if simb < tot else None,
+            "sampled": any(x["extrapolated"] for x in sums)}
+    if over["scale"] != 1.0:
+        # TLB stall follows the misses: compulsory (pages) when the kernel fits the TLB
+        over["tlb"] *= over["tlb_miss_scale"] or over["scale"]
+    return plan, kidx, run, sums, over
 
 
 def _pages(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> int:
@@ -340,9 +415,9 @@ def _pages(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> int:
 
 
 def _page_scale(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> float | None:
-    """TLB misses of the whole kernel / misses of the prefix when the kernel's pages
-    all fit in the TLB (misses are then compulsory: one per new page), else None (scale
-    with bytes)."""
+    """TLB misses of the whole run / misses of the simulated part when all pages fit in
+    the TLB (misses are then compulsory: one per new page), else None (scale with
+    bytes)."""
     full = _pages(ctx, plan, np.ones(plan.n_tiles, dtype=bool))
     if full > ctx.system.mmu.tlb_entries:
         return None
@@ -350,8 +425,9 @@ def _page_scale(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> float | None:
     return full / part if part else None
 
 
-def _result(ctx: _Ctx, plan: TilePlan, s: dict, run: _Run, op: str, fidelity: str,
-            kernels: tuple = ()) -> KernelResult:
+def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
+            op: str) -> KernelResult:
+    plan, kidx, run, sums, s = _simulate(ctx, plans, fidelity)
     tn = ctx.tick_ns
     time_ns = float(s["time"] * tn)
     stats = _scale_stats(run.res.stats, s["scale"], time_ns)
@@ -361,16 +437,29 @@ def _result(ctx: _Ctx, plan: TilePlan, s: dict, run: _Run, op: str, fidelity: st
         miss = int(round(run.res.stats.tlb_misses * s["tlb_miss_scale"]))
         stats = dataclasses.replace(stats, tlb_misses=miss, tlb_hits=max(lookups - miss, 0))
     comp_ns = float(s["compute"] * tn)
+    per = ()
+    if len(plans) > 1:
+        rb, wb = plan.tile_bytes()
+        per = tuple({"name": names[j], "op": p.op, "unit": p.unit,
+                     "start_ns": float(x["t_start"] * tn), "time_ns": float(x["duration"] * tn),
+                     "flops": int(p.flops), "bytes": int(rb[kidx == j].sum() + wb[kidx == j].sum()),
+                     "tiles": int(p.n_tiles), "compute_ns": float(x["compute"] * tn),
+                     "stall_memory_ns": float((x["stall_mem"] + x["overhead"]) * tn),
+                     "stall_compute_ns": float(x["stall_comp"] * tn),
+                     "extrapolated": x["extrapolated"]}
+                    for j, (p, x) in enumerate(zip(plans, sums)))
+    units = {p.unit for p in plans}
     return KernelResult(
         op=op, side=ctx.side.name, cycles=int(math.ceil(time_ns / ctx.chip.cycle_ns - 1e-9)),
-        time_ns=time_ns, flops=int(plan.flops), bytes=int(stats.bytes),
+        time_ns=time_ns, flops=int(sum(p.flops for p in plans)), bytes=int(stats.bytes),
         achieved_gbps=stats.bytes / time_ns if time_ns > 0 else 0.0,
         peak_gbps=ctx.side.bandwidth_gbps, compute_bound=bool(comp_ns >= 0.5 * time_ns),
         stall_compute_ns=float(s["stall_comp"] * tn), stall_memory_ns=float(s["stall_mem"] * tn),
         stall_tlb_ns=float(s["tlb"] * tn), tlb_hits=int(stats.tlb_hits),
-        tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp_ns, unit=plan.unit,
-        tiles=plan.n_tiles, fidelity=fidelity, simulated_fraction=float(s["fraction"]),
-        deadlock=bool(run.res.deadlock), kernels=kernels)
+        tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp_ns,
+        unit=units.pop() if len(units) == 1 else "mixed", tiles=int(plan.n_tiles),
+        fidelity=fidelity, simulated_fraction=float(s["fraction"]),
+        deadlock=bool(run.res.deadlock), kernels=per)
 
 
 # ------------------------------------------------------------------------- kernel plans
@@ -405,7 +494,7 @@ def _shape_plans(ctx: _Ctx, op: str, m: int, k: int, n: int, batch: int, db: int
                Operand.of("W", a[f"{pre}.W"], batch * k * n * db, "weight"),
                Operand.of("C", a[f"{pre}.C"], batch * m * n * db)]
         return [plan_matmul(chip, op, ops, 0, 1, 2, batch, m, k, n, db, ctx.bw_gbps,
-                            "blocked", unit=unit)]
+                            "blocked", unit=unit, inflight_bytes=ctx.inflight)]
     if op in ("attention", "attn_score", "attn_value"):
         # batch = KV heads, m = queries per KV head, k = head_dim, n = sequence length
         a = _private_place(ctx, [(f"{pre}.q", batch * m * k * db, "activation"),
@@ -421,13 +510,16 @@ def _shape_plans(ctx: _Ctx, op: str, m: int, k: int, n: int, batch: int, db: int
         plans = []
         if op in ("attention", "attn_score"):
             plans.append(plan_matmul(chip, "attn_score", [q, K, S], 0, 1, 2, batch, m, k, n,
-                                     db, ctx.bw_gbps, "nk", unit=unit))
+                                     db, ctx.bw_gbps, "nk", unit=unit,
+                                     inflight_bytes=ctx.inflight))
         if op == "attention":
             plans.append(plan_vector(chip, "softmax", [S, S], [0], [1], batch * m, n,
-                                     vector_passes("softmax"), 5 * batch * m * n))
+                                     vector_passes("softmax"), 5 * batch * m * n,
+                                     inflight_bytes=ctx.inflight))
         if op in ("attention", "attn_value"):
             plans.append(plan_matmul(chip, "attn_value", [S, V, C], 0, 1, 2, batch, m, n, k,
-                                     db, ctx.bw_gbps, "kn", unit=unit))
+                                     db, ctx.bw_gbps, "kn", unit=unit,
+                                     inflight_bytes=ctx.inflight))
         return plans
     # vector kernels: m rows of n elements (k unused)
     rows = batch * m
@@ -444,7 +536,7 @@ def _shape_plans(ctx: _Ctx, op: str, m: int, k: int, n: int, batch: int, db: int
     fpe = {"layernorm": VECTOR_FLOPS["layernorm"], "softmax": VECTOR_FLOPS["softmax"],
            "residual": 1, "activation": VECTOR_FLOPS["gelu"], "elementwise": 0}[op]
     return [plan_vector(chip, op, ops, ins, outs, rows, n, vector_passes(op, fpe or None),
-                        fpe * rows * n)]
+                        fpe * rows * n, inflight_bytes=ctx.inflight)]
 
 
 def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | None
@@ -492,7 +584,7 @@ def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | Non
             bias = 3
         batch = max(int(kernel.batch), 1)
         plan = plan_matmul(chip, op, operands, 0, 1, 2, batch, kernel.m, kernel.k, kernel.n,
-                           db, ctx.bw_gbps, layout, bias=bias)
+                           db, ctx.bw_gbps, layout, bias=bias, inflight_bytes=ctx.inflight)
         plan.flops = int(kernel.flops)
         return plan
     if op in _VECTOR_OPS:
@@ -504,7 +596,7 @@ def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | Non
         fpe = kernel.flops / (m * n) if kernel.flops else None
         return plan_vector(chip, op, operands, list(range(nin)),
                            list(range(nin, len(operands))), m, n, vector_passes(op, fpe),
-                           kernel.flops)
+                           kernel.flops, inflight_bytes=ctx.inflight)
     raise ConfigError("kernel", f"'{kernel.name}': op {op!r} is not supported by the NPU "
                       f"model; supported: {', '.join(OPS)}")
 
@@ -533,10 +625,7 @@ def simulate_kernel(system: Any, side: str, op: str, m: int, k: int, n: int,
     ctx = _Ctx(system, side, memory, page_size, placement, seed, translate)
     db = _dtype_bytes(dtype)
     plans = _shape_plans(ctx, op, m, k, n, batch, db, unit)
-    if len(plans) == 1:
-        s, run = _simulate_plan(ctx, plans[0], fidelity)
-        return _result(ctx, plans[0], s, run, op, fidelity)
-    return _run_plans(ctx, plans, [p.op for p in plans], fidelity, op)
+    return _result(ctx, plans, [p.op for p in plans], fidelity, op)
 
 
 def run_kernel(system: Any, side: str, kernel: Any, memory: SystemMemory | None = None,
@@ -557,9 +646,11 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
                 translate: str | None = None) -> KernelResult:
     """Simulate graph kernels of one side back to back (in the given order, each
     starting after all earlier ones finished: one barrier between consecutive kernels),
-    all cores of the chip, in one engine run (``cycle``) or one sampled run per kernel
-    summed with the barrier cost (``sampled``). The result's ``kernels`` lists per
-    kernel: name, op, start_ns, time_ns, flops, bytes."""
+    all cores of the chip, in one engine run. With ``sampled`` fidelity the run holds
+    only a prefix of every large kernel's per-core tile chains and the rest of each is
+    extrapolated. The result's ``kernels`` lists per kernel: name, op, unit, start_ns,
+    time_ns (incl. the barrier after it), flops, bytes, tiles, compute_ns,
+    stall_memory_ns, stall_compute_ns, extrapolated."""
     _check_fidelity(fidelity)
     kernels = list(kernels)
     if not kernels:
@@ -577,88 +668,4 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
     plans = [plan_graph_kernel(ctx, kn, addresses) for kn in kernels]
     names = [kn.name for kn in kernels]
     op = kernels[0].op if len(kernels) == 1 else "kernels"
-    if len(plans) == 1:
-        s, run = _simulate_plan(ctx, plans[0], fidelity)
-        return _result(ctx, plans[0], s, run, op, fidelity)
-    return _run_plans(ctx, plans, names, fidelity, op)
-
-
-def _run_plans(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
-               op: str) -> KernelResult:
-    """Several plans back to back with barriers."""
-    tn = ctx.tick_ns
-    if fidelity == "cycle":
-        plan, kern = concat_plans(plans)
-        s, run = _simulate_plan(ctx, plan, "cycle", kern)
-        bg = run.layout.barrier_group
-        ends = []
-        for j in range(len(plans)):
-            if j < len(bg) and bg[j] >= 0:
-                ends.append(float(run.res.group_end[bg[j]]))
-            else:
-                ends.append(s["time"])
-        per = []
-        t0 = 0.0
-        rb, wb = plan.tile_bytes()
-        for j, p in enumerate(plans):
-            mine = kern == j
-            per.append({"name": names[j], "op": p.op, "unit": p.unit,
-                        "start_ns": t0 * tn, "time_ns": (ends[j] - t0) * tn,
-                        "flops": int(p.flops),
-                        "bytes": int(rb[mine].sum() + wb[mine].sum()),
-                        "tiles": int(p.n_tiles)})
-            t0 = ends[j]
-        return _result(ctx, plan, s, run, op, fidelity, tuple(per))
-    # sampled: each kernel on its own, summed with the barrier (flag read) cost
-    spec = ctx.ms.spec
-    barrier = spec.idle_read_latency_ck() * spec.tck_ns
-    per, results = [], []
-    t0 = 0.0
-    for j, p in enumerate(plans):
-        s, run = _simulate_plan(ctx, p, "sampled")
-        r = _result(ctx, p, s, run, p.op, "sampled")
-        results.append(r)
-        dt = r.time_ns + (barrier if j < len(plans) - 1 else 0.0)
-        per.append({"name": names[j], "op": p.op, "unit": p.unit, "start_ns": t0,
-                    "time_ns": dt, "flops": int(p.flops), "bytes": int(r.bytes),
-                    "tiles": int(p.n_tiles)})
-        t0 += dt
-    total = t0
-    stats = _sum_stats([r.dram for r in results], total)
-    comp = sum(r.compute_ns for r in results)
-    simb = sum(r.simulated_fraction * r.bytes for r in results)
-    nbytes = sum(r.bytes for r in results)
-    return KernelResult(
-        op=op, side=ctx.side.name, cycles=int(math.ceil(total / ctx.chip.cycle_ns - 1e-9)),
-        time_ns=total, flops=sum(r.flops for r in results), bytes=int(stats.bytes),
-        achieved_gbps=stats.bytes / total if total else 0.0,
-        peak_gbps=ctx.side.bandwidth_gbps, compute_bound=bool(comp >= 0.5 * total),
-        stall_compute_ns=sum(r.stall_compute_ns for r in results),
-        stall_memory_ns=sum(r.stall_memory_ns for r in results) + barrier * (len(plans) - 1),
-        stall_tlb_ns=sum(r.stall_tlb_ns for r in results), tlb_hits=int(stats.tlb_hits),
-        tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp, unit="mixed",
-        tiles=sum(r.tiles for r in results), fidelity="sampled",
-        simulated_fraction=simb / nbytes if nbytes else 1.0,
-        deadlock=any(r.deadlock for r in results), kernels=tuple(per))
-
-
-def _sum_stats(stats: list[DramStats], time_ns: float) -> DramStats:
-    d0 = stats[0]
-    tot = lambda f: sum(getattr(d, f) for d in stats)  # noqa: E731
-    nbytes = tot("bytes")
-    bw = nbytes / time_ns if time_ns > 0 else 0.0
-    reads = tot("reads")
-    lat = sum(d.avg_read_latency_ns * d.reads for d in stats) / reads if reads else 0.0
-    served = tot("row_hits") + tot("row_misses") + tot("row_conflicts")
-    return dataclasses.replace(
-        d0, sim_ns=time_ns, sim_cycles=time_ns / (d0.sim_ns / d0.sim_cycles)
-        if d0.sim_cycles else 0.0, reads=reads, writes=tot("writes"), bytes=nbytes,
-        bandwidth_gbps=bw, efficiency=bw / d0.peak_gbps if d0.peak_gbps else 0.0,
-        avg_read_latency_ns=lat, p50_read_latency_ns=max(d.p50_read_latency_ns for d in stats),
-        p99_read_latency_ns=max(d.p99_read_latency_ns for d in stats),
-        row_hits=tot("row_hits"), row_misses=tot("row_misses"),
-        row_conflicts=tot("row_conflicts"),
-        row_hit_rate=tot("row_hits") / served if served else 0.0,
-        commands={k: sum(d.commands.get(k, 0) for d in stats) for k in d0.commands},
-        tlb_hits=tot("tlb_hits"), tlb_misses=tot("tlb_misses"),
-        tlb_stall_ns=tot("tlb_stall_ns"), pte_reads=tot("pte_reads"))
+    return _result(ctx, plans, names, fidelity, op)

@@ -171,10 +171,12 @@ def _candidates(dim: int, base: int, cap: int = 1 << 20) -> list[int]:
 
 
 def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int, db: int,
-                        bw_gbps: float, unit: str = "auto", w_stream_once: bool = True
+                        bw_gbps: float, unit: str = "auto", inflight_bytes: int = 0
                         ) -> MatmulTiles:
     """Search tile shapes (powers of two times the array size, or the whole dimension)
-    and units for the smallest estimated time (see module docstring)."""
+    and units for the smallest estimated time (see module docstring). ``inflight_bytes``
+    is what must be in flight to keep every memory channel streaming (channels x DMA
+    descriptor x 2); tiles too small for that lose bandwidth in the estimate."""
     P = chip.cores
     buf = chip.spm_buffer_bytes
     acc = chip.acc_bytes
@@ -197,9 +199,12 @@ def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int,
             # keeps its A block across its n-blocks)
             a_reads = nn if nk > 1 else min(nn, P)
             mem = batch * db * (m * k * a_reads + k * n * nm + m * n) / bw
+            # all cores' buffers in flight must cover every channel, or channels idle
+            tile_b = db * (mt * kt + kt * nt)
+            if inflight_bytes:
+                mem /= min(1.0, min(P, ob) * chip.spm_buffers * tile_b / inflight_bytes)
             # a core has at most spm_buffers tiles in flight, each taking at least the
             # loaded memory latency: tiny tiles cannot cover the latency-bandwidth product
-            tile_b = db * (mt * kt + kt * nt)
             lat = -(-ob // P) * nk * (LOADED_LATENCY_NS / chip.cycle_ns + tile_b * P / bw) \
                 / chip.spm_buffers
             # compute-bound: the first tiles' loads are exposed; memory-bound: the last
@@ -226,7 +231,7 @@ def _balanced(n_items: int, P: int) -> np.ndarray:
 def plan_matmul(chip: NpuChipConfig, op: str, operands: list, a: int, w: int, c: int,
                 batch: int, m: int, k: int, n: int, db: int, bw_gbps: float,
                 w_layout: str = "blocked", bias: Optional[int] = None, unit: str = "auto",
-                tiles: MatmulTiles | None = None) -> TilePlan:
+                tiles: MatmulTiles | None = None, inflight_bytes: int = 0) -> TilePlan:
     """Tiles of ``C_b = A_b @ W_b`` (see module docstring); ``a``, ``w``, ``c``,
     ``bias`` index ``operands``."""
     if min(batch, m, k, n) <= 0:
@@ -234,7 +239,7 @@ def plan_matmul(chip: NpuChipConfig, op: str, operands: list, a: int, w: int, c:
                           f"m={m} k={k} n={n}")
     if w_layout not in ("blocked", "kn", "nk"):
         raise ConfigError("w_layout", f"must be blocked, kn or nk, got {w_layout!r}")
-    t = tiles or choose_matmul_tiles(chip, batch, m, k, n, db, bw_gbps, unit)
+    t = tiles or choose_matmul_tiles(chip, batch, m, k, n, db, bw_gbps, unit, inflight_bytes)
     mt, kt, nt = t.mt, t.kt, t.nt
     nm, nn, nk = -(-m // mt), -(-n // nt), -(-k // kt)
     ob = batch * nm * nn
@@ -296,8 +301,10 @@ def plan_matmul(chip: NpuChipConfig, op: str, operands: list, a: int, w: int, c:
 
 def plan_vector(chip: NpuChipConfig, op: str, operands: list, inputs: Sequence[int],
                 outputs: Sequence[int], m: int, n: int, passes: tuple[int, int],
-                flops: int, tiles_per_core: int = 8) -> TilePlan:
-    """Row-block tiles of a vector kernel over ``m`` rows of ``n`` elements."""
+                flops: int, tiles_per_core: int = 8, inflight_bytes: int = 0) -> TilePlan:
+    """Row-block tiles of a vector kernel over ``m`` rows of ``n`` elements: about
+    ``tiles_per_core`` tiles per core, but no smaller than needed to keep
+    ``inflight_bytes`` in flight over all cores' buffers, and no larger than a buffer."""
     if m <= 0 or n <= 0:
         raise ConfigError("kernel", f"{op}: dimensions must be positive, got m={m} n={n}")
     P = chip.cores
@@ -305,7 +312,9 @@ def plan_vector(chip: NpuChipConfig, op: str, operands: list, inputs: Sequence[i
     row_bytes = sum(operands[i].size for i in stream) / m
     max_rows = max(1, int(chip.spm_buffer_bytes // max(row_bytes, 1)))
     want = max(1, math.ceil(m / (P * tiles_per_core)))
-    rows = min(max_rows, want)
+    if inflight_bytes:
+        want = max(want, math.ceil(inflight_bytes / (P * chip.spm_buffers * max(row_bytes, 1))))
+    rows = min(max_rows, want, m)
     T = -(-m // rows)
     r0 = np.arange(T, dtype=np.int64) * rows
     r1 = np.minimum(r0 + rows, m)

@@ -135,6 +135,7 @@ class SystemSpec:
             if s.name in seen:
                 raise ConfigError(f"sides[{i}].name", f"duplicate side name {s.name!r}")
             seen.add(s.name)
+        for s in self.sides:
             if self.mmu.table_bytes > s.capacity_bytes:
                 raise ConfigError("mmu.virtual_bytes", f"the flat page table "
                                   f"({self.mmu.table_bytes} bytes) does not fit side "
@@ -203,6 +204,21 @@ def build_system(data: Any, key: str = "system") -> SystemSpec:
     return load(SystemSpec, _prepare_sides(dict(data), key), key)
 
 
+def _check_new_sides(base: dict, data: dict, preset: str, key: str) -> None:
+    """Overriding ``sides`` by name may add a side, but only a complete one: a name that
+    is not in the preset and comes without ``dram`` is most likely a typo."""
+    over = data.get("sides")
+    if not isinstance(over, Mapping):
+        return
+    names = [s.get("name") for s in base.get("sides", []) if isinstance(s, Mapping)]
+    for name, val in over.items():
+        if name not in names and isinstance(val, Mapping) and "dram" not in val:
+            raise ConfigError(f"{key}.sides.{name}", f"no side {name!r} in preset "
+                              f"{preset!r}" + suggest(str(name), [str(n) for n in names])
+                              + f"; sides: {', '.join(map(str, names))} (a new side needs "
+                              "name, dram and capacity_bytes)")
+
+
 def resolve_system(raw: Any, key: str = "system") -> SystemSpec:
     """Resolve a run configuration's ``system`` value (see the module docstring)."""
     from .presets import preset_data
@@ -213,7 +229,9 @@ def resolve_system(raw: Any, key: str = "system") -> SystemSpec:
     if isinstance(raw, Mapping):
         data = dict(raw)
         if "preset" in data:
-            base = preset_data(data.pop("preset"), f"{key}.preset")
+            pname = data.pop("preset")
+            base = preset_data(pname, f"{key}.preset")
+            _check_new_sides(base, data, pname, key)
             try:
                 data = deep_merge(base, data)
             except ConfigError as err:

@@ -1,0 +1,112 @@
+"""``h2m2sim kernel``: simulate one kernel on one side of a system (NPU + DMA + DRAM in
+one closed loop) and report time, bandwidth, stall breakdown and TLB statistics."""
+from __future__ import annotations
+
+import json
+
+from dram_models.errors import ConfigError
+from dram_models.schema import parse_size, suggest
+
+HELP = "simulate one kernel (gemm, gemv, attention, ...) on one side of a system"
+
+#: keys printed with --json (besides the full DRAM statistics under "dram")
+KEYS = ("op", "side", "cycles", "time_ns", "flops", "bytes", "achieved_gbps", "peak_gbps",
+        "compute_bound", "stall_compute_ns", "stall_memory_ns", "stall_tlb_ns", "tlb_hits",
+        "tlb_misses", "compute_ns", "unit", "tiles", "fidelity", "simulated_fraction")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "kernel", help=HELP,
+        description="Simulate one kernel on one memory side: tiles on the chip's cores, "
+        "DMA requests through the MMU/TLB into the DRAM model, compute gated by data and "
+        "prefetch gated by compute. gemm/gemv: [m x k] @ [k x n] with a k x n weight; "
+        "attention: score, softmax and value of --batch KV heads, m queries per head, "
+        "k = head_dim, n = sequence length.")
+    p.add_argument("--system", required=True, help="system preset name (see 'h2m2sim "
+                   "presets systems') or a YAML file")
+    p.add_argument("--side", required=True, help="memory side, e.g. hbm or lpddr")
+    p.add_argument("--op", required=True, help="gemm | gemv | attention (also attn_score, "
+                   "attn_value, softmax, layernorm, residual, activation, elementwise)")
+    p.add_argument("--m", required=True, help="rows of the input (gemv: 1)")
+    p.add_argument("--k", required=True, help="reduction dimension (attention: head_dim)")
+    p.add_argument("--n", required=True, help="output columns (attention: sequence length)")
+    p.add_argument("--batch", default="1", help="independent products (attention: KV heads)")
+    p.add_argument("--dtype", default="int8", help="int8 (default) | fp16 | bf16 | fp32")
+    p.add_argument("--page-size", default=None, help="page size in bytes (4096 .. 1 GiB; "
+                   "accepts 4KiB, 2MiB); default: the system's")
+    p.add_argument("--placement", default="contiguous",
+                   help="contiguous (default) | scattered physical frames")
+    p.add_argument("--translate", default=None, help="mmu | ideal (default: the system's "
+                   "mmu.enabled)")
+    p.add_argument("--unit", default="auto", help="auto | mm | mv (matrix unit to use)")
+    p.add_argument("--fidelity", default="cycle", help="cycle (default) | sampled")
+    p.add_argument("--seed", default="0", help="seed of the scattered placement")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _int(text, key: str, lo: int = 1) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise ConfigError(key, f"must be an integer, got {text!r}") from None
+    if v < lo:
+        raise ConfigError(key, f"must be >= {lo}, got {v}")
+    return v
+
+
+def _choice(text, key: str, allowed) -> str:
+    if text not in allowed:
+        raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {text!r}"
+                          + suggest(str(text), list(allowed)))
+    return text
+
+
+def run(args) -> int:
+    from h2m2sim.npu.simulate import FIDELITIES, OPS, simulate_kernel
+    from h2m2sim.system.config import resolve_system
+    op = _choice(args.op, "--op", OPS)
+    m, k, n = _int(args.m, "--m"), _int(args.k, "--k"), _int(args.n, "--n")
+    batch = _int(args.batch, "--batch")
+    seed = _int(args.seed, "--seed", 0)
+    fidelity = _choice(args.fidelity, "--fidelity", FIDELITIES)
+    placement = _choice(args.placement, "--placement", ("contiguous", "scattered"))
+    unit = _choice(args.unit, "--unit", ("auto", "mm", "mv"))
+    translate = None if args.translate is None else \
+        _choice(args.translate, "--translate", ("mmu", "ideal"))
+    page = None
+    if args.page_size is not None:
+        try:
+            page = parse_size(args.page_size)
+        except ValueError as err:
+            raise ConfigError("--page-size", str(err)) from None
+        from h2m2sim.memory.mmu import check_page_size
+        check_page_size(page, "--page-size")
+    system = resolve_system(args.system, "--system")
+    system.side(args.side, "--side")
+    r = simulate_kernel(system, args.side, op, m, k, n, dtype=args.dtype, page_size=page,
+                        batch=batch, fidelity=fidelity, placement=placement, seed=seed,
+                        translate=translate, unit=unit)
+    d = r.as_dict()
+    if args.json:
+        out = {key: d[key] for key in KEYS}
+        out["system"] = system.name
+        out["dram"] = d["dram"]
+        if r.kernels:
+            out["kernels"] = d["kernels"]
+        print(json.dumps(out, indent=2, default=float))
+        return 0
+    bound = "compute-bound" if r.compute_bound else "memory-bound"
+    print(f"{op} m={m} k={k} n={n} batch={batch} {args.dtype} on {system.name}/{r.side} "
+          f"({r.unit}, {r.tiles} tiles, {r.fidelity})")
+    print(f"  time        {r.time_ns:,.1f} ns  ({r.cycles:,} cycles)  {bound}")
+    print(f"  flops       {r.flops:,}  ({r.flops / r.time_ns / 1e3:,.2f} TOPS)")
+    print(f"  bytes       {r.bytes:,}  ({r.achieved_gbps:,.1f} GB/s of {r.peak_gbps:,.1f} "
+          f"peak)")
+    print(f"  compute     {r.compute_ns:,.1f} ns;  stalls: memory {r.stall_memory_ns:,.1f} ns, "
+          f"compute {r.stall_compute_ns:,.1f} ns, TLB {r.stall_tlb_ns:,.1f} ns")
+    print(f"  TLB         {r.tlb_hits:,} hits, {r.tlb_misses:,} misses")
+    for kd in r.kernels:
+        print(f"    {kd['name']:<12} {kd['time_ns']:>14,.1f} ns  {kd['bytes']:>14,} B")
+    return 0
