@@ -32,7 +32,7 @@ from dram_models.errors import ConfigError
 from dram_models.schema import suggest
 from dram_models.stats import DramStats
 
-from h2m2sim.memory.dram import memory_system
+from h2m2sim.memory.dram import memory_system, stream_bandwidth_gbps
 from h2m2sim.memory.system_memory import SystemMemory
 
 from .dma import KIND_READ, DmaLayout, build_streams, translation_for
@@ -50,9 +50,15 @@ _VECTOR_OPS = ("softmax", "layernorm", "residual", "activation", "elementwise")
 #: sampled fidelity: initial prefix (tiles per core), warm-up share, steadiness tolerance
 SAMPLE_PREFIX = 8
 SAMPLE_TOL = 0.02
+#: DMA descriptors per channel the cores' scratchpad buffers must hold in flight (all
+#: cores x spm_buffers x tile bytes) for the tile search to count full bandwidth;
+#: calibrated on GEMVs of 16-151 MB on both h2m2 sides (docs/validation/npu.md): smaller
+#: tiles leave channels idle while a tile waits for its slowest channel
+INFLIGHT_PER_CHANNEL = 16
 #: kernels with fewer tiles per core than this are always simulated in full
 SAMPLE_MIN_TILES = 4 * SAMPLE_PREFIX
 SHARED_QUEUES = True
+_DEBUG = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,9 @@ class KernelResult:
     ``compute_ns`` its busy compute time, ``stall_memory_ns`` time its compute waited for
     operands (incl. the first load and the final write drain), ``stall_compute_ns`` time
     loaded operands waited for the compute unit (the memory side was ahead),
-    ``stall_tlb_ns`` the largest TLB stall of its DMA queues. ``compute_bound`` =
-    compute_ns >= half the time. ``kernels`` holds a per-kernel breakdown for lists."""
+    ``stall_tlb_ns`` the largest TLB stall of its DMA queues. ``compute_bound``: the
+    critical core computes longer than the side needs to stream the kernel's bytes
+    (compute_ns >= bytes / streaming bandwidth measured with the engine). ``kernels`` holds a per-kernel breakdown for lists."""
 
     op: str
     side: str
@@ -129,8 +136,8 @@ class _Ctx:
         self.bw_gbps = 0.9 * self.side.bandwidth_gbps
         from .dma import dma_params
         q, chunk, _ = dma_params(self.chip, self.ms, self.memory.page_size)
-        # bytes in flight that keep every channel streaming (two descriptors each)
-        self.inflight = min(q, self.ms.channels) * chunk * 2
+        # bytes the cores' buffers must hold in flight to keep every channel streaming
+        self.inflight = min(q, self.ms.channels) * chunk * INFLIGHT_PER_CHANNEL
 
     def ticks(self, cycles: np.ndarray) -> np.ndarray:
         c = np.asarray(cycles, dtype=np.float64) * self.chip.cycle_ns / self.tick_ns
@@ -262,7 +269,7 @@ def _kernel_summary(run: _Run, ticks: np.ndarray, est: np.ndarray, tb: np.ndarra
     started at tick ``t0``: fully simulated (``p`` None) or extrapolated from the first
     ``p`` tiles of every core (None when the per-tile time is not steady yet).
 
-    Steadiness: on every extrapolated core, the time per unit of estimated tile work over
+    Steadiness: the chip's throughput in estimated tile work (summed over the cores) over
     the two halves of the window (tiles ``w..p-1`` after a warm-up of ``w``) agrees
     within SAMPLE_TOL. Extrapolation: the chip's memory throughput B (bytes per tick,
     summed over the cores' windows) is shared by the cores still running
@@ -283,19 +290,22 @@ def _kernel_summary(run: _Run, ticks: np.ndarray, est: np.ndarray, tb: np.ndarra
     if p is not None:
         w = max(2, p // 4)
         mid = (w + p) // 2
+        x1 = x2 = 0.0
         for c, ch in enumerate(chains):
             if len(ch) <= p:
                 continue
             e = run.end[ch[:p]]
             x = est[ch]
-            r1 = (e[mid - 1] - e[w - 1]) / x[w:mid].sum()
-            r2 = (e[p - 1] - e[mid - 1]) / x[mid:p].sum()
-            if abs(r1 - r2) > SAMPLE_TOL * max(r1, r2):
-                return None
+            x1 += x[w:mid].sum() / max(e[mid - 1] - e[w - 1], 1e-9)
+            x2 += x[mid:p].sum() / max(e[p - 1] - e[mid - 1], 1e-9)
             B += tb[ch[w:p]].sum() / max(e[p - 1] - e[w - 1], 1e-9)
             T0[c], R[c], K[c] = e[p - 1], tb[ch[p:]].sum(), ticks[ch[p:]].sum()
             tail[c] = finish[c] - e[p - 1]
             ext.append(c)
+    if p is not None and ext and abs(x1 - x2) > SAMPLE_TOL * max(x1, x2):
+        if _DEBUG:
+            print("not steady", p, x1, x2)
+        return None
     ext = np.array(ext, dtype=np.int64)
     if len(ext):
         fin[ext] = _fluid(T0[ext], R[ext], K[ext], B) + tail[ext]
@@ -319,7 +329,12 @@ def _kernel_summary(run: _Run, ticks: np.ndarray, est: np.ndarray, tb: np.ndarra
         pe = run.end[ch[w - 1:p - 1]]
         cst += float(np.maximum(pe - run.ready[win], 0).sum()) / est[win].sum() * \
             est[rest].sum()
+    tiles_end = last_end.copy()
+    if len(ext):
+        tiles_end[ext] = fin[ext] - tail[ext]
     return {"end": float(fin.max()), "sim_end": float(finish.max()), "crit": crit,
+            "tiles_end": float(tiles_end.max()), "tiles_end_sim": float(last_end.max()),
+            "write_tail": float(finish[crit] - last_end[crit]),
             "compute": comp, "stall_mem": mem, "stall_comp": cst,
             "extrapolated": bool(len(ext))}
 
@@ -361,20 +376,31 @@ def _simulate(ctx: _Ctx, plans: list[TilePlan], fidelity: str):
         for j in range(nk):
             sj = _kernel_summary(run, ticks, est, tb, chains[j], t0, pk[j])
             if sj is None:
-                pk[j] = None if 4 * pk[j] > nmax[j] else 2 * pk[j]
+                # doubling pays off only while the prefix stays under a quarter
+                pk[j] = None if 8 * pk[j] > nmax[j] else 2 * pk[j]
                 redo = True
                 continue
-            has_b = j < len(bg) and bg[j] >= 0
-            b_end = float(run.res.group_end[bg[j]]) if has_b else sj["sim_end"]
-            sj["overhead"] = max(b_end - sj["sim_end"], 0.0)    # barrier after the kernel
             sj["start"] = t0
+            if j < len(bg) and bg[j] >= 0:
+                # the next kernel starts after the barrier: tiles computed and results
+                # issued (posted writes may complete while the next kernel runs)
+                b_end = float(run.res.group_end[bg[j]])
+                sj["overhead"] = max(b_end - sj["tiles_end_sim"], 0.0)
+                sj["stall_mem"] += sj["overhead"] - sj["write_tail"]
+                sj["duration"] = b_end - t0 + sj["tiles_end"] - sj["tiles_end_sim"]
+                t0 = b_end
+            else:
+                # the last kernel ends when every result (also earlier posted writes) is
+                # written
+                late = float(np.nanmax(np.where(subset, run.wdone, np.nan))) \
+                    if subset.any() else 0.0
+                sj["overhead"] = 0.0
+                sj["duration"] = max(sj["end"], late + sj["end"] - sj["sim_end"]) - t0
             sums.append(sj)
-            t0 = b_end
         if not redo:
             break
-    total, start = 0.0, 0.0
+    start = 0.0
     for sj in sums:
-        sj["duration"] = sj["end"] - sj["start"] + sj["overhead"]
         sj["t_start"] = start
         start += sj["duration"]
     total = start
@@ -382,7 +408,7 @@ def _simulate(ctx: _Ctx, plans: list[TilePlan], fidelity: str):
     tot = tb.sum()
     over = {"time": total,
             "compute": sum(x["compute"] for x in sums),
-            "stall_mem": sum(x["stall_mem"] + x["overhead"] for x in sums),
+            "stall_mem": sum(x["stall_mem"] for x in sums),
             "stall_comp": sum(x["stall_comp"] for x in sums),
             "tlb": _tlb_stall(run, sums[-1]["crit"]),
             "fraction": float(simb / tot) if tot else 1.0,
@@ -444,7 +470,7 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
                      "start_ns": float(x["t_start"] * tn), "time_ns": float(x["duration"] * tn),
                      "flops": int(p.flops), "bytes": int(rb[kidx == j].sum() + wb[kidx == j].sum()),
                      "tiles": int(p.n_tiles), "compute_ns": float(x["compute"] * tn),
-                     "stall_memory_ns": float((x["stall_mem"] + x["overhead"]) * tn),
+                     "stall_memory_ns": float(x["stall_mem"] * tn),
                      "stall_compute_ns": float(x["stall_comp"] * tn),
                      "extrapolated": x["extrapolated"]}
                     for j, (p, x) in enumerate(zip(plans, sums)))
@@ -453,7 +479,8 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
         op=op, side=ctx.side.name, cycles=int(math.ceil(time_ns / ctx.chip.cycle_ns - 1e-9)),
         time_ns=time_ns, flops=int(sum(p.flops for p in plans)), bytes=int(stats.bytes),
         achieved_gbps=stats.bytes / time_ns if time_ns > 0 else 0.0,
-        peak_gbps=ctx.side.bandwidth_gbps, compute_bound=bool(comp_ns >= 0.5 * time_ns),
+        peak_gbps=ctx.side.bandwidth_gbps,
+        compute_bound=bool(comp_ns >= stats.bytes / stream_bandwidth_gbps(ctx.side)),
         stall_compute_ns=float(s["stall_comp"] * tn), stall_memory_ns=float(s["stall_mem"] * tn),
         stall_tlb_ns=float(s["tlb"] * tn), tlb_hits=int(stats.tlb_hits),
         tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp_ns,

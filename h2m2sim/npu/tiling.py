@@ -314,7 +314,8 @@ def plan_vector(chip: NpuChipConfig, op: str, operands: list, inputs: Sequence[i
     want = max(1, math.ceil(m / (P * tiles_per_core)))
     if inflight_bytes:
         want = max(want, math.ceil(inflight_bytes / (P * chip.spm_buffers * max(row_bytes, 1))))
-    rows = min(max_rows, want, m)
+    # ... but every core gets work when there are enough rows
+    rows = min(max_rows, want, -(-m // P))
     T = -(-m // rows)
     r0 = np.arange(T, dtype=np.int64) * rows
     r1 = np.minimum(r0 + rows, m)
