@@ -77,6 +77,11 @@ NCMD = 9
 L_CH, L_D, L_A, L_K, L_SIB, L_BG, L_BK = range(7)
 
 U1 = np.uint64(1)
+# s_wnext links the streams waiting on one gate or one full channel queue (-1 ends a
+# list); NOLINK marks a stream that is in no list. A waiting stream can also be woken by a
+# completion (outstanding cap); it then finds its gate or queue still closed and must not
+# link itself a second time (that would make a cycle and drop the streams behind it).
+NOLINK = np.int64(-2)
 
 
 @njit(cache=True, _nrt=False)
@@ -391,7 +396,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         w = g_whead[h]
                         while w >= 0:
                             nw = s_wnext[w]
-                            s_wnext[w] = -1
+                            s_wnext[w] = NOLINK
                             _tset(st_tree, PST, w, now)
                             w = nw
                         g_whead[h] = -1
@@ -410,8 +415,9 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     ga = d_gate[d]
                     if ga >= 0:
                         if g_end[ga] < 0:
-                            s_wnext[s] = g_whead[ga]
-                            g_whead[ga] = s
+                            if s_wnext[s] == NOLINK:    # not yet waiting on this gate
+                                s_wnext[s] = g_whead[ga]
+                                g_whead[ga] = s
                             break
                         if g_end[ga] > now:
                             nt = g_end[ga]
@@ -467,8 +473,9 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 qt = 1 if (d_write[d] != 0 and kind == 0) else 0
                 n = qn[ch, qt]
                 if n >= (qcap1 if qt == 1 else qcap0):
-                    s_wnext[s] = ch_whead[ch]
-                    ch_whead[ch] = s
+                    if s_wnext[s] == NOLINK:
+                        s_wnext[s] = ch_whead[ch]
+                        ch_whead[ch] = s
                     break
                 pcn = ch * P + fields[1]
                 rkn = pcn * R + fields[2]
@@ -811,7 +818,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     w = ch_whead[ch]
                     while w >= 0:
                         nw2 = s_wnext[w]
-                        s_wnext[w] = -1
+                        s_wnext[w] = NOLINK
                         _tset(st_tree, PST, w, now)
                         w = nw2
                     ch_whead[ch] = -1
@@ -915,7 +922,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     s_holdt = np.zeros(S, dtype=np.int64)
     s_ptdone = np.zeros(S, dtype=np.int64)
     s_tlbstall = np.zeros(S, dtype=np.int64)
-    s_wnext = np.full(S, -1, dtype=np.int64)
+    s_wnext = np.full(S, NOLINK, dtype=np.int64)
     ch_whead = np.full(C, -1, dtype=np.int64)
     g_whead = np.full(max(Gn, 1), -1, dtype=np.int64)
     d_left = d_nb.copy()

@@ -169,6 +169,25 @@ def _plain_streams_case(std, channels, n_streams, descs, nbytes, seed, maxout=0,
     return build
 
 
+def gate_relink_streams() -> Streams:
+    """Stream 2 waits on a closed gate with its outstanding cap reached; a completion
+    wakes it while it is in the gate's wait list (stream 1 waits there too). Before the
+    fix of the wait lists it linked itself twice and stream 1 was never woken."""
+    return Streams(first=np.array([0, 1, 2]), last=np.array([1, 2, 4]),
+                   addr=np.array([0, 1 << 20, 2 << 20, 3 << 20], dtype=np.uint64),
+                   nbytes=np.array([512, 32, 32, 32]), is_write=np.zeros(4, bool),
+                   arrival=np.array([500, -1, -1, -1]), group=np.array([0, -1, -1, -1]),
+                   gate=np.array([-1, 0, -1, 0]), max_outstanding=np.array([0, 0, 1]),
+                   compute=np.array([1000]), prev=np.array([-1]))
+
+
+def _gate_relink_case(refresh):
+    def build():
+        ms = MemorySystem(load_standard("lpddr5-6400"), {"refresh": refresh}, channels=1)
+        return ms, ("streams", gate_relink_streams(), None)
+    return build
+
+
 def corpus() -> list[tuple[str, bool, object]]:
     """(name, quick, builder) for every case."""
     cases = []
@@ -257,6 +276,8 @@ def corpus() -> list[tuple[str, bool, object]]:
     cases.append(("hbm3-6400/ch16/npu-tlb-walk", True,
                   _stream_case("hbm3-6400", 16, translation=(12, 300, True, 32, 8), cores=4,
                                tiles=6, tile_bytes=16384, compute=2000, seed=18)))
+    for ref in ("none", "all_bank"):
+        cases.append((f"lpddr5-6400/ch1/gate-relink-{ref}", True, _gate_relink_case(ref)))
     cases.append(("ddr4-3200/ch1/npu", True,
                   _stream_case("ddr4-3200", 1, cores=2, tiles=5, tile_bytes=4096,
                                compute=2000, seed=19)))

@@ -39,3 +39,16 @@ def test_golden_covers_the_whole_corpus(golden):
 def test_engine_matches_golden(case, golden):
     results = REG.run_cases([case])
     assert REG.compare(golden, results) == []
+
+
+def test_stream_woken_while_waiting_on_a_gate_does_not_drop_other_waiters():
+    """A stream blocked on a closed gate with its outstanding cap reached is woken by a
+    completion; it must not re-link itself into the gate's wait list (that dropped the
+    other waiting stream: deadlock, or an endless loop while refresh kept running)."""
+    from dram_models.memory import MemorySystem
+    from dram_models.spec import load_standard
+    ms = MemorySystem(load_standard("lpddr5-6400"), {"refresh": "none"}, channels=1)
+    res = ms.run(REG.gate_relink_streams())
+    assert not res.deadlock
+    assert (res.desc_done >= 0).all()
+    assert res.desc_done[1] > res.group_end[0] and res.desc_done[3] > res.group_end[0]
