@@ -29,17 +29,23 @@ its chain has finished, and lasts ``g_compute[g]`` ticks.
 
 Time advances from event to event (the next tick at which some command can issue, a
 request can enter a queue, or data returns); idle cycles are never ticked. All times
-inside are in *ticks* (``spec.ticks_per_ck`` per CK).
+inside are in *ticks* (``spec.ticks_per_ck`` per CK). Within one tick the order is fixed:
+data returns, then streams (lowest index first), then controllers (lowest channel first),
+repeated while something was woken for the same tick.
 
-Why it is fast: the scheduler never rescans the whole queue. Queue entries are kept in
-age order and indexed by bit masks per (rank, command kind) -- ACT needed, PRE needed,
-row hit -- so a kind that is blocked at rank level (tRRD, tFAW, tCCD, bus) is skipped in
-one comparison, and the oldest ready entry of a kind is found by walking set bits. Each
-entry caches the bank-group and bank part of its earliest time, valid until a command
-touches its bank group (next-allowed times only ever grow, so cached values stay lower
-bounds). Non-allocating helpers are compiled without the Numba runtime (``_nrt=False``):
-otherwise every call increments and decrements the reference count of each array argument
-atomically, which costs more than the work.
+Why it is fast:
+
+* The scheduler works on *banks*, not queue entries. Every queued request of a bank that
+  needs the same command (a row hit, an ACT to the closed bank, a PRE of the open row)
+  becomes ready at the same tick, so each queue keeps, per bank, a list of its entries
+  in age order with the oldest hit and the oldest conflict, and per rank three bit masks
+  of the banks that have a hit / need an ACT / need a PRE. The oldest ready command of a
+  kind is the oldest candidate among the ready banks of that mask; age is a per-queue
+  sequence number, so removing a request never shifts anything.
+* Next-allowed times live in one flat table (node x command); a bank's readiness is two
+  loads. Timing rules are applied per issued command from a precompiled list.
+* All state is held in flat NumPy arrays allocated once; the helpers are inlined into the
+  loop, so nothing is allocated or reference-counted per request.
 """
 from __future__ import annotations
 
@@ -48,7 +54,7 @@ from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 INF = np.int64(2**62)
-QMAX_LIMIT = 64                     # queue entries per queue (bit masks are uint64)
+QMAX_LIMIT = 64                     # queue entries per queue
 
 # cfg indices
 C_CH, C_PC, C_RK, C_BG, C_BA, C_RQ, C_WQ, C_WHI, C_WLO, C_CLOSED, C_CAP, C_REFMODE, \
@@ -60,12 +66,15 @@ NTIM = 6
 # tlb cfg indices
 TL_SHIFT, TL_VBASE, TL_SETS, TL_WAYS, TL_MISS, TL_WALK, TL_PTE = range(7)
 NTLB = 7
-# queue entry fields (indexed by slot; slots never move)
-Q_PC, Q_RK, Q_BGN, Q_BANK, Q_ROW, Q_ENQ, Q_STREAM, Q_DESC, Q_GRP, Q_FLAG, Q_BID, \
-    Q_KIND, Q_VER, Q_BPART, Q_CAT = range(15)
-NQF = 15
-# entry categories (what the entry's next command is)
-K_ACT, K_PRE, K_COL = range(3)
+# queue entry fields (flat array qe[entry * NQF + field]; entries never move)
+F_BANK, F_ROW, F_ENQ, F_STREAM, F_DESC, F_GRP, F_FLAG, F_KIND, F_BID, F_SEQ, F_NEXT, \
+    F_PREV = range(12)
+NQF = 12
+# per (channel, queue, bank) fields (flat array bq[(cq * NBC + local bank) * NBF + field])
+BF_HEAD, BF_TAIL, BF_HIT, BF_CONF, BF_NHITS, BF_CNT = range(6)
+NBF = 8
+# kinds of the next command of a queued request
+K_COL, K_ACT, K_PRE = range(3)
 # statistics indices
 S_READS, S_WRITES, S_HITS, S_MISSES, S_CONFLICTS, S_LATSUM, S_END, S_TLBHIT, S_TLBMISS, \
     S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS = range(14)
@@ -82,9 +91,14 @@ U1 = np.uint64(1)
 # completion (outstanding cap); it then finds its gate or queue still closed and must not
 # link itself a second time (that would make a cycle and drop the streams behind it).
 NOLINK = np.int64(-2)
+BIG = np.int64(2**62)
 
 
-@njit(cache=True, _nrt=False)
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
+
+
+@njit(inline="always", _nrt=False)
 def _tset(tree, P, i, v):
     """Set leaf i of a min segment tree (size 2P) to v."""
     j = i + P
@@ -100,7 +114,7 @@ def _tset(tree, P, i, v):
         j >>= 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(inline="always", _nrt=False)
 def _targmin(tree, P):
     j = 1
     while j < P:
@@ -111,88 +125,64 @@ def _targmin(tree, P):
     return j - P
 
 
-@njit(cache=True, _nrt=False)
-def _decode(addr, m_field, m_radix, m_log2, m_dst, xor, sizes, out):
-    """Mixed-radix address decode from the least significant end (bit slices when the
-    radix is a power of two)."""
+@njit(inline="always", _nrt=False)
+def _decode(addr, m_field, m_radix, m_log2, m_dst, xor, gbits, gmask, bmask, fields):
+    """Mixed-radix address decode (of the burst index) from the least significant end
+    (bit slices when the radix is a power of two) into fields[0..6]."""
     for f in range(7):
-        out[f] = 0
+        fields[f] = 0
     v = addr
     for k in range(m_field.shape[0]):
-        r = m_radix[k]
-        if m_log2[k] >= 0:
-            val = np.int64(v & np.uint64(r - 1))
-            v = v >> np.uint64(m_log2[k])
+        lg = m_log2[k]
+        if lg >= 0:
+            val = np.int64(v & np.uint64(m_radix[k] - 1))
+            v = v >> np.uint64(lg)
         else:
-            val = np.int64(v % np.uint64(r))
-            v = v // np.uint64(r)
-        out[m_field[k]] |= val << m_dst[k]
+            r = np.uint64(m_radix[k])
+            val = np.int64(v % r)
+            v = v // r
+        fields[m_field[k]] |= val << m_dst[k]
     if xor:
-        g = sizes[3]
-        b = sizes[4]
-        gb = 0
-        while (1 << gb) < g:
-            gb += 1
-        out[3] = out[3] ^ (out[5] & (g - 1))
-        out[4] = out[4] ^ ((out[5] >> gb) & (b - 1))
+        fields[3] = fields[3] ^ (fields[5] & gmask)
+        fields[4] = fields[4] ^ ((fields[5] >> gbits) & bmask)
 
 
-@njit(cache=True, _nrt=False)
-def _earliest(cmd, ch, pcn, rkn, bgn, bank, nxt, offs, off, busfree, busid, faw, faw_i,
-              dom, tfaw):
-    """Earliest issue tick of ``cmd`` for one bank under every constraint."""
-    t = nxt[ch, cmd]
-    v = nxt[offs[1] + pcn, cmd]
-    if v > t:
-        t = v
-    v = nxt[offs[2] + rkn, cmd]
-    if v > t:
-        t = v
-    v = nxt[offs[3] + bgn, cmd]
-    if v > t:
-        t = v
-    v = nxt[offs[4] + bank, cmd]
-    if v > t:
-        t = v
-    if cmd == ACT:
-        v = faw[dom, faw_i[dom]] + tfaw
-        if v > t:
-            t = v
-    t -= off[cmd]
-    v = busfree[ch, busid[cmd]]
-    if v > t:
-        t = v
-    return t
-
-
-@njit(cache=True, _nrt=False)
-def _rank_lb(cmd, ch, pcn, rkn, dom, nxt, offs, off, busfree, busid, faw, faw_i, tfaw):
+@njit(inline="always", _nrt=False)
+def _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid, faw, faw_i, tfaw):
     """Earliest issue tick of ``cmd`` as far as channel, data-bus, rank, tFAW and
     command-bus constraints go (bank group and bank excluded)."""
-    t = nxt[ch, cmd]
-    v = nxt[offs[1] + pcn, cmd]
+    t = nxt[ch * NCMD + cmd]
+    v = nxt[(o1 + pcn) * NCMD + cmd]
     if v > t:
         t = v
-    v = nxt[offs[2] + rkn, cmd]
+    v = nxt[(o2 + rkn) * NCMD + cmd]
     if v > t:
         t = v
     if cmd == ACT:
-        v = faw[dom, faw_i[dom]] + tfaw
+        v = faw[dom * 4 + faw_i[dom]] + tfaw
         if v > t:
             t = v
     t -= off[cmd]
-    v = busfree[ch, busid[cmd]]
+    v = busfree[ch * 2 + busid[cmd]]
     if v > t:
         t = v
     return t
 
 
-@njit(cache=True, _nrt=False)
-def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, offs, off, slots, busfree,
-           busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
+@njit(inline="always", _nrt=False)
+def _bank_part(cmd, bgn, bank, nxt, o3, o4, off):
+    """Bank-group and bank part of the earliest issue tick of ``cmd``."""
+    v1 = nxt[(o3 + bgn) * NCMD + cmd]
+    v2 = nxt[(o4 + bank) * NCMD + cmd]
+    return (v1 if v1 > v2 else v2) - off[cmd]
+
+
+@njit(inline="always", _nrt=False)
+def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, o1, o2, o3, o4, off, slots,
+           busfree, busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
     """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times."""
     ref = t + off[cmd]
-    busfree[ch, busid[cmd]] = t + slots[cmd]
+    busfree[ch * 2 + busid[cmd]] = t + slots[cmd]
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
         nc = r_next[r]
@@ -201,26 +191,27 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, offs, off, slots
             rk = rkn - pcn * R
             for k in range(R):
                 if k != rk:
-                    node = offs[2] + pcn * R + k
-                    if nxt[node, nc] < v:
-                        nxt[node, nc] = v
+                    i = (o2 + pcn * R + k) * NCMD + nc
+                    if nxt[i] < v:
+                        nxt[i] = v
             continue
         if lvl == L_CH:
             node = ch
         elif lvl == L_D:
-            node = offs[1] + pcn
+            node = o1 + pcn
         elif lvl == L_K:
-            node = offs[2] + rkn
+            node = o2 + rkn
         elif lvl == L_BG:
-            node = offs[3] + bgn
+            node = o3 + bgn
         else:
-            node = offs[4] + bank
-        if nxt[node, nc] < v:
-            nxt[node, nc] = v
+            node = o4 + bank
+        i = node * NCMD + nc
+        if nxt[i] < v:
+            nxt[i] = v
     if cmd == ACT:
-        faw[dom, faw_i[dom]] = ref
+        faw[dom * 4 + faw_i[dom]] = ref
         faw_i[dom] = (faw_i[dom] + 1) & 3
-    cmdc[ch, cmd] += 1
+    cmdc[ch * NCMD + cmd] += 1
     if logon:
         n = nlog[0]
         if n < log.shape[0]:
@@ -235,41 +226,48 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, offs, off, slots
         nlog[0] = n + 1
 
 
-@njit(cache=True, _nrt=False)
-def _del_bit(m, j):
-    """Remove bit position j from mask m, moving higher bits down by one."""
-    low = m & ((U1 << np.uint64(j)) - U1)
-    if j >= 63:
-        return low
-    return low | ((m >> np.uint64(j + 1)) << np.uint64(j))
+@njit(inline="always", _nrt=False)
+def _setbit(km, i, b, on):
+    """Set or clear bit b of the multi-word mask starting at km[i]."""
+    w = i + (b >> 6)
+    bit = U1 << np.uint64(b & 63)
+    if on:
+        km[w] |= bit
+    else:
+        km[w] &= ~bit
 
 
-@njit(cache=True, _nrt=False)
-def _recategorize(ch, bank, NBC, NLR, q, qo, cm, bm, open_row):
-    """Bank ``bank`` changed state: move its queued entries between the ACT / PRE / hit
-    masks and drop their cached earliest times."""
-    lb = bank - ch * NBC
-    orow = open_row[bank]
+@njit(inline="always", _nrt=False)
+def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km):
+    """Bank ``lbk`` (local to channel ch) changed state (open row ``orow``, -1 = closed):
+    find its oldest hit and oldest conflict in both queues and update the kind masks."""
+    lr = lbk // NBR
+    br = lbk - lr * NBR
     for qt in range(2):
-        m = bm[ch, qt, lb]
-        while m:
-            low = m & (~m + U1)
-            p = np.int64(trailing_zeros(low))
-            m ^= low
-            e = qo[ch, qt, p]
-            lr = q[ch, qt, e, Q_RK] - ch * NLR
-            old = q[ch, qt, e, Q_CAT]
-            if orow == q[ch, qt, e, Q_ROW]:
-                new = K_COL
-            elif orow < 0:
-                new = K_ACT
-            else:
-                new = K_PRE
-            if new != old:
-                cm[ch, qt, lr, old] &= ~low
-                cm[ch, qt, lr, new] |= low
-                q[ch, qt, e, Q_CAT] = new
-            q[ch, qt, e, Q_VER] = -1
+        cq = ch * 2 + qt
+        bi = (cq * NBC + lbk) * NBF
+        if bq[bi + BF_CNT] == 0:
+            continue
+        hit = -1
+        conf = -1
+        nh = 0
+        if orow >= 0:
+            e = bq[bi + BF_HEAD]
+            while e >= 0:
+                if qe[e * NQF + F_ROW] == orow:
+                    if hit < 0:
+                        hit = e
+                    nh += 1
+                elif conf < 0:
+                    conf = e
+                e = qe[e * NQF + F_NEXT]
+        bq[bi + BF_HIT] = hit
+        bq[bi + BF_CONF] = conf
+        bq[bi + BF_NHITS] = nh
+        mi = (cq * NLR + lr) * 3 * W
+        _setbit(km, mi + K_COL * W, br, nh > 0)
+        _setbit(km, mi + K_ACT * W, br, orow < 0)
+        _setbit(km, mi + K_PRE * W, br, conf >= 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -280,11 +278,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           g_compute, g_prev, g_next,
           pt, tlbc,
           # state (allocated by _run)
-          offs, nxt, q, qo, qn, cm, bm, open_row, hits_since, faw, faw_i, busfree, drain,
-          ref_due, ref_pend, pb_ptr, bgver, bocc, cmdc, stat, lat_hist, log, nlog,
+          nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
+          ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields):
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp):
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -293,9 +291,24 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     NBR = G * B                     # banks per rank
     NLR = P * R                     # ranks per channel
     NBC = NLR * NBR                 # banks per channel
+    LB = 0                          # log2 of banks per bank group
+    while (1 << LB) < B:
+        LB += 1
+    LR = 0                          # log2 of ranks per pseudo-channel
+    while (1 << LR) < R:
+        LR += 1
+    LNBR = 0
+    while (1 << LNBR) < NBR:
+        LNBR += 1
+    W = (NBR + 63) >> 6             # mask words per rank
     apc = cfg[C_APC] != 0           # activation domain = pseudo-channel (HBM)
     NBD = NBR * R if apc else NBR   # banks per activation domain
     NDC = P if apc else NLR         # activation domains per channel
+    QM = fr.shape[0] // (2 * C)
+    o1 = C
+    o2 = o1 + C * P
+    o3 = o2 + C * NLR
+    o4 = o3 + C * NLR * G
     qcap0 = cfg[C_RQ]
     qcap1 = cfg[C_WQ]
     whi = cfg[C_WHI]
@@ -306,6 +319,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     split = cfg[C_SPLIT] != 0
     shift = np.uint64(cfg[C_SHIFT])
     xor = cfg[C_XOR] != 0
+    gbits = 0
+    while (1 << gbits) < m_sizes[3]:
+        gbits += 1
+    gmask = m_sizes[3] - 1
+    bmask = m_sizes[4] - 1
     logon = cfg[C_LOG] != 0
     rec = cfg[C_REC] != 0
     tcl = tim[T_CL]
@@ -467,11 +485,12 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             addr = (np.uint64(tlbc[TL_PTE] + idx * 8) >> shift) << shift
                     if kind == 0:
                         addr = np.uint64((s_pfn[s] << pshift) | (np.int64(addr) & pmask))
-                _decode(addr >> shift, m_field, m_radix, m_log2, m_dst, xor, m_sizes,
-                        fields)
+                _decode(addr >> shift, m_field, m_radix, m_log2, m_dst, xor, gbits, gmask,
+                        bmask, fields)
                 ch = fields[0]
                 qt = 1 if (d_write[d] != 0 and kind == 0) else 0
-                n = qn[ch, qt]
+                cq = ch * 2 + qt
+                n = qn[cq]
                 if n >= (qcap1 if qt == 1 else qcap0):
                     if s_wnext[s] == NOLINK:
                         s_wnext[s] = ch_whead[ch]
@@ -482,33 +501,49 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 bgn = rkn * G + fields[3]
                 bank = bgn * B + fields[4]
                 row = fields[5]
-                e = qo[ch, qt, n]
-                q[ch, qt, e, Q_PC] = pcn
-                q[ch, qt, e, Q_RK] = rkn
-                q[ch, qt, e, Q_BGN] = bgn
-                q[ch, qt, e, Q_BANK] = bank
-                q[ch, qt, e, Q_ROW] = row
-                q[ch, qt, e, Q_ENQ] = now
-                q[ch, qt, e, Q_STREAM] = s
-                q[ch, qt, e, Q_DESC] = d
-                q[ch, qt, e, Q_GRP] = d_grp[d]
-                q[ch, qt, e, Q_FLAG] = 0
-                q[ch, qt, e, Q_KIND] = kind
-                q[ch, qt, e, Q_VER] = -1
+                lbk = bank - ch * NBC
+                # take a free entry and append it to its bank's age-ordered list
+                e = cq * QM + fr[cq * QM + QM - 1 - n]
+                ei = e * NQF
+                qe[ei + F_BANK] = bank
+                qe[ei + F_ROW] = row
+                qe[ei + F_ENQ] = now
+                qe[ei + F_STREAM] = s
+                qe[ei + F_DESC] = d
+                qe[ei + F_GRP] = d_grp[d]
+                qe[ei + F_FLAG] = 0
+                qe[ei + F_KIND] = kind
+                qe[ei + F_SEQ] = seqc[cq]
+                seqc[cq] += 1
+                qe[ei + F_NEXT] = -1
+                bi = (cq * NBC + lbk) * NBF
+                tail = bq[bi + BF_TAIL]
+                qe[ei + F_PREV] = tail
+                if tail >= 0:
+                    qe[tail * NQF + F_NEXT] = e
+                else:
+                    bq[bi + BF_HEAD] = e
+                bq[bi + BF_TAIL] = e
+                bq[bi + BF_CNT] += 1
+                lr = rkn - ch * NLR
+                br = lbk - lr * NBR
+                mi = (cq * NLR + lr) * 3 * W
                 orow = open_row[bank]
                 if orow == row:
                     cat = K_COL
+                    if bq[bi + BF_HIT] < 0:
+                        bq[bi + BF_HIT] = e
+                        _setbit(km, mi + K_COL * W, br, True)
+                    bq[bi + BF_NHITS] += 1
                 elif orow < 0:
                     cat = K_ACT
+                    _setbit(km, mi + K_ACT * W, br, True)
                 else:
                     cat = K_PRE
-                q[ch, qt, e, Q_CAT] = cat
-                bit = U1 << np.uint64(n)
-                cm[ch, qt, rkn - ch * NLR, cat] |= bit
-                lbn = bank - ch * NBC
-                bm[ch, qt, lbn] |= bit
-                bocc[ch, qt, lbn >> 6] |= U1 << np.uint64(lbn & 63)
-                qn[ch, qt] = n + 1
+                    if bq[bi + BF_CONF] < 0:
+                        bq[bi + BF_CONF] = e
+                        _setbit(km, mi + K_PRE * W, br, True)
+                qn[cq] = n + 1
                 # wake the controller when this entry could first issue (a lower bound),
                 # or now if it may flip the read/write mode
                 if qt == drain[ch]:
@@ -519,8 +554,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         cmd = PRE
                     dom = pcn if apc else rkn
-                    te = _earliest(cmd, ch, pcn, rkn, bgn, bank, nxt, offs, off, busfree,
-                                   busid, faw, faw_i, dom, tfaw)
+                    te = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid,
+                                  faw, faw_i, tfaw)
+                    v = _bank_part(cmd, bgn, bank, nxt, o3, o4, off)
+                    if v > te:
+                        te = v
                     if te < now:
                         te = now
                 else:
@@ -528,14 +566,14 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 if ch_tree[PCH + ch] > te:
                     _tset(ch_tree, PCH, ch, te)
                 if kind == 1:
-                    q[ch, qt, e, Q_BID] = -1
+                    qe[ei + F_BID] = -1
                     remaining += 1
                     stat[S_PTE] += 1
                     stat[S_TLBMISS] += 1    # counted once the walk is under way
                     s_hold[s] = 1
                     s_holdt[s] = now
                     continue            # the loop re-checks s_hold and waits
-                q[ch, qt, e, Q_BID] = bid_next
+                qe[ei + F_BID] = bid_next
                 bid_next += 1
                 s_out[s] += 1
                 s_k[s] += 1
@@ -550,8 +588,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             stat[S_DECISIONS] += 1
             issued = False
             nt = INF
-            nr = qn[ch, 0]
-            nw = qn[ch, 1]
+            nr = qn[ch * 2]
+            nw = qn[ch * 2 + 1]
             if drain[ch]:
                 if nw == 0 or (nw <= wlo and nr > 0):
                     drain[ch] = 0
@@ -559,8 +597,9 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 if nw >= whi or (nr == 0 and nw > 0):
                     drain[ch] = 1
             qt = drain[ch]
-            row_free = busfree[ch, 0] <= now
-            col_free = busfree[ch, 1 if split else 0] <= now
+            cq = ch * 2 + qt
+            row_free = busfree[ch * 2] <= now
+            col_free = busfree[ch * 2 + (1 if split else 0)] <= now
 
             # refresh: due domains get priority on the row bus
             if refmode != 0:
@@ -577,7 +616,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         pcn = dom
                         rkn = dom * R
                     else:
-                        pcn = dom // R
+                        pcn = dom >> LR
                         rkn = dom
                     b0 = dom * NBD
                     if refmode == 1:
@@ -591,27 +630,29 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         tb = b0 + pb_ptr[dom]
                         cmd = PRE if open_row[tb] >= 0 else REFPB
-                    bgn = tb // B
-                    t = _earliest(cmd, ch, pcn, rkn, bgn, tb, nxt, offs, off, busfree,
-                                  busid, faw, faw_i, dom, tfaw)
+                    bgn = tb >> LB
+                    t = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid,
+                                 faw, faw_i, tfaw)
+                    v = _bank_part(cmd, bgn, tb, nxt, o3, o4, off)
+                    if v > t:
+                        t = v
                     if t <= now and row_free and (split or col_free):
-                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, R, logon, nxt, offs,
-                               off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
-                               faw_i, dom, cmdc, log, nlog)
+                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, R, logon, nxt, o1, o2, o3,
+                               o4, off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat,
+                               faw, faw_i, dom, cmdc, log, nlog)
                         issued = True
                         row_free = False
                         if not split:
                             col_free = False
-                        for g2 in range(b0 // B, (b0 + NBD) // B):
-                            bgver[g2] += 1
                         if cmd == PREA:
                             for b in range(b0, b0 + NBD):
                                 if open_row[b] >= 0:
                                     open_row[b] = -1
-                                    _recategorize(ch, b, NBC, NLR, q, qo, cm, bm, open_row)
+                                    _recat(ch, b - ch * NBC, NBC, NBR, NLR, W, -1, qe, bq,
+                                           km)
                         elif cmd == PRE:
                             open_row[tb] = -1
-                            _recategorize(ch, tb, NBC, NLR, q, qo, cm, bm, open_row)
+                            _recat(ch, tb - ch * NBC, NBC, NBR, NLR, W, -1, qe, bq, km)
                         elif cmd == REF:
                             ref_pend[dom] = 0
                             ref_due[dom] += tim[T_REFI]
@@ -623,150 +664,167 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         nt = t
 
             # FR-FCFS over the active queue: the oldest ready row hit, else (on a split
-            # bus: and) the oldest ready ACT/PRE.
-            n = qn[ch, qt]
-            if n > 0 and (row_free or col_free):
+            # bus: and) the oldest ready ACT/PRE. Candidates are banks: all requests of a
+            # bank needing the same command become ready together, and the bank offers its
+            # oldest one. (The wake-up time nt collects, like a walk in age order that
+            # stops at the first ready request, the times of the not-ready candidates
+            # older than the chosen one.)
+            if qn[cq] > 0 and (row_free or col_free):
                 colc = WR if qt == 1 else RD
-                best_col = 64
-                best_row = 64
+                best_col = BIG
+                best_col_b = -1
+                best_row = BIG
+                best_row_b = -1
                 best_row_cmd = -1
                 for lr in range(NLR):
-                    mcol = cm[ch, qt, lr, K_COL]
-                    mact = cm[ch, qt, lr, K_ACT]
-                    mpre = cm[ch, qt, lr, K_PRE]
-                    if (mcol | mact | mpre) == 0:
+                    mi = (cq * NLR + lr) * 3 * W
+                    anym = np.uint64(0)
+                    for w in range(3 * W):
+                        anym |= km[mi + w]
+                    if anym == 0:
                         continue
                     rkn = ch * NLR + lr
-                    pcn = rkn // R
+                    pcn = rkn >> LR
                     dom = pcn if apc else rkn
+                    refb = -1
                     if ref_pend[dom]:
                         if refmode == 1:
                             continue    # the whole domain waits for its refresh
                         rb = dom * NBD + pb_ptr[dom]
-                        if rb // NBR == rkn:
-                            keep = ~bm[ch, qt, rb - ch * NBC]
-                            mcol &= keep
-                            mact &= keep
-                            mpre &= keep
+                        if rb >> LNBR == rkn:
+                            refb = rb & (NBR - 1)
                     for kk in range(3):
                         if kk == 0:
-                            m = mcol
                             cmd = colc
-                            if not col_free:
-                                m = np.uint64(0)
+                            free = col_free
                         elif kk == 1:
-                            m = mact
                             cmd = ACT
+                            free = row_free
                         else:
-                            m = mpre
                             cmd = PRE
-                        if kk > 0 and not row_free:
-                            m = np.uint64(0)
-                        if m == 0:
-                            if kk == 0 and mcol != 0 and not col_free:
-                                t = busfree[ch, busid[colc]]
-                                if t < nt:
-                                    nt = t
-                            elif kk > 0 and (mact if kk == 1 else mpre) != 0 and \
-                                    not row_free:
-                                t = busfree[ch, 0]
-                                if t < nt:
-                                    nt = t
+                            free = row_free
+                        ki = mi + kk * W
+                        nonempty = False
+                        for w in range(W):
+                            mw = km[ki + w]
+                            if refb >= 0 and (refb >> 6) == w:
+                                mw &= ~(U1 << np.uint64(refb & 63))
+                            if mw:
+                                nonempty = True
+                        if not nonempty:
                             continue
-                        lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, offs, off, busfree,
+                        if not free:
+                            t = busfree[ch * 2 + busid[cmd]]
+                            if t < nt:
+                                nt = t
+                            continue
+                        lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree,
                                       busid, faw, faw_i, tfaw)
                         if lb > now:
                             if lb < nt:
                                 nt = lb
                             continue
                         best = best_col if kk == 0 else best_row
-                        while m:
-                            low = m & (~m + U1)
-                            p = np.int64(trailing_zeros(low))
-                            if p >= best:
-                                break           # an older ready one is already chosen
-                            m ^= low
-                            e = qo[ch, qt, p]
-                            bank = q[ch, qt, e, Q_BANK]
-                            if kk == 2 and (bm[ch, qt, bank - ch * NBC] & mcol) != 0 \
-                                    and hits_since[bank] < cap:
-                                continue        # let the queued hits drain first
-                            bgn = q[ch, qt, e, Q_BGN]
-                            if q[ch, qt, e, Q_VER] != bgver[bgn]:
-                                v1 = nxt[offs[3] + bgn, cmd]
-                                v2 = nxt[offs[4] + bank, cmd]
-                                q[ch, qt, e, Q_BPART] = (v1 if v1 > v2 else v2) - off[cmd]
-                                q[ch, qt, e, Q_VER] = bgver[bgn]
-                            t = q[ch, qt, e, Q_BPART]
-                            if t <= now:
+                        rdy = BIG
+                        rdy_b = -1
+                        npend = 0
+                        for w in range(W):
+                            mw = km[ki + w]
+                            if refb >= 0 and (refb >> 6) == w:
+                                mw &= ~(U1 << np.uint64(refb & 63))
+                            while mw:
+                                low = mw & (~mw + U1)
+                                mw ^= low
+                                lbk = lr * NBR + w * 64 + np.int64(trailing_zeros(low))
+                                bi = (cq * NBC + lbk) * NBF
                                 if kk == 0:
-                                    best_col = p
+                                    e = bq[bi + BF_HIT]
+                                elif kk == 1:
+                                    e = bq[bi + BF_HEAD]
                                 else:
-                                    best_row = p
-                                    best_row_cmd = cmd
-                                break
-                            if t < nt:
-                                nt = t
+                                    e = bq[bi + BF_CONF]
+                                sq = qe[e * NQF + F_SEQ]
+                                if sq >= best:
+                                    continue    # an older ready one is already chosen
+                                bank = ch * NBC + lbk
+                                if kk == 2 and bq[bi + BF_NHITS] > 0 and hits_since[bank] < cap:
+                                    continue    # let the queued hits drain first
+                                t = _bank_part(cmd, bank >> LB, bank, nxt, o3, o4, off)
+                                if t <= now:
+                                    if sq < rdy:
+                                        rdy = sq
+                                        rdy_b = lbk
+                                else:
+                                    tmp[2 * npend] = t
+                                    tmp[2 * npend + 1] = sq
+                                    npend += 1
+                        for i in range(npend):
+                            if tmp[2 * i + 1] < rdy and tmp[2 * i] < nt:
+                                nt = tmp[2 * i]
+                        if rdy_b >= 0:
+                            if kk == 0:
+                                best_col = rdy
+                                best_col_b = rdy_b
+                            else:
+                                best_row = rdy
+                                best_row_b = rdy_b
+                                best_row_cmd = cmd
                 # a ready column command wins a shared bus; a split bus takes both
-                if best_row < 64 and best_col < 64 and best_row_cmd == PRE and \
-                        q[ch, qt, qo[ch, qt, best_row], Q_BANK] == \
-                        q[ch, qt, qo[ch, qt, best_col], Q_BANK]:
-                    best_row = 64       # never close the row the column command needs
-                if best_row < 64 and (split or best_col == 64):
-                    e = qo[ch, qt, best_row]
+                if best_row_b >= 0 and best_col_b >= 0 and best_row_cmd == PRE and \
+                        best_row_b == best_col_b:
+                    best_row_b = -1     # never close the row the column command needs
+                if best_row_b >= 0 and (split or best_col_b < 0):
+                    lbk = best_row_b
+                    bi = (cq * NBC + lbk) * NBF
                     cmd = best_row_cmd
-                    bank = q[ch, qt, e, Q_BANK]
-                    pcn = q[ch, qt, e, Q_PC]
-                    rkn = q[ch, qt, e, Q_RK]
-                    bgn = q[ch, qt, e, Q_BGN]
+                    e = bq[bi + (BF_HEAD if cmd == ACT else BF_CONF)]
+                    bank = ch * NBC + lbk
+                    bgn = bank >> LB
+                    rkn = bank >> LNBR
+                    pcn = rkn >> LR
                     dom = pcn if apc else rkn
-                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, q[ch, qt, e, Q_ROW], R, logon,
-                           nxt, offs, off, slots, busfree, busid, r_off, r_lvl, r_next,
-                           r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, qe[e * NQF + F_ROW], R, logon,
+                           nxt, o1, o2, o3, o4, off, slots, busfree, busid, r_off, r_lvl,
+                           r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog)
                     issued = True
-                    bgver[bgn] += 1
                     if cmd == ACT:
-                        open_row[bank] = q[ch, qt, e, Q_ROW]
+                        open_row[bank] = qe[e * NQF + F_ROW]
                         hits_since[bank] = 0
-                        q[ch, qt, e, Q_FLAG] |= 1
+                        qe[e * NQF + F_FLAG] |= 1
                     else:
                         open_row[bank] = -1
-                        q[ch, qt, e, Q_FLAG] |= 2
-                    _recategorize(ch, bank, NBC, NLR, q, qo, cm, bm, open_row)
-                if best_col < 64:
-                    p = best_col
-                    e = qo[ch, qt, p]
-                    bank = q[ch, qt, e, Q_BANK]
-                    pcn = q[ch, qt, e, Q_PC]
-                    rkn = q[ch, qt, e, Q_RK]
-                    bgn = q[ch, qt, e, Q_BGN]
+                        qe[e * NQF + F_FLAG] |= 2
+                    _recat(ch, lbk, NBC, NBR, NLR, W, open_row[bank], qe, bq, km)
+                if best_col_b >= 0:
+                    lbk = best_col_b
+                    bi = (cq * NBC + lbk) * NBF
+                    e = bq[bi + BF_HIT]
+                    ei = e * NQF
+                    bank = ch * NBC + lbk
+                    bgn = bank >> LB
+                    rkn = bank >> LNBR
+                    pcn = rkn >> LR
                     lr = rkn - ch * NLR
-                    lbn = bank - ch * NBC
+                    br = lbk - lr * NBR
                     dom = pcn if apc else rkn
-                    bitp = U1 << np.uint64(p)
                     auto = False
                     if closed:
                         # auto-precharge when no other queued request hits this row
-                        h0 = bm[ch, 0, lbn] & cm[ch, 0, lr, K_COL]
-                        h1 = bm[ch, 1, lbn] & cm[ch, 1, lr, K_COL]
-                        if qt == 0:
-                            h0 &= ~bitp
-                        else:
-                            h1 &= ~bitp
-                        auto = (h0 | h1) == 0
+                        auto = bq[(ch * 2 * NBC + lbk) * NBF + BF_NHITS] + \
+                            bq[((ch * 2 + 1) * NBC + lbk) * NBF + BF_NHITS] == 1
                     if qt == 1:
                         cmd = WRA if auto else WR
                     else:
                         cmd = RDA if auto else RD
-                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, q[ch, qt, e, Q_ROW], R, logon,
-                           nxt, offs, off, slots, busfree, busid, r_off, r_lvl, r_next,
-                           r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    row = qe[ei + F_ROW]
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, row, R, logon,
+                           nxt, o1, o2, o3, o4, off, slots, busfree, busid, r_off, r_lvl,
+                           r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog)
                     issued = True
-                    bgver[bgn] += 1
                     hits_since[bank] += 1
                     tc = now + off[cmd] + (tcwl if qt == 1 else tcl) + tbl
-                    kind = q[ch, qt, e, Q_KIND]
-                    flag = q[ch, qt, e, Q_FLAG]
+                    kind = qe[ei + F_KIND]
+                    flag = qe[ei + F_FLAG]
                     if kind == 0:
                         if flag & 2:
                             stat[S_CONFLICTS] += 1
@@ -776,45 +834,48 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             stat[S_HITS] += 1
                         if qt == 0:
                             stat[S_READS] += 1
-                            lat = tc - q[ch, qt, e, Q_ENQ]
+                            lat = tc - qe[ei + F_ENQ]
                             stat[S_LATSUM] += lat
                             lat_hist[lat if lat < LAT_BINS else LAT_BINS - 1] += 1
                         else:
                             stat[S_WRITES] += 1
                     slot = ft[qt] & (FS - 1)
                     fifo[qt, slot, 0] = tc
-                    fifo[qt, slot, 1] = q[ch, qt, e, Q_STREAM]
-                    fifo[qt, slot, 2] = q[ch, qt, e, Q_DESC]
-                    fifo[qt, slot, 3] = q[ch, qt, e, Q_GRP]
-                    fifo[qt, slot, 4] = q[ch, qt, e, Q_BID]
+                    fifo[qt, slot, 1] = qe[ei + F_STREAM]
+                    fifo[qt, slot, 2] = qe[ei + F_DESC]
+                    fifo[qt, slot, 3] = qe[ei + F_GRP]
+                    fifo[qt, slot, 4] = qe[ei + F_BID]
                     fifo[qt, slot, 5] = kind
                     ft[qt] += 1
-                    # remove position p: masks and the age-order index shift down
-                    cat = q[ch, qt, e, Q_CAT]
-                    cm[ch, qt, lr, cat] &= ~bitp
-                    bm[ch, qt, lbn] &= ~bitp
-                    for l2 in range(NLR):
-                        for c2 in range(3):
-                            if cm[ch, qt, l2, c2] >> np.uint64(p):
-                                cm[ch, qt, l2, c2] = _del_bit(cm[ch, qt, l2, c2], p)
-                    if bm[ch, qt, lbn] == 0:
-                        bocc[ch, qt, lbn >> 6] &= ~(U1 << np.uint64(lbn & 63))
-                    for wd in range(bocc.shape[2]):
-                        mw = bocc[ch, qt, wd]
-                        while mw:
-                            lowb = mw & (~mw + U1)
-                            b2 = wd * 64 + np.int64(trailing_zeros(lowb))
-                            mw ^= lowb
-                            if bm[ch, qt, b2] >> np.uint64(p):
-                                bm[ch, qt, b2] = _del_bit(bm[ch, qt, b2], p)
-                    last = qn[ch, qt] - 1
-                    for j in range(p, last):
-                        qo[ch, qt, j] = qo[ch, qt, j + 1]
-                    qo[ch, qt, last] = e
-                    qn[ch, qt] = last
+                    # remove the entry: unlink it from its bank list, find the next hit
+                    pv = qe[ei + F_PREV]
+                    nx = qe[ei + F_NEXT]
+                    if pv >= 0:
+                        qe[pv * NQF + F_NEXT] = nx
+                    else:
+                        bq[bi + BF_HEAD] = nx
+                    if nx >= 0:
+                        qe[nx * NQF + F_PREV] = pv
+                    else:
+                        bq[bi + BF_TAIL] = pv
+                    bq[bi + BF_CNT] -= 1
+                    nh = bq[bi + BF_NHITS] - 1
+                    bq[bi + BF_NHITS] = nh
+                    mi = (cq * NLR + lr) * 3 * W
+                    if nh > 0:
+                        h2 = nx
+                        while qe[h2 * NQF + F_ROW] != row:
+                            h2 = qe[h2 * NQF + F_NEXT]
+                        bq[bi + BF_HIT] = h2
+                    else:
+                        bq[bi + BF_HIT] = -1
+                        _setbit(km, mi + K_COL * W, br, False)
+                    n = qn[cq] - 1
+                    qn[cq] = n
+                    fr[cq * QM + QM - 1 - n] = e - cq * QM
                     if auto:
                         open_row[bank] = -1
-                        _recategorize(ch, bank, NBC, NLR, q, qo, cm, bm, open_row)
+                        _recat(ch, lbk, NBC, NBR, NLR, W, -1, qe, bq, km)
                     w = ch_whead[ch]
                     while w >= 0:
                         nw2 = s_wnext[w]
@@ -823,15 +884,15 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         w = nw2
                     ch_whead[ch] = -1
             if issued:
-                bt = busfree[ch, 0]
-                if split and busfree[ch, 1] < bt:
-                    bt = busfree[ch, 1]
+                bt = busfree[ch * 2]
+                if split and busfree[ch * 2 + 1] < bt:
+                    bt = busfree[ch * 2 + 1]
                 if bt < nt:
                     nt = bt
-            elif qn[ch, 0] + qn[ch, 1] > 0 and not (row_free and col_free):
-                bt = busfree[ch, 0]
-                if split and busfree[ch, 1] < bt:
-                    bt = busfree[ch, 1]
+            elif qn[ch * 2] + qn[ch * 2 + 1] > 0 and not (row_free and col_free):
+                bt = busfree[ch * 2]
+                if split and busfree[ch * 2 + 1] < bt:
+                    bt = busfree[ch * 2 + 1]
                 if bt > now and bt < nt:
                     nt = bt
             if nt <= now:
@@ -867,27 +928,29 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     NBG = NRK * G
     NBANK = NBG * B
     NLR = P * R
-    offs = np.zeros(5, dtype=np.int64)
-    offs[1] = C
-    offs[2] = C + NPC
-    offs[3] = C + NPC + NRK
-    offs[4] = C + NPC + NRK + NBG
-    nxt = np.zeros((offs[4] + NBANK, NCMD), dtype=np.int64)
+    NBC = NLR * NBR
+    W = (NBR + 63) // 64
+    nxt = np.zeros((C + NPC + NRK + NBG + NBANK) * NCMD, dtype=np.int64)
     QM = max(cfg[C_RQ], cfg[C_WQ])
-    q = np.zeros((C, 2, QM, NQF), dtype=np.int64)
-    qo = np.zeros((C, 2, QM), dtype=np.int64)
-    for c in range(C):
-        for k in range(2):
-            for e in range(QM):
-                qo[c, k, e] = e
-    qn = np.zeros((C, 2), dtype=np.int64)
-    cm = np.zeros((C, 2, NLR, 3), dtype=np.uint64)
-    bm = np.zeros((C, 2, NLR * NBR), dtype=np.uint64)
+    qe = np.zeros(C * 2 * QM * NQF, dtype=np.int64)
+    fr = np.zeros(C * 2 * QM, dtype=np.int64)
+    for cq in range(C * 2):
+        for i in range(QM):
+            fr[cq * QM + i] = QM - 1 - i       # free stack: slot 0 on top
+    qn = np.zeros(C * 2, dtype=np.int64)
+    seqc = np.zeros(C * 2, dtype=np.int64)
+    bq = np.zeros(C * 2 * NBC * NBF, dtype=np.int64)
+    for i in range(C * 2 * NBC):
+        bq[i * NBF + BF_HEAD] = -1
+        bq[i * NBF + BF_TAIL] = -1
+        bq[i * NBF + BF_HIT] = -1
+        bq[i * NBF + BF_CONF] = -1
+    km = np.zeros(C * 2 * NLR * 3 * W, dtype=np.uint64)
     open_row = np.full(NBANK, -1, dtype=np.int64)
     hits_since = np.zeros(NBANK, dtype=np.int64)
-    faw = np.full((ND, 4), -INF // 2, dtype=np.int64)
+    faw = np.full(ND * 4, -INF // 2, dtype=np.int64)
     faw_i = np.zeros(ND, dtype=np.int64)
-    busfree = np.zeros((C, 2), dtype=np.int64)
+    busfree = np.zeros(C * 2, dtype=np.int64)
     drain = np.zeros(C, dtype=np.int64)
     refmode = cfg[C_REFMODE]
     ref_due = np.zeros(ND, dtype=np.int64)
@@ -901,10 +964,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             ref_due[d] = tim[T_REFIPB] * (d % NDC + 1) // NDC
         else:
             ref_due[d] = INF
-    bgver = np.zeros(NBG, dtype=np.int64)
-    NW = (NLR * NBR + 63) // 64
-    bocc = np.zeros((C, 2, NW), dtype=np.uint64)  # local banks holding queued entries
-    cmdc = np.zeros((C, NCMD), dtype=np.int64)
+    cmdc = np.zeros(C * NCMD, dtype=np.int64)
     stat = np.zeros(NSTAT, dtype=np.int64)
     lat_hist = np.zeros(LAT_BINS, dtype=np.int64)
     log = np.zeros((log_cap if cfg[C_LOG] else 0, 8), dtype=np.int64)
@@ -961,17 +1021,18 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     for c in range(C):
         _tset(ch_tree, PCH, c, 0 if refmode != 0 else INF)
     fields = np.zeros(7, dtype=np.int64)
+    tmp = np.zeros(2 * 64 * W * NLR, dtype=np.int64)
     _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           m_field, m_radix, m_log2, m_dst, m_sizes,
           s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
           g_compute, g_prev, g_next, pt, tlbc,
-          offs, nxt, q, qo, qn, cm, bm, open_row, hits_since, faw, faw_i, busfree, drain,
-          ref_due, ref_pend, pb_ptr, bgver, bocc, cmdc, stat, lat_hist, log, nlog,
+          nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
+          ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields)
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp)
     nl = min(nlog[0], log.shape[0])
     if cfg[C_LOG] and nlog[0] > log.shape[0]:
         stat[S_DEADLOCK] = 2   # command log overflow: caller must retry with more room
-    return (stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, log[:nl],
-            s_tlbstall)
+    return (stat, cmdc.reshape((C, NCMD)), lat_hist, d_done, g_ready, g_end, b_done, b_cnt,
+            log[:nl], s_tlbstall)
