@@ -30,7 +30,7 @@ def test_minimal_config_from_the_issue_validates(tmp_path):
     assert cfg.model.name == "gpt3-175b"
     assert (cfg.workload.batch, cfg.workload.seq, cfg.workload.phase) == (32, 2048, "decode")
     assert cfg.policy.mapper == "greedy" and cfg.policy.allocator == "static"
-    assert cfg.simulation.seed == 0 and cfg.simulation.fidelity == "cycle"
+    assert cfg.simulation.seed == 0 and cfg.simulation.fidelity == "sampled"
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.workload.batch = 3
 

@@ -100,9 +100,11 @@ class PolicyConfig:
 class SimulationConfig:
     """How the simulator runs (not what it simulates)."""
 
-    fidelity: Literal["cycle", "estimate"] = param(
-        "cycle", doc="cycle = cycle-level DRAM/NPU simulation; estimate = fast analytical "
-                     "estimate from cached tables.")
+    fidelity: Literal["cycle", "sampled", "estimate"] = param(
+        "sampled", doc="cycle = every tile of every kernel through the cycle-level NPU and "
+        "DRAM engine; sampled = the same models on a steady-state prefix of each core's "
+        "tiles, extrapolated (error against cycle in docs/validation.md); estimate = "
+        "roofline arithmetic only (no simulation).")
     seed: int = param(0, ge=0, doc="Seed of every random choice (arrivals, predictors, "
                                    "noise); same config and seed give identical results.")
     cache: bool = param(True, doc="Reuse cached kernel/iteration tables (content-hash "

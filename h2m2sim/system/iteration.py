@@ -1,0 +1,275 @@
+"""One decode iteration of a whole system, cycle-level, from a mapping.
+
+A decode iteration runs every decoder layer. All layers have the same shape and, under a
+head-aware mapping, the same split, so one layer is simulated and the result scaled by
+the layer count (:func:`run_iteration` says so in its result, and
+``tests/test_system_iteration.py`` checks two simulated layers against twice one).
+
+One layer: the kernel graph is partitioned by the mapping (:func:`h2m2sim.model.
+partition_layer`); for each sublayer (qkv-linear, attention, fc) each side runs its
+partition on its own chip against its own DRAM (:func:`h2m2sim.npu.run_kernels`, the
+closed DMA/compute/DRAM loop); the sublayer ends when the slower side finishes, then a
+cross-chip barrier (``system.sync.barrier_ns``) and the activation copies the next
+sublayer needs cross the interconnect (latency + bytes / bandwidth, per direction).
+
+Speed: kernels that are identical in shape and tensor sizes (the per-request attention
+kernels of requests with the same context length) are simulated once and counted; every
+simulated piece is cached on disk by content hash (:mod:`h2m2sim.cache`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+from dram_models.schema import to_dict
+from h2m2sim.cache import cached
+from h2m2sim.errors import ConfigError
+from h2m2sim.mapping import SUBLAYERS, Mapping, Problem, SublayerTimes
+from h2m2sim.model import (ModelSpec, build_layer_graph, footprint, kernels,
+                           normalize_batch, partition_layer, split_units, transfers)
+
+CACHE_NS = "system-piece"
+PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
+                "stall_tlb_ns", "bytes", "tlb_hits", "tlb_misses", "flops")
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Time and breakdown of kernels run back to back on one side (ns, bytes)."""
+
+    time_ns: float = 0.0
+    compute_ns: float = 0.0
+    stall_memory_ns: float = 0.0
+    stall_compute_ns: float = 0.0
+    stall_tlb_ns: float = 0.0
+    bytes: float = 0.0
+    tlb_hits: float = 0.0
+    tlb_misses: float = 0.0
+    flops: float = 0.0
+
+    def __add__(self, other: "Piece") -> "Piece":
+        return Piece(*(getattr(self, f) + getattr(other, f) for f in PIECE_FIELDS))
+
+    def scale(self, k: float) -> "Piece":
+        return Piece(*(getattr(self, f) * k for f in PIECE_FIELDS))
+
+
+def _tensor_sig(t) -> tuple:
+    return (t.kind, tuple(t.shape), int(t.bytes), t.view_of is not None, int(t.offset))
+
+
+def kernel_signature(k) -> tuple:
+    """What determines a kernel's time on a side: op, shape, FLOPs and its tensors'
+    sizes (not their names, addresses or the request they belong to)."""
+    return (k.op, int(k.m), int(k.k), int(k.n), int(getattr(k, "batch", 1)), int(k.flops),
+            tuple(_tensor_sig(t) for t in k.operands), tuple(_tensor_sig(t) for t in k.outputs))
+
+
+def _side_key(system, side: str) -> str:
+    spec = system.side(side)
+    blob = json.dumps({"side": to_dict(spec), "mmu": to_dict(system.mmu)}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _groups(ks: Sequence) -> list[tuple[list, int]]:
+    """Consecutive runs of kernels, with identical per-request groups merged: returns
+    (kernel list, count) in execution order. Kernels of one request form one group."""
+    out: "OrderedDict[tuple, list]" = OrderedDict()
+    for k in ks:
+        key = ("req", k.request) if k.request is not None else ("k", k.name)
+        out.setdefault(key, []).append(k)
+    merged: "OrderedDict[tuple, list]" = OrderedDict()
+    for key, group in out.items():
+        sig = tuple(kernel_signature(k) for k in group)
+        if sig in merged:
+            merged[sig][1] += 1
+        else:
+            merged[sig] = [group, 1]
+    return [(g, c) for g, c in merged.values()]
+
+
+def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
+              translate: str | None = None, cache: dict | None = None) -> Piece:
+    """Simulate ``ks`` back to back on ``side`` (identical request groups once, counted).
+    ``cache``: options for :func:`h2m2sim.cache.cached` (``cache_dir``, ``enabled``)."""
+    from h2m2sim.npu.simulate import run_kernels
+
+    total = Piece()
+    skey = _side_key(system, side)
+    for group, count in _groups(ks):
+        key = {"side": skey, "kernels": [list(map(str, kernel_signature(k))) for k in group],
+               "fidelity": fidelity, "translate": translate or "default"}
+
+        def compute(group=group):
+            r = run_kernels(system, side, group, fidelity=fidelity, translate=translate)
+            if r.deadlock:
+                raise ConfigError("system", f"the simulation of {group[0].name} on side "
+                                  f"{side} deadlocked")
+            return {f: float(getattr(r, f)) for f in PIECE_FIELDS}
+
+        d = cached(CACHE_NS, key, compute, **(cache or {}))
+        total = total + Piece(**{f: d[f] for f in PIECE_FIELDS}).scale(count)
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerResult:
+    """One simulated decoder layer (ns). ``sublayers[sl][side]`` is that side's Piece;
+    ``boundary_ns[sl]`` the barrier + transfer cost after sublayer ``sl``."""
+
+    time_ns: float
+    sublayers: dict
+    boundary_ns: dict
+    transfer_bytes: float
+
+
+def layer_kernels(model: ModelSpec, batch: int, seq_lens, split: dict, sides: Sequence[str],
+                  dtype: str | None = None, phase: str = "decode"):
+    """Kernels per (side, sublayer) and transfers of one layer under ``split``."""
+    if len(sides) == 1:
+        G = build_layer_graph(model, batch, seq_lens, phase=phase, dtype=dtype)
+        per = {}
+        for k in kernels(G):
+            per.setdefault((sides[0], k.sublayer), []).append(k)
+        return per, []
+    G = partition_layer(model, batch, seq_lens, split, phase=phase, dtype=dtype,
+                        sides=tuple(sides))
+    per = {}
+    for k in kernels(G):
+        per.setdefault((k.side, k.sublayer), []).append(k)
+    return per, transfers(G)
+
+
+def _consumed_ns(system, xfers, sublayer: str) -> tuple[float, float]:
+    """Interconnect time (ns) and bytes of the copies ``sublayer`` consumes (those made for
+    the next layer's qkv-linear count for qkv-linear: every layer has the same split).
+    Copies in one direction share the link; the two directions run in parallel."""
+    link = system.interconnect
+    by_dir: dict = {}
+    for x in xfers:
+        consumer = "qkv" if x.sublayer == "next_layer" else x.sublayer
+        if consumer == sublayer:
+            by_dir[(x.src, x.dst)] = by_dir.get((x.src, x.dst), 0) + x.bytes
+    if not by_dir:
+        return 0.0, 0.0
+    t = max(link.latency_ns + b / link.bandwidth_gbps for b in by_dir.values())
+    return t, float(sum(by_dir.values()))
+
+
+def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
+              sides: Sequence[str] | None = None, dtype: str | None = None,
+              fidelity: str = "sampled", translate: str | None = None,
+              cache: dict | None = None) -> LayerResult:
+    """Simulate one decoder layer under a head-aware ``split`` (units on ``sides[0]``)."""
+    sides = tuple(sides or system.side_names)
+    per, xfers = layer_kernels(model, batch, seq_lens, split, sides, dtype)
+    subl, bound = {}, {}
+    total = 0.0
+    xbytes = 0.0
+    barrier = system.sync.barrier_ns if len(sides) > 1 else 0.0
+    for sl in SUBLAYERS:
+        subl[sl] = {s: run_piece(system, s, per[(s, sl)], fidelity, translate, cache)
+                    if (s, sl) in per else Piece() for s in sides}
+        total += max(p.time_ns for p in subl[sl].values())
+        t_x, b_x = _consumed_ns(system, xfers, sl)
+        bound[sl] = barrier + t_x
+        total += bound[sl]
+        xbytes += b_x
+    return LayerResult(total, subl, bound, xbytes)
+
+
+# ----------------------------------------------------------------------------- problem
+def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | None = None,
+                  sides: Sequence[str] | None = None) -> Problem:
+    """The mapping problem of (model, batch, lengths) on a two-sided system."""
+    sides = tuple(sides or system.side_names)
+    if len(sides) != 2:
+        raise ConfigError("system.sides", f"a mapping needs two sides, got {len(sides)}")
+    batch, lens = normalize_batch(batch, seq_lens)
+    fp = footprint(model, batch, lens, dtype=dtype)
+    L = model.layers
+    units = {sl: split_units(model, sl) for sl in SUBLAYERS}
+    unit_bytes, shared, nbytes = {}, {}, {}
+    for sl in SUBLAYERS:
+        body = fp[sl]["weight"] + fp[sl]["kv"]
+        unit_bytes[sl] = body * L / units[sl]
+        shared[sl] = fp[sl]["activation"] * L
+        nbytes[sl] = body + fp[sl]["activation"]
+    G = build_layer_graph(model, batch, lens, dtype=dtype)
+    flops = {sl: 0.0 for sl in SUBLAYERS}
+    for k in kernels(G):
+        flops[k.sublayer] += k.flops
+    reserve = {s: system.mmu.table_bytes for s in sides}
+    capacity = {s: system.side(s).capacity_bytes - reserve[s] for s in sides}
+    peak = {s: system.side(s).chip.peak_tflops * 1e12 for s in sides}
+    bw = {s: system.side(s).bandwidth_gbps * 1e9 for s in sides}
+    chip = system.side(sides[0]).chip
+    pre = -(-chip.mm_rows // chip.mm_preload_rows_per_cycle)
+    util = min(1.0, batch / pre) if chip.mm_weight_double_buffer else \
+        batch / (pre + batch + chip.mm_rows + chip.mm_cols - 2)
+    return Problem(layers=L, sides=sides, units=units, unit_bytes=unit_bytes,
+                   shared_bytes=shared, capacity=capacity, flops=flops,
+                   bytes_per_layer=nbytes, peak_ops=peak, bandwidth=bw, mm_utilization=util,
+                   interconnect=system.interconnect.bandwidth_gbps * 1e9,
+                   barrier_ns=system.sync.barrier_ns)
+
+
+def table_grid(N: int, points: int = 5) -> list[int]:
+    """Unit counts at which a sublayer's time is simulated (the rest interpolated)."""
+    grid = sorted({1, N} | {max(1, int(round(N * i / (points - 1)))) for i in range(points)})
+    return grid
+
+
+def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Problem,
+                    dtype: str | None = None, fidelity: str = "sampled",
+                    translate: str | None = None, cache: dict | None = None,
+                    points: int = 5) -> SublayerTimes:
+    """Per-sublayer, per-side time tables (ns per layer for 0..N units), simulated at a
+    grid of unit counts and interpolated linearly in between."""
+    table = {s: {} for s in problem.sides}
+    first, second = problem.sides
+    for sl in SUBLAYERS:
+        N = problem.units[sl]
+        grid = table_grid(N, points)
+        for side in problem.sides:
+            ts = []
+            for n in grid:
+                # n units of this sublayer on `side`; the other sublayers do not matter
+                split = {x: (N if x == sl else 0) for x in SUBLAYERS}
+                split[sl] = n if side == first else N - n
+                per, _ = layer_kernels(model, batch, seq_lens, split, problem.sides, dtype)
+                ks = per.get((side, sl), [])
+                ts.append(run_piece(system, side, ks, fidelity, translate, cache).time_ns
+                          if ks else 0.0)
+            full = np.interp(np.arange(N + 1), [0] + grid, [0.0] + ts)
+            full[0] = 0.0
+            table[side][sl] = full
+    return SublayerTimes(table, barrier=system.sync.barrier_ns,
+                         source=f"cycle-level ({fidelity}) at n = grid, linear in between")
+
+
+@dataclasses.dataclass(frozen=True)
+class IterationResult:
+    """A decode iteration: ``iteration_ns`` = layers x the simulated layer (all layers
+    share shape and split; said here rather than hidden)."""
+
+    iteration_ns: float
+    layer: LayerResult
+    layers: int
+    mapping: Mapping
+    note: str = "one layer simulated, scaled by the layer count (layers are identical)"
+
+
+def run_iteration(system, model: ModelSpec, batch: int, seq_lens, mapping: Mapping,
+                  sides: Sequence[str] | None = None, dtype: str | None = None,
+                  fidelity: str = "sampled", translate: str | None = None,
+                  cache: dict | None = None) -> IterationResult:
+    lay = run_layer(system, model, batch, seq_lens, mapping.split, sides, dtype, fidelity,
+                    translate, cache)
+    return IterationResult(lay.time_ns * model.layers, lay, model.layers, mapping)
