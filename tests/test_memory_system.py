@@ -128,3 +128,16 @@ def test_stream_bandwidth_below_peak(small):
     for side in small.sides:
         m = measure_stream(side)
         assert 0.8 * m.peak_gbps < m.gbps <= m.peak_gbps
+
+
+def test_migration_rate_defaults_to_engine_streaming_rates(small):
+    from h2m2sim.memory.dram import stream_bandwidth_gbps
+    mem = SystemMemory(small)
+    mem.place("x", 4 * MiB, "lpddr")
+    (c,) = mem.migrate("x", "hbm")
+    want = min(small.interconnect.bandwidth_gbps,
+               stream_bandwidth_gbps(small.side("lpddr"), False),
+               stream_bandwidth_gbps(small.side("hbm"), True))
+    assert c.rate_gbps == pytest.approx(want)
+    assert c.src == "lpddr" and c.dst == "hbm" and mem.tensor("x").on("hbm")
+    assert mem.frames["lpddr"].used_frames == 0

@@ -73,17 +73,20 @@ class NpuChipConfig:
                            "element of a partial output block kept in the scratchpad",
                            source="assumed: INT32 accumulation of INT8 products")
     dma_outstanding: int = param(
-        2048, ge=1, doc="memory requests (bursts) one core's DMA may have in flight",
+        2048, ge=1, doc="memory requests (bursts) one core's DMA may have in flight. NOT "
+        "enforced at present: the engine's per-stream cap can lose a wake-up (see "
+        "h2m2sim/npu/dma.py); in-flight requests are bounded by the DRAM channel queues",
         unit="bursts", source="chosen (Little's law): 3.3 TB/s x ~100 ns loaded latency / "
-        "32 B / 4 cores = ~2.6k; 2048 per core keeps a 64-channel HBM3 side busy")
+        "32 B / 4 cores = ~2.6k")
     dma_queues: int = param(
-        0, ge=0, le=1024, doc="independent DMA request queues per core; a queue blocks only "
-        "itself when its memory channel is full. 0 = one per memory channel",
-        source="chosen: a NoC with per-channel buffers avoids head-of-line blocking")
+        0, ge=0, le=1024, doc="DMA request queues of the chip, shared by its cores (each "
+        "queue serves the cores round-robin, tile by tile); a queue blocks only itself when "
+        "its memory channel is full. 0 = one per memory channel",
+        source="chosen: a NoC with per-channel buffers and fair arbitration")
     dma_chunk_bytes: int = param(
         0, ge=0, unit="bytes", doc="bytes per DMA descriptor; 0 = the channel-interleave "
-        "granularity of the side's address mapping (at least 256 B)",
-        source="chosen: one descriptor per channel-interleave unit")
+        "granularity of the side's address mapping (at least 256 B, at most 64 KiB and "
+        "one page)", source="chosen: one descriptor per channel-interleave unit")
     tile_overhead_cycles: int = param(0, ge=0, unit="cycles", doc="fixed cycles added to "
                                       "each tile's compute (instruction issue)",
                                       source="assumed 0")

@@ -1,12 +1,15 @@
 """From tile plans to the DRAM engine's request streams: the DMA engines of all cores of
 one chip, closed-loop with compute.
 
-Each core's DMA has ``Q`` request queues for reads and ``Q`` for writes (default: one per
-memory channel, as a NoC with per-channel buffers provides), so a full channel queue
-stalls only the requests behind it, not the whole core. A tile's byte ranges are cut into
-descriptors at channel-interleave (and page) boundaries and each descriptor goes to the
-queue of the channel its *physical* address maps to. Every core runs its tiles as one
-chain of engine *groups*:
+The chip has ``Q`` read queues and ``Q`` write queues (default: one per memory channel,
+as a NoC with per-channel buffers provides), shared by its cores. A tile's byte ranges
+are cut into descriptors at channel-interleave (and page) boundaries and each descriptor
+goes to the queue of the channel its *physical* address maps to, so a full channel queue
+stalls only the requests behind it, not a whole core. Within a queue the cores' tiles
+are interleaved round-robin (core 0's i-th tile, core 1's i-th tile, ...): fair
+arbitration. (With one queue set per core instead -- ``shared=False`` -- the engine's
+stream priority lets core 0 starve the others; kept for comparison.) Every core runs its
+tiles as one chain of engine *groups*:
 
 * compute of tile i starts when all its reads are back and tile i-1 is done;
 * reads of tile i may start only once compute of tile i - ``spm_buffers`` has finished
@@ -15,9 +18,11 @@ chain of engine *groups*:
 
 Several kernels run back to back (:func:`build_streams` with ``kernel_of``) are separated
 by a *barrier* per kernel: a zero-compute group whose "reads" are one flag read per core,
-issued from the core's write queue after the core's last tile of the kernel (so after its
-result writes were issued); the next kernel's first tiles wait for the barrier. Barrier
-groups form their own chain, so a kernel never starts before all earlier ones ended.
+issued from a write queue after the core's last tile of the kernel (after its result
+writes were issued: writes are posted and may complete while the next kernel runs); the
+next kernel's first tiles wait for the barrier. Barrier groups form their own chain, so
+a kernel never starts before all earlier ones ended. Descriptors of different kernels
+never mix in a queue: a queue holds kernel 0's, then kernel 1's, ...
 """
 from __future__ import annotations
 
