@@ -211,16 +211,21 @@ def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int,
             # tile's compute is
             first = tile_b * min(P, ob) / bw
             est = max(comp + first, mem + tile_c, lat)
-            cands.append((est, ob * nk, MatmulTiles(u, mt, kt, nt, est, comp, mem)))
+            balanced = ob % P == 0 or ob >= 8 * P
+            cands.append((est, ob * nk, MatmulTiles(u, mt, kt, nt, est, comp, mem), balanced))
     if not cands:
         raise ConfigError("chip.spm_buffer_bytes", f"{buf} bytes cannot hold the smallest "
                           f"tile of a {m}x{k}x{n} product")
     best = min(c[0] for c in cands)
-    # among (almost) equally fast shapes prefer more, smaller tiles: a deeper pipeline,
-    # a shorter exposed first load; ties broken deterministically by shape
+    # among (almost) equally fast shapes prefer work spread evenly over the cores, then
+    # whole reductions (no k-split: no partial sums, and the input block is fetched once
+    # per core instead of every tile hitting the same few channels), then more, smaller
+    # tiles (a deeper pipeline, a shorter exposed first load); ties broken
+    # deterministically by shape
     near = [c for c in cands if c[0] <= best * 1.005 and c[1] <= 64 * P] or \
         [min(cands, key=lambda c: c[0])]
-    return max(near, key=lambda c: (c[1], -c[0], c[2].unit == "mm", c[2].mt, c[2].nt))[2]
+    return max(near, key=lambda c: (c[3], c[2].kt == k, c[1], -c[0], c[2].unit == "mm",
+                                    c[2].mt, c[2].nt))[2]
 
 
 def _balanced(n_items: int, P: int) -> np.ndarray:
