@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 from dram_models.errors import ConfigError
-from dram_models.schema import parse_size, suggest
+from dram_models.schema import parse_size
+
+from .cmd_model import _choice, _int
 
 HELP = "simulate one kernel (gemm, gemv, attention, ...) on one side of a system"
 
@@ -46,29 +48,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _int(text, key: str, lo: int = 1) -> int:
-    try:
-        v = int(str(text).strip())
-    except ValueError:
-        raise ConfigError(key, f"must be an integer, got {text!r}") from None
-    if v < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {v}")
-    return v
-
-
-def _choice(text, key: str, allowed) -> str:
-    if text not in allowed:
-        raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {text!r}"
-                          + suggest(str(text), list(allowed)))
-    return text
-
-
 def run(args) -> int:
     from h2m2sim.npu.simulate import FIDELITIES, OPS, simulate_kernel
     from h2m2sim.system.config import resolve_system
     op = _choice(args.op, "--op", OPS)
-    m, k, n = _int(args.m, "--m"), _int(args.k, "--k"), _int(args.n, "--n")
-    batch = _int(args.batch, "--batch")
+    m, k, n = _int(args.m, "--m", 1), _int(args.k, "--k", 1), _int(args.n, "--n", 1)
+    batch = _int(args.batch, "--batch", 1)
     seed = _int(args.seed, "--seed", 0)
     fidelity = _choice(args.fidelity, "--fidelity", FIDELITIES)
     placement = _choice(args.placement, "--placement", ("contiguous", "scattered"))

@@ -15,10 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dram_models.errors import ConfigError
 from dram_models.schema import suggest
+from dram_models.spec import _read_yaml
 
 from .config import SystemSpec, resolve_system
 
@@ -32,18 +31,6 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def _read(path: Path, key: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(where, f"not valid YAML ({getattr(err, 'problem', err)})") from None
-    except OSError as err:
-        raise ConfigError(key, f"cannot read {path}: {err.strerror}") from None
-
-
 def preset_data(name: Any, key: str = "system") -> dict:
     """Raw data of preset ``name`` or of a YAML file path (a file may itself name a
     ``preset`` to start from)."""
@@ -53,7 +40,7 @@ def preset_data(name: Any, key: str = "system") -> dict:
     if path.suffix in (".yaml", ".yml"):
         if not path.exists():
             raise ConfigError(key, f"no such file: {name}")
-        data = _read(path, key)
+        data = _read_yaml(path, key)
         if isinstance(data, dict) and isinstance(data.get("system"), dict):
             data = data["system"]          # a run configuration: take its system section
         if isinstance(data, dict) and "preset" in data:
@@ -66,7 +53,7 @@ def preset_data(name: Any, key: str = "system") -> dict:
             raise ConfigError(key, f"unknown system preset {name!r}" + suggest(name, names)
                               + f"; available: {', '.join(names)} (or a path to a .yaml "
                               "file)")
-        data = _read(PRESET_DIR / f"{name}.yaml", key)
+        data = _read_yaml(PRESET_DIR / f"{name}.yaml", key)
     if not isinstance(data, dict):
         raise ConfigError(key, f"system file {name} must hold a mapping")
     return data
