@@ -1,0 +1,330 @@
+"""Reproduce the H2M2 evaluation (Hwang et al., papers/h2m2-heterogeneous-memory.txt).
+
+    python scripts/reproduce_h2m2.py --figure 12 --out DIR [--fidelity sampled|estimate]
+    python scripts/reproduce_h2m2.py --table 3 --out DIR
+    python scripts/reproduce_h2m2.py --all --out DIR
+
+Each figure writes DIR/fig<F>.csv and DIR/fig<F>.png (Table 3: DIR/table3.csv). Every
+simulated point is written atomically to DIR/points/ as it finishes and reused on the
+next run (a killed reproduction loses nothing); cycle-level pieces are also cached by
+content hash ($H2M2SIM_CACHE), so re-plotting costs nothing.
+
+Systems (the CSV's ``system`` column):
+
+* ``baseline``     -- LPDDR-only: one LPDDR5X pool (546 GB/s, 512 GB) shared by both chips
+  (8 cores); see docs/validation.md for why this topology is the paper's baseline;
+* ``h2m2``         -- HBM3 + LPDDR5X, greedy mapping (Algorithm 1), MMU/TLB on;
+* ``oracle``       -- same hardware, exhaustive search on cycle-level tables, no
+  translation cost (the paper's Oracle);
+* ``best``         -- exhaustive search with translation (Figures 6-8's Best);
+* ``hierarchical`` -- HBM caches LPDDR (Belady replacement), compute at HBM;
+* ``flexgen``, ``q-major``, ``a-major``, ``f-major``, ``naive`` -- Figures 6-8;
+* ``8-hbm``        -- two chips, each with four HBM3 modules (768 GB), tensor-parallel
+  split, plus a per-layer communication cost (Figure 18);
+* ``h2m2-notlb``   -- greedy without translation cost (Table 3).
+
+Speedup = baseline iteration time / system iteration time, per (model, batch, seq).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import csv
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+# one decoder layer per layer kind is simulated; the rest follows by scaling
+FIGURES = {
+    6: dict(model="gpt3-175b", points=[(16, 512), (16, 1024), (16, 2048), (32, 512),
+                                       (32, 1024), (32, 2048)],
+            systems=["baseline", "naive", "best"]),
+    7: dict(model="gpt3-175b", points=[(32, s) for s in (512, 1024, 2048, 4096)],
+            systems=["baseline", "flexgen", "best"]),
+    8: dict(model="gpt3-175b", points=[(32, s) for s in (512, 1024, 2048, 4096)],
+            systems=["baseline", "q-major", "a-major", "f-major", "best"]),
+    12: dict(model="gpt3-175b", points=[(32, s) for s in (512, 1024, 2048, 4096)],
+             systems=["baseline", "hierarchical", "oracle", "h2m2"]),
+    13: dict(model="chinchilla-70b", points=[(64, s) for s in (256, 512, 1024, 2048, 4096)],
+             systems=["baseline", "hierarchical", "oracle", "h2m2"]),
+    15: dict(model="llama2-70b", points=[(128, s) for s in (1024, 2048, 4096, 8192)],
+             systems=["baseline", "hierarchical", "oracle", "h2m2"]),
+    18: dict(model="gpt3-175b", points=[(32, s) for s in (512, 1024, 2048, 4096)],
+             systems=["baseline", "h2m2", "8-hbm"]),
+}
+SENSITIVITY = {   # H2M2 Table 4: one change to the h2m2 system each
+    "original": {},
+    "hbmcap-less": {"sides": {"hbm": {"capacity_bytes": "48 GB"}}},
+    "hbmcap-more": {"sides": {"hbm": {"capacity_bytes": "192 GB"}}},
+    "hbmbw-less": {"sides": {"hbm": {"channels": 44}}},       # 0.69x: 2.25 TB/s class
+    "hbmbw-more": {"sides": {"hbm": {"channels": 80}}},       # 1.25x: 4 TB/s class
+    "lpddrbw-less": {"sides": {"lpddr": {"channels": 24}}},   # 0.75x: 410 GB/s
+    "lpddrbw-more": {"sides": {"lpddr": {"channels": 40}}},   # 1.25x: 683 GB/s
+    "hbmchip-more": {"sides": {"hbm": {"chip": {"cores": 8}}}},
+    "lpddrchip-more": {"sides": {"lpddr": {"chip": {"cores": 8}}}},
+}
+RUNS = {   # label -> (system preset, mapper, mapper params)
+    "baseline": ("lpddr-only", "all-first", {}),
+    "h2m2": ("h2m2", "greedy", {}),
+    "h2m2-notlb": ("h2m2", "greedy", {"translate": "ideal"}),
+    "oracle": ("h2m2", "oracle", {"translate": "ideal"}),
+    "best": ("h2m2", "oracle", {}),
+    "hierarchical": ("h2m2", "hierarchical", {"policy": "optimal"}),
+    "flexgen": ("h2m2", "flexgen", {}),
+    "q-major": ("h2m2", "q-major", {}),
+    "a-major": ("h2m2", "a-major", {}),
+    "f-major": ("h2m2", "f-major", {}),
+    "naive": ("h2m2", "naive", {}),
+    "8-hbm": ("hbm8", "oracle", {}),
+}
+#: per-layer communication of the 8-HBM system beyond the activation copies the
+#: partition already moves: two all-reduces of the layer's activations across 8 devices
+#: (Megatron-style tensor parallelism), priced as 2 x 2(p-1)/p x bytes / link + latency
+HBM8_DEVICES = 8
+
+
+def _system(preset: str, overrides: dict | None = None):
+    from h2m2sim.system.config import resolve_system
+    raw = {"preset": preset, **(overrides or {})} if overrides else preset
+    return resolve_system(raw, "system")
+
+
+def point_key(fig: str, label: str, model: str, batch: int, seq: int) -> str:
+    return f"{fig}__{label}__{model}__b{batch}__s{seq}"
+
+
+def evaluate(task: dict) -> dict:
+    """One (system label, model, batch, seq) point -> metrics (run in a worker)."""
+    from h2m2sim.model import load_model
+    from h2m2sim.system.job import simulate
+
+    label, variant = task["label"], task.get("variant")
+    preset, mapper, params = RUNS[label]
+    overrides = SENSITIVITY[variant] if variant else None
+    system = _system(preset, overrides)
+    model = load_model(task["model"])
+    t0 = time.perf_counter()
+    out = simulate(system, model, task["batch"], task["seq"], mapper, params,
+                   fidelity=task["fidelity"])
+    if label == "8-hbm":
+        act = task["batch"] * model.hidden * model.dtype_bytes()
+        p = HBM8_DEVICES
+        link = system.interconnect
+        per_layer = 2 * (link.latency_ns + 2 * (p - 1) / p * act / link.bandwidth_gbps)
+        out["communication_ns"] = per_layer * model.layers
+        out["iteration_time_ns"] += out["communication_ns"]
+    out["wall_s"] = time.perf_counter() - t0
+    return {**task, **{k: v for k, v in out.items() if not isinstance(v, dict)},
+            "breakdown": out.get("breakdown"), "hbm_occupancy_bytes":
+            out.get("hbm_occupancy_bytes")}
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def run_tasks(tasks: list[dict], out: Path, workers: int) -> list[dict]:
+    pdir = out / "points"
+    pdir.mkdir(parents=True, exist_ok=True)
+    done, todo = {}, []
+    for t in tasks:
+        f = pdir / (t["key"] + ".json")
+        if f.exists():
+            done[t["key"]] = json.loads(f.read_text())
+        else:
+            todo.append(t)
+    if todo:
+        print(f"{len(todo)} points to simulate ({len(done)} done)", file=sys.stderr)
+
+    def finish(res):
+        _write_atomic(pdir / (res["key"] + ".json"), res)
+        done[res["key"]] = res
+        print(f"  {res['key']}: {res['iteration_time_ns'] / 1e6:.1f} ms "
+              f"({res['wall_s']:.0f} s)", file=sys.stderr)
+
+    if workers <= 1:
+        for t in todo:
+            finish(evaluate(t))
+    else:
+        ctx = __import__("multiprocessing").get_context("spawn")
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for fut in cf.as_completed([pool.submit(evaluate, t) for t in todo]):
+                finish(fut.result())
+    return [done[t["key"]] for t in tasks]
+
+
+def _rows_with_speedup(results: list[dict], group_key: str = "system") -> list[dict]:
+    base = {(r["model"], r["batch"], r["seq"], r.get("variant")): r["iteration_time_ns"]
+            for r in results if r["label"] == "baseline"}
+    rows = []
+    for r in results:
+        b = base.get((r["model"], r["batch"], r["seq"], r.get("variant"))) or \
+            base.get((r["model"], r["batch"], r["seq"], None))
+        row = {"system": r["label"], "model": r["model"], "batch": r["batch"],
+               "seq": r["seq"], "iteration_ns": r["iteration_time_ns"],
+               "speedup": b / r["iteration_time_ns"] if b else None}
+        for k in ("variant", "split_qkv", "split_attention", "split_fc", "decision_s",
+                  "migrated_bytes", "communication_ns"):
+            if r.get(k) is not None:
+                row[k] = r[k]
+        rows.append(row)
+    return rows
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _plot(path: Path, rows: list[dict], title: str, x: str = "point", hue: str = "system"):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    xs = []
+    for r in rows:
+        lab = r.get("variant") or f"B{r['batch']} S{r['seq']}"
+        r["point"] = lab
+        if lab not in xs:
+            xs.append(lab)
+    hues = [h for h in dict.fromkeys(r[hue] for r in rows) if h != "baseline"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(xs) * max(1, len(hues)) / 2), 3.6))
+    w = 0.8 / max(1, len(hues))
+    for i, h in enumerate(hues):
+        ys = [next((r["speedup"] for r in rows if r[hue] == h and r["point"] == p), np.nan)
+              for p in xs]
+        ax.bar(np.arange(len(xs)) + (i - (len(hues) - 1) / 2) * w, ys, w, label=h)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(xs)), xs, rotation=30, ha="right")
+    ax.set_ylabel("speedup over LPDDR-only")
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=min(4, len(hues)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def figure(num: int, out: Path, fidelity: str, workers: int) -> list[dict]:
+    spec = FIGURES[num]
+    tasks = []
+    for label in spec["systems"]:
+        for b, s in spec["points"]:
+            tasks.append(dict(key=point_key(f"{fidelity}", label, spec["model"], b, s),
+                              label=label, model=spec["model"], batch=b, seq=s,
+                              fidelity=fidelity))
+    rows = _rows_with_speedup(run_tasks(tasks, out, workers))
+    _write_csv(out / f"fig{num}.csv", rows)
+    _plot(out / f"fig{num}.png", rows, f"H2M2 Figure {num}: {spec['model']}")
+    return rows
+
+
+def figure17(out: Path, fidelity: str, workers: int) -> list[dict]:
+    tasks = []
+    for v in SENSITIVITY:
+        for s in (1024, 2048, 4096):
+            for label in ("h2m2",):
+                key = point_key(f"{fidelity}-{v}", label, "gpt3-175b", 32, s)
+                tasks.append(dict(key=key, label=label, model="gpt3-175b", batch=32, seq=s,
+                                  fidelity=fidelity, variant=v))
+    res = run_tasks(tasks, out, workers)
+    orig = {r["seq"]: r["iteration_time_ns"] for r in res if r["variant"] == "original"}
+    rows = [{"system": "h2m2", "variant": r["variant"], "model": r["model"],
+             "batch": r["batch"], "seq": r["seq"], "iteration_ns": r["iteration_time_ns"],
+             "speedup": orig[r["seq"]] / r["iteration_time_ns"],
+             "split_attention": r.get("split_attention"), "split_qkv": r.get("split_qkv"),
+             "split_fc": r.get("split_fc")} for r in res]
+    _write_csv(out / "fig17.csv", rows)
+    for r in rows:
+        r["variant"] = f"{r['variant']} S{r['seq']}"
+    _plot(out / "fig17.png", rows, "H2M2 Figure 17: sensitivity (relative to Original)")
+    return rows
+
+
+def table3(out: Path, fidelity: str, workers: int) -> list[dict]:
+    rows = []
+    for num in (12, 13, 15):
+        spec = FIGURES[num]
+        tasks = [dict(key=point_key(fidelity, label, spec["model"], b, s), label=label,
+                      model=spec["model"], batch=b, seq=s, fidelity=fidelity)
+                 for label in ("oracle", "h2m2-notlb", "h2m2") for b, s in spec["points"]]
+        res = {(r["label"], r["seq"]): r["iteration_time_ns"]
+               for r in run_tasks(tasks, out, workers)}
+        seqs = [s for _, s in spec["points"]]
+        abstraction = sum(res[("h2m2", s)] / res[("h2m2-notlb", s)] - 1 for s in seqs) / len(seqs)
+        mapping = sum(res[("h2m2-notlb", s)] / res[("oracle", s)] - 1 for s in seqs) / len(seqs)
+        total = sum(res[("h2m2", s)] / res[("oracle", s)] - 1 for s in seqs) / len(seqs)
+        rows.append({"model": spec["model"], "abstraction_pct": 100 * abstraction,
+                     "mapping_pct": 100 * mapping, "total_pct": 100 * total})
+    _write_csv(out / "table3.csv", rows)
+    return rows
+
+
+def figure16(out: Path, fidelity: str, workers: int) -> list[dict]:
+    from h2m2sim.system.dynamic import run_dynamic
+    rows = run_dynamic(out, fidelity=fidelity)
+    _write_csv(out / "fig16.csv", rows)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for name in ("h2m2", "oracle", "flexgen"):
+        ax.plot([r["iteration"] for r in rows if r["system"] == name],
+                [r["speedup"] for r in rows if r["system"] == name], label=name)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("speedup over LPDDR-only")
+    ax.set_title("H2M2 Figure 16: dynamic sequence lengths, GPT3-175B, B=32")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "fig16.png", dpi=130)
+    plt.close(fig)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--figure", type=int, choices=sorted(list(FIGURES) + [16, 17]))
+    g.add_argument("--table", type=int, choices=[3])
+    g.add_argument("--all", action="store_true")
+    p.add_argument("--out", required=True)
+    p.add_argument("--fidelity", choices=("sampled", "cycle", "estimate"), default="sampled")
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    if args.all:
+        jobs = [("fig", n) for n in sorted(list(FIGURES) + [16, 17])] + [("table", 3)]
+    elif args.figure:
+        jobs = [("fig", args.figure)]
+    else:
+        jobs = [("table", 3)]
+    for kind, n in jobs:
+        t0 = time.perf_counter()
+        if kind == "table":
+            rows = table3(out, args.fidelity, args.workers)
+        elif n == 16:
+            rows = figure16(out, args.fidelity, args.workers)
+        elif n == 17:
+            rows = figure17(out, args.fidelity, args.workers)
+        else:
+            rows = figure(n, out, args.fidelity, args.workers)
+        print(f"{kind} {n}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
+        for r in rows:
+            print(json.dumps({k: v for k, v in r.items() if k != "point"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
