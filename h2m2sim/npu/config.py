@@ -73,9 +73,8 @@ class NpuChipConfig:
                            "element of a partial output block kept in the scratchpad",
                            source="assumed: INT32 accumulation of INT8 products")
     dma_outstanding: int = param(
-        2048, ge=1, doc="memory requests (bursts) one core's DMA may have in flight. NOT "
-        "enforced at present: the engine's per-stream cap can lose a wake-up (see "
-        "h2m2sim/npu/dma.py); in-flight requests are bounded by the DRAM channel queues",
+        2048, ge=1, doc="memory requests (bursts) one core's DMA may have in flight "
+        "(the chip's total, cores x this, is split evenly over its DMA queues)",
         unit="bursts", source="chosen (Little's law): 3.3 TB/s x ~100 ns loaded latency / "
         "32 B / 4 cores = ~2.6k")
     dma_queues: int = param(

@@ -243,11 +243,9 @@ def build_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
         group[isb] = b_group
         gate[isb] = g_of[isb]
     addr = phys if ideal else dva
-    # Per-queue caps (dma_outstanding / Q) are NOT passed to the engine: with caps the
-    # current engine can lose a stream's wake-up when the stream waits on a gate at its
-    # cap (run never ends). In-flight requests are bounded by the channel queues instead
-    # (each queue feeds one channel). Restore `cap` once the engine is fixed.
-    cap = 0
+    # outstanding bursts: dma_outstanding per core, spread evenly over the queues (with
+    # the default one queue per channel the channel queues bind first)
+    cap = max(1, (P if shared else 1) * chip.dma_outstanding // Q)
     st = Streams(first=first, last=last, addr=addr[order].astype(np.uint64),
                  nbytes=pl[order], is_write=isw[order], group=group[order],
                  gate=gate[order], max_outstanding=np.full(S, cap, dtype=np.int64),

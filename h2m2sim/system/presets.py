@@ -3,8 +3,8 @@ every number commented with its source.
 
 * ``h2m2`` -- the H2M2 asymmetric system: sides ``hbm`` (HBM3, 96 GB, 3.28 TB/s) and
   ``lpddr`` (LPDDR5X, 512 GB, 546 GB/s), each with a 4-core Table 2 chip;
-* ``lpddr-only`` -- the H2M2 baseline (two chips on capacity-centric LPDDR5X; provisional
-  topology, see the file);
+* ``lpddr-only`` -- the H2M2 baseline (two chips on one capacity-centric LPDDR5X pool,
+  see the file);
 * ``hbm8`` -- eight HBM3 modules (768 GB) on two chips (provisional, see the file);
 * ``mlu370-x4`` -- the ODMA device (LPDDR5, 24 GB);
 * ``a100-80gb`` -- HBM2E, 80 GB (NPU stand-in for the GPU's compute);
