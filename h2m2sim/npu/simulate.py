@@ -60,7 +60,6 @@ SAMPLE_MIN_TILES = 4 * SAMPLE_PREFIX
 #: a core whose window time is within this factor of its compute time is compute-bound
 COMPUTE_BOUND_SLOWDOWN = 1.0 / 0.95
 SHARED_QUEUES = True
-_DEBUG = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,8 +315,6 @@ def _kernel_summary(run: _Run, ticks: np.ndarray, est: np.ndarray, tb: np.ndarra
             tail[c] = finish[c] - e[p - 1]
             ext.append(c)
     if p is not None and ext and abs(x1 - x2) > SAMPLE_TOL * max(x1, x2):
-        if _DEBUG:
-            print("not steady", p, x1, x2)
         return None
     ext = np.array(ext, dtype=np.int64)
     if len(ext):
