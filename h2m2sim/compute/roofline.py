@@ -52,6 +52,13 @@ class RooflineSpec:
                                       "call (launch, thread fork/join)", source="assumed")
     alloc_ns: float = param(0.0, ge=0, unit="ns", doc="fixed cost of allocating one "
                             "tensor (the BMC paper's C0)", source="assumed")
+    zero_fill_alloc: bool = param(False, doc="a fresh allocation is zero-filled before "
+                                  "use (an OS handing out new pages, or an explicit zeros()): "
+                                  "priced as a DRAM write stream of its bytes")
+    fault_ns_per_page: float = param(0.0, ge=0, unit="ns", doc="first-touch cost per page "
+                                     "of a fresh allocation (page-fault trap, amortized over "
+                                     "the threads that fault concurrently)", source="assumed")
+    page_bytes: int = param(4096, ge=1, unit="bytes", doc="page size for fault_ns_per_page")
     measure_bytes: int = param(4 * 2**20, ge=4096, unit="bytes", doc="size of the DRAM "
                                "engine runs that measure bandwidths (steady state)")
     description: str = param("", doc="free text")
@@ -286,10 +293,18 @@ class RooflineDevice:
         t = np.where(nb > 0, nb / self.copy_gbps() + self.spec.kernel_overhead_ns, 0.0)
         return float(t) if np.ndim(t) == 0 else t
 
-    def alloc_ns(self, count=1):
-        """Time (ns) of ``count`` tensor allocations (the constant C0 each)."""
-        return np.asarray(count, float) * self.spec.alloc_ns if np.ndim(count) else \
-            float(count) * self.spec.alloc_ns
+    def alloc_ns(self, count=1, nbytes=0.0):
+        """Time (ns) of ``count`` tensor allocations of ``nbytes`` in total: the constant
+        C0 (``alloc_ns``) each, plus, if configured, zero-filling the bytes (DRAM write
+        stream) and first-touch faults (``fault_ns_per_page`` per page). Vectorized."""
+        sp = self.spec
+        t = np.asarray(count, float) * sp.alloc_ns
+        nb = np.asarray(nbytes, float)
+        if sp.zero_fill_alloc:
+            t = t + nb / self.bandwidth_gbps("seq", True)
+        if sp.fault_ns_per_page:
+            t = t + np.ceil(nb / sp.page_bytes) * sp.fault_ns_per_page
+        return float(t) if np.ndim(t) == 0 else t
 
     def summary(self) -> dict:
         """Measured and configured figures (JSON-able)."""
