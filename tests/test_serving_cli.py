@@ -8,8 +8,11 @@ import pytest
 
 from h2m2sim.cli import main
 
+# the analytic placeholder keeps these checks of the CLI's plumbing fast; the cycle-level
+# evaluator (the CLI's default) is exercised in tests/test_serving_cycle_*.py
 BASE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4",
-        "--model", "deepseek-r1-distill-qwen-7b", "--max-requests", "150", "--json"]
+        "--model", "deepseek-r1-distill-qwen-7b", "--max-requests", "150", "--json",
+        "--evaluator", "analytic"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,10 @@
 """One serving run from resolved pieces: ``serve(trace, cfg, model=..., device=...)``.
 
 The iteration-time source is a *point evaluator* (see :mod:`.timing`). ``EVALUATORS`` maps
-a name to a factory ``fn(model, device, cfg) -> PointEvaluator``; ``"analytic"`` (the
-labelled placeholder) is built in, and the cycle-level system layer registers
-``"cycle"`` with :func:`register_evaluator`.
+a name to a factory ``fn(model, device, cfg) -> PointEvaluator``: ``"cycle"`` (the NPU
+chip model and DRAM engine, :mod:`.cycle_eval`) and ``"analytic"`` (the labelled
+placeholder, for quick tests) are built in; others can be added with
+:func:`register_evaluator`.
 """
 from __future__ import annotations
 
@@ -30,7 +31,13 @@ def analytic_evaluator(model, device, cfg: ServingConfig, layout_efficiency=None
         layout_efficiency=layout_efficiency or DEFAULT_LAYOUT_EFFICIENCY, dtype=cfg.kv_dtype)
 
 
-EVALUATORS: dict[str, Callable] = {"analytic": analytic_evaluator}
+def _cycle_evaluator(model, device, cfg, **options):
+    """The cycle-level evaluator (imported on first use: it pulls in the NPU model)."""
+    from .cycle_eval import cycle_evaluator
+    return cycle_evaluator(model, device, cfg, **options)
+
+
+EVALUATORS: dict[str, Callable] = {"analytic": analytic_evaluator, "cycle": _cycle_evaluator}
 
 
 def register_evaluator(name: str, factory: Callable) -> None:

@@ -34,6 +34,8 @@ class ServingDevice:
     peak_tflops: float
     devices: int
     source: str = ""
+    system: Any = None             # preset name, YAML path or SystemSpec to simulate
+    side: str | None = None        # its side holding weights and KV (None: the first)
 
     @property
     def total_capacity_bytes(self) -> int:
@@ -89,7 +91,12 @@ def resolve_device(name: str) -> ServingDevice:
 def _device_from_system(name: str, system: Any) -> ServingDevice | None:
     """Adapt a system preset by duck typing: it must expose ``sides`` with
     ``capacity_bytes`` and ``bandwidth_gbps``/``bandwidth_GBps`` (summed), and a peak
-    compute ``peak_tflops`` (optional; the table value is used if absent)."""
+    compute ``peak_tflops`` (optional; the table value is used if absent).
+
+    A preset that describes *one card* of a multi-card serving node listed in
+    :data:`DEVICE_TABLE` (``mlu370-x4``: the papers' node has four cards) keeps the
+    table's card count: capacities and bandwidths are per card and add over the cards
+    (tensor parallel, see :mod:`h2m2sim.serving.cycle_eval`)."""
     sides = getattr(system, "sides", None)
     if not sides:
         return None
@@ -101,8 +108,13 @@ def _device_from_system(name: str, system: Any) -> ServingDevice | None:
     peak = float(getattr(system, "peak_tflops", 0) or
                  (DEVICE_TABLE[name].peak_tflops * DEVICE_TABLE[name].devices
                   if name in DEVICE_TABLE else 100.0))
-    return ServingDevice(name, str(getattr(sides[0], "kind", "?")), cap, bw, peak, 1,
-                         "system preset")
+    cards = DEVICE_TABLE[name].devices if name in DEVICE_TABLE else 1
+    if name in DEVICE_TABLE:
+        peak = peak / cards if not getattr(system, "peak_tflops", 0) else peak
+    side = sides[0].name if len(sides) == 1 else None
+    return ServingDevice(name, str(getattr(sides[0], "kind", "?")), cap, bw, peak, cards,
+                         f"system preset{f' x {cards} cards' if cards > 1 else ''}",
+                         system=name, side=side)
 
 
 def resolve_model(name: str):

@@ -428,13 +428,17 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
     evaluator's ``cache_key()``, the grid, the layouts and the code version
     (:func:`h2m2sim.cache.cached`; an evaluator with a ``cache_salt()`` method supplies its
     own version string, e.g. ``code_digest("dram_models", "h2m2sim.npu")``), so a second
-    run with the same inputs reuses them."""
+    run with the same inputs reuses them. An evaluator with a ``table_grid(grid)`` method
+    may return a coarser grid (the cycle-level one caps the token points)."""
     if not isinstance(evaluator, PointEvaluator):
         raise ConfigError("evaluator", "must provide evaluate(), cache_key(), label and "
                           "cycle_level (see h2m2sim.serving.timing.PointEvaluator)")
     for lay in layouts:
         layout_kind(lay)
     layouts = sorted(set(layouts) | {"contiguous"})
+    if hasattr(evaluator, "table_grid"):
+        # an evaluator whose points are simulations may ask for a coarser grid
+        grid = evaluator.table_grid(grid)
     compute = lambda: _compute_tables(evaluator, layouts, grid, seed)  # noqa: E731
     if cache:
         from h2m2sim.cache import cached

@@ -18,7 +18,8 @@ import numpy as np
 
 from .base import KVAllocator
 
-__all__ = ["token_segments", "kv_read_addresses", "segment_reads", "sample_layout_reads"]
+__all__ = ["token_segments", "kv_read_addresses", "segment_reads", "sample_layout_reads",
+           "steady_state_layout"]
 
 
 def token_segments(alloc: KVAllocator, req_id: int, tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -135,3 +136,47 @@ def sample_layout_reads(kv_layout: str, context_tokens, bytes_per_token: int, *,
             if not a.grow(i, int(grown[i])):
                 raise ValueError("capacity_tokens too small for the batch")
     return kv_read_addresses(a, ids, ctx, planes=planes, access_bytes=access_bytes)
+
+
+def steady_state_layout(kv_layout: str, context_tokens, *, pool_factor: float = 2.0,
+                        seed: int = 0) -> tuple[list, np.ndarray, int]:
+    """Where a batch's KV sits in a server that has been running for hours.
+
+    Returns ``(segments, unit_tokens, capacity_tokens)``: ``segments[i] = (starts,
+    counts)`` the token runs of request ``i`` in logical order (token space of a region of
+    ``capacity_tokens`` tokens), and ``unit_tokens[i]`` the size of the allocation unit
+    each run lies in (the block size for paged KV, the request's extent for contiguous KV),
+    which a caller needs to lay heads out inside a unit the way real engines do.
+
+    ``contiguous``: one extent per request, 16-token aligned, back to back.
+    ``paged:<b>``: after long churn (requests of every lifetime arriving and leaving), the
+    order of vLLM's free list bears no relation to addresses any more; we model that end
+    state directly as a seeded random permutation of the ``pool_factor`` x needed blocks of
+    the pool, consumed round-robin by the batch one block per request per step, as decoding
+    grows requests. (:func:`sample_layout_reads` instead runs a short churn on the
+    allocator itself, which leaves the untouched tail of the pool in address order.)"""
+    from h2m2sim.serving.timing import layout_kind  # local: avoids an import cycle
+
+    ctx = np.maximum(np.asarray(context_tokens, dtype=np.int64), 1)
+    kind, block = layout_kind(kv_layout)
+    if kind == "contiguous":
+        aligned = -(-ctx // 16) * 16
+        starts = np.concatenate([[0], np.cumsum(aligned)[:-1]]).astype(np.int64)
+        segs = [(np.array([s]), np.array([c])) for s, c in zip(starts.tolist(), ctx.tolist())]
+        return segs, aligned.astype(np.int64), int(aligned.sum())
+    nblk = -(-ctx // block)
+    need = int(nblk.sum())
+    pool = max(int(np.ceil(need * float(pool_factor))), need)
+    perm = np.random.default_rng(seed).permutation(pool).astype(np.int64)
+    # round-robin growth: step k hands the next free block to every request still growing
+    steps = int(nblk.max())
+    order_req = np.concatenate([np.flatnonzero(nblk > k) for k in range(steps)])
+    by_req = perm[:need][np.argsort(order_req, kind="stable")]
+    ends = np.cumsum(nblk)
+    segs = []
+    for i in range(len(ctx)):
+        mine = by_req[ends[i] - nblk[i]:ends[i]]
+        cnt = np.full(len(mine), block, dtype=np.int64)
+        cnt[-1] = int(ctx[i]) - block * (len(mine) - 1)
+        segs.append((mine * block, cnt))
+    return segs, np.full(len(ctx), block, dtype=np.int64), pool * block

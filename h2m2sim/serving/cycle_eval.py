@@ -1,0 +1,417 @@
+"""Cycle-level iteration times for the serving loop (the ``"cycle"`` point evaluator).
+
+A serving run needs the time of a decode step for (batch, KV tokens per request, KV
+layout), of a prefill step for (batch, prompt tokens) and of an ODMA migration copy. This
+module obtains them from the NPU chip model running closed-loop against the DRAM engine
+(:func:`h2m2sim.npu.run_kernels`, ``sampled`` fidelity by default) on one side of a system
+preset, and :func:`h2m2sim.serving.timing.build_tables` samples it on a grid.
+
+**Several cards.** The ODMA papers serve DeepSeek-R1-Distill-Qwen-7B on four MLU370-X4
+cards; the ``mlu370-x4`` preset is one card. We model the node as *tensor parallel over
+``cards`` identical cards* (Megatron style): each card holds 1/cards of the query heads,
+of the KV heads (and so of every request's KV cache), of the FFN columns and of the LM
+head, and runs the same kernels on its share (:func:`shard_model`). Two all-reduces per
+layer (after the attention output projection and after the FFN) join the partial sums;
+they are priced as a ring all-reduce over the card link (``link_GBps``, ``link_us``).
+Why tensor parallel rather than one replica per card: in bf16 the 7B model takes 15.2 GB,
+so a replica per 24 GB card would leave about 6 GB of KV per card, a regime where no
+allocator can batch much and the papers' utilization/throughput effects would be set by
+capacity alone; tensor parallelism pools 4 x 24 GB and is how vLLM serves a model across
+the GPUs of one node. The serving device (capacities and bandwidths add over the cards)
+follows the same choice (:func:`h2m2sim.serving.setup.resolve_device`).
+
+**One decode step** (per card; the cards run in lock step):
+
+    layers x (dense(B) + attention(B, ctx, layout) + 2 x all-reduce(B x hidden))
+    + lm_head(B)
+
+* ``dense(B)``: the qkv-linear and fc sublayers of one decoder layer for B tokens (the
+  model layer's kernel graph on the per-card shard). Weights dominate decode; this part
+  depends on B only and is simulated once per batch size.
+* ``attention(B, ctx, layout)``: one batched attention over the B requests (score,
+  softmax, value for all requests and KV heads of the card in one kernel each, as a
+  paged-attention kernel launch does, plus the append of the new tokens' K/V), whose K
+  and V operands are the *real byte extents* of the layout:
+
+  - ``contiguous`` (static, ODMA): each request's extent holds, per layer, its K (and V)
+    head-major: head ``h`` of a request with an extent of ``C`` tokens starts at
+    ``h x C x head_dim x dtype`` inside the extent, so a head's context is one streaming
+    run;
+  - ``paged:<b>`` (vLLM): per layer, a K (and V) pool of blocks
+    ``[n_blocks, kv_heads, b, head_dim]`` (vLLM's cache layout); the blocks of a request
+    come from a free list scrambled by long churn
+    (:func:`h2m2sim.memory.allocators.traffic.steady_state_layout`), so a head's context
+    is ``ctx / b`` runs of ``b x head_dim x dtype`` bytes at random places.
+
+  The DMA engine fetches those extents and the DRAM engine charges row misses,
+  bank conflicts and command-bus occupancy as they occur; nothing is assumed about the
+  efficiency of scattered access. Batches with unequal lengths are split into up to
+  three groups of similar length (each one kernel launch).
+* ``lm_head(B)``: a GEMM/GEMV of B rows against the card's vocabulary slice.
+
+**Prefill** of B prompts of p tokens: ``layers x (dense(T) + B x attention_prefill(p) +
+2 x all-reduce(T x hidden)) + lm_head(B)`` with T = B p; ``dense(T)`` beyond
+``PREFILL_DENSE_CAP`` tokens is scaled linearly (compute-bound). **KV copy** of n tokens
+(an ODMA migration): a streaming copy of the card's share of n tokens of KV (all layers)
+on the DRAM engine.
+
+Every simulated piece is cached on disk (:func:`h2m2sim.cache.cached`, salted with the
+digest of the DRAM, NPU, memory, model and this module's code), and in memory for the
+life of the evaluator.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from dram_models.schema import to_dict
+from h2m2sim.errors import ConfigError
+
+from .timing import layout_kind
+
+__all__ = ["CycleEvaluator", "shard_model", "cycle_evaluator", "LINK_GBPS", "LINK_US",
+           "PREFILL_DENSE_CAP", "PREFILL_ATTN_CAP", "attention_decode_ns"]
+
+#: card-to-card link (GB/s per direction): PCIe 4.0 x16, 16 GT/s x 16 lanes x 128/130.
+#: Assumed: the MLU370-X4 is a PCIe card; whether the papers' node bridged the cards with
+#: MLU-Link is not stated, so PCIe is the conservative choice.
+LINK_GBPS = 31.5
+#: latency of one ring all-reduce step (us): assumed, the order of a small PCIe
+#: peer-to-peer transfer plus a kernel launch (NCCL-over-PCIe small-message latency)
+LINK_US = 5.0
+#: prefill token count above which the dense sublayers are scaled linearly (GEMMs of more
+#: rows than this are compute-bound on the chip model; simulating them is wasted time)
+PREFILL_DENSE_CAP = 4096
+#: prompt length above which prefill attention is scaled by (p / cap)^2
+PREFILL_ATTN_CAP = 1024
+#: token-axis points of the serving tables (each point is a simulation; decode time is
+#: nearly affine in the context at a fixed batch, which the error samples check)
+TABLE_TOKEN_POINTS = 8
+#: groups a batch of unequal lengths is split into for the decode attention
+MAX_GROUPS = 3
+_NS = "serving-cycle"
+
+
+def shard_model(model, cards: int):
+    """The per-card share of ``model`` under tensor parallelism over ``cards`` cards: 1/cards
+    of the query heads, KV heads (replicated if fewer KV heads than cards), FFN columns and
+    vocabulary (LM head); ``hidden`` stays (column- then row-parallel linears)."""
+    cards = int(cards)
+    if cards < 1:
+        raise ConfigError("cards", f"must be >= 1, got {cards}")
+    if cards == 1:
+        return model
+    h, kvh, ffn = int(model.heads), int(model.kv_heads), int(model.ffn_dim)
+    if h % cards or ffn % cards:
+        raise ConfigError("cards", f"{model.name}: heads ({h}) and ffn_dim ({ffn}) must be "
+                          f"divisible by cards ({cards}) for tensor parallelism")
+    if kvh % cards and cards % kvh:
+        raise ConfigError("cards", f"{model.name}: kv_heads ({kvh}) and cards ({cards}) must "
+                          "divide one another")
+    kv_card = max(1, kvh // cards)
+    return dataclasses.replace(
+        model, name=f"{model.name}/tp{cards}", heads=h // cards, kv_heads=kv_card,
+        ffn_dim=ffn // cards, vocab=-(-int(model.vocab) // cards), head_dim=model.head_dim,
+        decoupled_head_dim=True)
+
+
+def _pow2_interp(x: int, f) -> float:
+    """f at ``x`` from f at the powers of two around it (linear in between)."""
+    lo = 1 << (int(x).bit_length() - 1)
+    if lo == x:
+        return f(lo)
+    hi = lo * 2
+    return f(lo) + (f(hi) - f(lo)) * (x - lo) / (hi - lo)
+
+
+def _split_groups(ctx: np.ndarray, groups: int = MAX_GROUPS) -> list[tuple[int, int]]:
+    """(count, representative length) of up to ``groups`` groups of similar length."""
+    c = np.sort(np.maximum(np.round(np.asarray(ctx, dtype=np.float64)), 1).astype(np.int64))
+    if c.size == 0:
+        return []
+    if c[0] == c[-1]:
+        return [(int(c.size), int(c[0]))]
+    parts = np.array_split(c, min(groups, c.size))
+    return [(int(p.size), int(round(float(p.mean())))) for p in parts if p.size]
+
+
+def _ref(name, kind, nbytes, db, view_of=None, offset=0, is_output=False):
+    from h2m2sim.model import TensorRef
+    n = max(int(nbytes) // db, 1)
+    return TensorRef(name, kind, (n,), db, int(nbytes), is_output, None, view_of, int(offset))
+
+
+def _kv_extents(kv_layout: str, batch: int, n: int, kvh: int, hd_bytes: int, seed: int,
+                pool_factor: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """(address, bytes) of every K-cache run (request-major, then head, then logical order)
+    of ``batch`` requests holding ``n`` tokens each, and the pool size in bytes (one
+    layer; V uses the same layout in its own pool)."""
+    from h2m2sim.memory.allocators.traffic import steady_state_layout
+    segs, unit, cap_tokens = steady_state_layout(kv_layout, [n] * batch, seed=seed,
+                                                 pool_factor=pool_factor)
+    kind, block = layout_kind(kv_layout)
+    addr, size = [], []
+    for (starts, counts), u in zip(segs, unit.tolist()):
+        starts = np.asarray(starts, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        if kind == "contiguous":
+            u0 = starts[:1]          # the extent begins with the request's first token
+        else:
+            u0 = (starts // block) * block
+        for h in range(kvh):
+            # unit of u tokens at u0 holds, per head, u tokens of head_dim values
+            addr.append(u0 * kvh * hd_bytes + h * u * hd_bytes + (starts - u0) * hd_bytes)
+            size.append(counts * hd_bytes)
+    return (np.concatenate(addr), np.concatenate(size), int(cap_tokens) * kvh * hd_bytes)
+
+
+def attention_decode_ns(system, side: str, shard, batch: int, n: int, kv_layout: str, *,
+                        fidelity: str = "sampled", seed: int = 0, pool_factor: float = 2.0,
+                        translate: str | None = None) -> dict:
+    """Simulate one layer's decode attention of ``batch`` requests of ``n`` KV tokens each
+    (per-card ``shard`` of the model) with the KV extents of ``kv_layout``. Returns a dict
+    with ``time_ns``, ``kv_bytes`` (K and V read), ``kv_gbps`` (those bytes / time),
+    ``runs`` (K runs of one layer) and the run's DRAM row-hit rate."""
+    from h2m2sim.memory.system_memory import SystemMemory
+    from h2m2sim.model import Kernel
+    from h2m2sim.npu import run_kernels
+
+    db = shard.dtype_bytes()
+    kvh, G, hd = int(shard.kv_heads), int(shard.group_size), int(shard.head_dim)
+    hdb = hd * db
+    addr, size, pool = _kv_extents(kv_layout, batch, n, kvh, hdb, seed, pool_factor)
+    mem = SystemMemory(system)
+    bh = batch * kvh
+    tens = {"kpool": (pool, "kv"), "vpool": (pool, "kv"),
+            "q": (bh * G * hdb, "activation"), "scores": (bh * G * n * db, "activation"),
+            "probs": (bh * G * n * db, "activation"), "out": (bh * G * hdb, "activation"),
+            "kv_new": (2 * bh * hdb, "activation"), "kv_new_out": (2 * bh * hdb, "activation")}
+    for name, (nb, kind) in tens.items():
+        mem.place(name, int(nb), side, kind)
+    K = tuple(_ref(f"K{i}", "kv", b, db, "kpool", a) for i, (a, b) in
+              enumerate(zip(addr.tolist(), size.tolist())))
+    V = tuple(_ref(f"V{i}", "kv", b, db, "vpool", a) for i, (a, b) in
+              enumerate(zip(addr.tolist(), size.tolist())))
+    r = {k: _ref(k, tens[k][1], tens[k][0], db) for k in tens if not k.endswith("pool")}
+    out = lambda k: dataclasses.replace(r[k], is_output=True)  # noqa: E731
+    flops = 2 * bh * G * n * hd
+    ks = [
+        # the new tokens' K and V (computed by qkv-linear) written to the cache
+        Kernel("attention.kv_append", "elementwise", "attention", None, None, 2 * bh, 0,
+               hd, 0, (r["kv_new"],), (out("kv_new_out"),)),
+        Kernel("attention.score", "attn_score", "attention", None, None, G, hd, n, flops,
+               (r["q"],) + K, (out("scores"),), None, bh),
+        Kernel("attention.softmax", "softmax", "attention", None, None, bh * G, 0, n,
+               5 * bh * G * n, (r["scores"],), (out("probs"),)),
+        Kernel("attention.value", "attn_value", "attention", None, None, G, n, hd, flops,
+               (r["probs"],) + V, (out("out"),), None, bh),
+    ]
+    res = run_kernels(system, side, ks, memory=mem, fidelity=fidelity, translate=translate)
+    if res.deadlock:
+        raise ConfigError("system", f"attention simulation on side {side} deadlocked")
+    kv_bytes = 2 * int(size.sum())
+    per = {k["name"]: k for k in res.kernels}
+    kv_ns = float(per["attention.score"]["time_ns"] + per["attention.value"]["time_ns"])
+    d = res.dram.as_dict()
+    return {"time_ns": float(res.time_ns), "kv_bytes": kv_bytes,
+            "kv_time_ns": kv_ns, "kv_gbps": kv_bytes / kv_ns if kv_ns > 0 else 0.0,
+            "runs": int(len(size)), "row_hit_rate": float(d.get("row_hit_rate", float("nan")))}
+
+
+class CycleEvaluator:
+    """Point evaluator (:class:`h2m2sim.serving.timing.PointEvaluator`) backed by the NPU
+    chip model and the DRAM engine; see the module docstring for what is simulated.
+
+    ``model``: ModelSpec; ``system``: preset name, YAML path or SystemSpec; ``side``: the
+    side whose DRAM holds weights and KV (default: the first); ``cards``: tensor-parallel
+    degree. Weights, activations and KV are in the model's dtype."""
+
+    cycle_level = True
+
+    def __init__(self, model, system="mlu370-x4", side: str | None = None, *, cards: int = 4,
+                 fidelity: str = "sampled",
+                 link_GBps: float = LINK_GBPS, link_us: float = LINK_US,
+                 translate: str | None = None, pool_factor: float = 2.0, seed: int = 0,
+                 cache: bool = True, cache_dir=None):
+        from h2m2sim.system.config import SystemSpec, resolve_system
+        self.system = system if isinstance(system, SystemSpec) else \
+            resolve_system(system, "system")
+        self.side = side or self.system.side_names[0]
+        self.system.side(self.side, "side")
+        if not link_GBps > 0 or link_us < 0:
+            raise ConfigError("link", "link_GBps must be > 0 and link_us >= 0")
+        self.model = model
+        self.cards = int(cards)
+        self.shard = shard_model(model, self.cards)
+        self.fidelity, self.translate = fidelity, translate
+        self.link_GBps, self.link_us = float(link_GBps), float(link_us)
+        self.pool_factor, self.seed = float(pool_factor), int(seed)
+        self.cache, self.cache_dir = bool(cache), cache_dir
+        self._memo: dict = {}
+        sname = getattr(self.system, "name", "system")
+        self.label = (f"cycle-level: NPU chip + DRAM engine ({fidelity}) on "
+                      f"{sname}:{self.side}, {self.cards} card(s) tensor parallel")
+
+    # ---- identity ------------------------------------------------------------------
+    def _side_key(self) -> str:
+        blob = json.dumps({"side": to_dict(self.system.side(self.side)),
+                           "mmu": to_dict(self.system.mmu)}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def cache_key(self) -> Any:
+        return {"cycle": {"side": self._side_key(), "shard": to_dict(self.shard),
+                          "cards": self.cards, "fidelity": self.fidelity,
+                          "link_GBps": self.link_GBps, "link_us": self.link_us,
+                          "translate": self.translate or "default",
+                          "pool_factor": self.pool_factor, "seed": self.seed}}
+
+    def cache_salt(self) -> str:
+        from h2m2sim.cache import code_digest
+        return code_digest("dram_models", "h2m2sim.npu", "h2m2sim.memory", "h2m2sim.model",
+                           "h2m2sim.serving.cycle_eval", "h2m2sim.serving.timing")
+
+    def _piece(self, what: str, key: dict, fn) -> dict:
+        k = (what, json.dumps(key, sort_keys=True))
+        if k not in self._memo:
+            from h2m2sim.cache import cached
+            full = {"what": what, "eval": self.cache_key(), **key}
+            self._memo[k] = cached(_NS, full, fn, cache_dir=self.cache_dir,
+                                   enabled=self.cache, salt=self.cache_salt())
+        return self._memo[k]
+
+    # ---- pieces (ns, per card, one layer unless said otherwise) ---------------------
+    def _run(self, kernels) -> dict:
+        from h2m2sim.npu import run_kernels
+        r = run_kernels(self.system, self.side, kernels, fidelity=self.fidelity,
+                        translate=self.translate)
+        if r.deadlock:
+            raise ConfigError("system", f"simulation of {kernels[0].name} deadlocked")
+        return {"time_ns": float(r.time_ns), "bytes": float(r.bytes)}
+
+    def _dense_sim(self, tokens: int, phase: str) -> float:
+        def fn():
+            from h2m2sim.system.iteration import layer_kernels
+            if phase == "decode":
+                per, _ = layer_kernels(self.shard, tokens, [1] * tokens, {}, (self.side,))
+            else:
+                per, _ = layer_kernels(self.shard, 1, [tokens], {}, (self.side,),
+                                       phase="prefill")
+            return {sl: self._run(per[(self.side, sl)]) for sl in ("qkv", "fc")}
+
+        d = self._piece("dense", {"tokens": int(tokens), "phase": phase}, fn)
+        return float(d["qkv"]["time_ns"] + d["fc"]["time_ns"])
+
+    def dense_ns(self, tokens: int, phase: str = "decode") -> float:
+        """qkv-linear + fc sublayers of one layer for ``tokens`` rows (decode: one token
+        each of ``tokens`` requests; prefill: prompts totalling ``tokens`` tokens).
+        Simulated at powers of two and interpolated linearly in between (the weights make
+        these sublayers nearly affine in the row count); prefill beyond
+        ``PREFILL_DENSE_CAP`` rows scales linearly (compute-bound)."""
+        tokens = max(int(tokens), 1)
+        if phase == "prefill" and tokens > PREFILL_DENSE_CAP:
+            return self._dense_sim(PREFILL_DENSE_CAP, phase) * tokens / PREFILL_DENSE_CAP
+        return _pow2_interp(tokens, lambda t: self._dense_sim(t, phase))
+
+    def attention_ns(self, batch: int, n: int, kv_layout: str) -> float:
+        """Decode attention of one layer for ``batch`` requests of ``n`` KV tokens."""
+        d = self._piece("attn", {"batch": int(batch), "n": int(n), "layout": kv_layout},
+                        lambda: attention_decode_ns(
+                            self.system, self.side, self.shard, int(batch), int(n), kv_layout,
+                            fidelity=self.fidelity, seed=self.seed,
+                            pool_factor=self.pool_factor, translate=self.translate))
+        return float(d["time_ns"])
+
+    def attention_detail(self, batch: int, n: int, kv_layout: str) -> dict:
+        self.attention_ns(batch, n, kv_layout)
+        return dict(self._memo[("attn", json.dumps({"batch": int(batch), "n": int(n),
+                                                    "layout": kv_layout}, sort_keys=True))])
+
+    def _pattn_sim(self, p: int) -> float:
+        def fn():
+            from h2m2sim.system.iteration import layer_kernels
+            per, _ = layer_kernels(self.shard, 1, [int(p)], {}, (self.side,), phase="prefill")
+            return self._run(per[(self.side, "attention")])
+        return float(self._piece("pattn", {"p": int(p)}, fn)["time_ns"])
+
+    def prefill_attention_ns(self, p: int) -> float:
+        """Causal attention of one prompt of ``p`` tokens in one layer (incl. its KV
+        write): simulated at powers of two up to ``PREFILL_ATTN_CAP`` and interpolated;
+        longer prompts scale with p^2 (the score and value products are compute-bound)."""
+        p = max(int(p), 1)
+        if p > PREFILL_ATTN_CAP:
+            return self._pattn_sim(PREFILL_ATTN_CAP) * (p / PREFILL_ATTN_CAP) ** 2
+        return _pow2_interp(p, self._pattn_sim)
+
+    def lm_head_ns(self, rows: int) -> float:
+        def fn():
+            from h2m2sim.npu import simulate_kernel
+            op = "gemv" if rows == 1 else "gemm"
+            r = simulate_kernel(self.system, self.side, op, int(rows), int(self.shard.hidden),
+                                int(self.shard.vocab), dtype=self.shard.dtype,
+                                fidelity=self.fidelity, translate=self.translate)
+            return {"time_ns": float(r.time_ns)}
+        return float(self._piece("lm_head", {"rows": int(rows)}, fn)["time_ns"])
+
+    def allreduce_ns(self, nbytes: float) -> float:
+        """Ring all-reduce of ``nbytes`` over the cards: 2 (c-1) steps of nbytes / c."""
+        c = self.cards
+        if c <= 1:
+            return 0.0
+        return 2 * (c - 1) * (self.link_us * 1e3 + nbytes / c / self.link_GBps)
+
+    def copy_ns(self, tokens: int) -> float:
+        """Streaming copy (read + write) of the card's share of ``tokens`` KV tokens."""
+        def fn():
+            from h2m2sim.npu import simulate_kernel
+            rows = 2 * int(self.shard.layers) * int(self.shard.kv_heads)
+            r = simulate_kernel(self.system, self.side, "elementwise", rows, 1,
+                                max(int(tokens), 1) * int(self.shard.head_dim),
+                                dtype=self.shard.dtype, fidelity=self.fidelity,
+                                translate=self.translate)
+            return {"time_ns": float(r.time_ns)}
+        return float(self._piece("copy", {"tokens": int(tokens)}, fn)["time_ns"])
+
+    # ---- the PointEvaluator interface -------------------------------------------------
+    def table_grid(self, grid):
+        """The serving tables' grid with at most ``TABLE_TOKEN_POINTS`` token points."""
+        return dataclasses.replace(grid, token_points=min(grid.token_points,
+                                                          TABLE_TOKEN_POINTS))
+
+    def evaluate(self, phase, batch, context_tokens_per_request, kv_layout) -> float:
+        ctx = np.asarray(context_tokens_per_request, dtype=np.float64).ravel()
+        layout_kind(kv_layout)
+        L = int(self.shard.layers)
+        ar_row = int(self.shard.hidden) * self.shard.dtype_bytes()
+        if phase == "kv_copy":
+            return self.copy_ns(int(round(float(ctx.sum())))) * 1e-9
+        batch = int(batch)
+        if batch < 1 or ctx.size != batch:
+            raise ConfigError("batch", f"needs {batch} context lengths, got {ctx.size}")
+        if phase == "decode":
+            attn = sum(self.attention_ns(b, n, kv_layout) for b, n in _split_groups(ctx))
+            layer = self.dense_ns(batch) + attn + 2 * self.allreduce_ns(batch * ar_row)
+            return (L * layer + self.lm_head_ns(batch)) * 1e-9
+        if phase == "prefill":
+            T = int(np.maximum(np.round(ctx), 1).sum())
+            attn = sum(b * self.prefill_attention_ns(n) for b, n in _split_groups(ctx))
+            layer = self.dense_ns(T, "prefill") + attn + 2 * self.allreduce_ns(T * ar_row)
+            return (L * layer + self.lm_head_ns(batch)) * 1e-9
+        raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
+
+
+def cycle_evaluator(model, device, cfg, **options) -> CycleEvaluator:
+    """Factory registered as ``"cycle"``: the serving device's system preset and side,
+    ``device.devices`` cards tensor parallel. The KV cache is simulated in the model's
+    dtype; a run whose ``kv_dtype`` has another size is refused rather than mispriced."""
+    from h2m2sim.model import dtype_bytes
+    if dtype_bytes(cfg.kv_dtype) != model.dtype_bytes():
+        raise ConfigError("kv_dtype", f"the cycle evaluator keeps KV in the model's dtype "
+                          f"({model.dtype}); {cfg.kv_dtype!r} has another size")
+    system = getattr(device, "system", None) or device.name
+    side = getattr(device, "side", None)
+    return CycleEvaluator(model, system, side, cards=max(int(device.devices), 1), **options)
