@@ -18,6 +18,18 @@ Model of an engine (vLLM v0 style, the engine the ODMA papers extend):
   (drop its KV; it re-enters the queue front and its prompt plus generated tokens are
   prefilled again) or ``swap`` (its KV crosses the host link both ways).
 * KV accounting: a request that has generated g tokens holds prompt + g tokens of KV.
+* Activation memory (only with an allocator that manages it, ``ellm``): a prefill
+  iteration needs the activations of its prompt tokens, a decode iteration those of its
+  batch (:class:`~h2m2sim.serving.ellm.ActivationModel`). The allocator starts with the
+  activation reserve of the largest prefill (``max(max_prefill_tokens,
+  max_context_tokens)`` tokens, what vLLM profiles); the static split keeps it, eLLM lends
+  its idle chunks to KV and takes free KV chunks back. Admission follows eLLM's Algorithm
+  1 (:func:`~h2m2sim.serving.ellm.plan_prefill`): KV on the device when it fits, else
+  offloaded to the CPU buffer during the prefill (the transfer overlaps the prefill
+  layer by layer: the iteration takes the longer of the two); offloaded requests are
+  fetched (one host-link transfer each, stalling the engine) before they decode, oldest
+  first, as soon as the device holds them. Algorithm 2 rescales the logical CPU buffer
+  after every loop turn from TTFT/TPOT SLO violations.
 
 Time is in seconds; everything is deterministic.
 """
@@ -28,7 +40,7 @@ from collections import deque
 
 import numpy as np
 
-from h2m2sim.errors import OutOfMemoryError
+from h2m2sim.errors import ConfigError, OutOfMemoryError
 
 from .config import ServingConfig
 from .timing import IterationTables, advance_blocks, advance_running
@@ -86,13 +98,16 @@ class _Running:
 
 
 def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, prediction=None,
-             *, record_timeline: bool = False) -> ServingResult:
+             *, record_timeline: bool = False, activations=None) -> ServingResult:
     """Replay ``trace`` through ``allocator`` with iteration times from ``tables``.
 
     ``prediction`` (a :class:`~h2m2sim.predictors.Prediction`) supplies each request's
     predicted length and uncertainty to the allocator (ODMA) and the co-batching
     scheduler. ``cfg`` supplies limits, scheduler and preemption policy (its trace,
-    allocator and predictor fields are not used here)."""
+    allocator and predictor fields are not used here). ``activations`` (an
+    :class:`~h2m2sim.serving.ellm.ActivationModel`) prices activation memory for
+    allocators that manage it (``ellm``; default: from its ``activation_model``
+    option); other allocators ignore it."""
     n = len(trace)
     bpt = allocator.bytes_per_token
     maxctx = allocator.max_context_tokens
@@ -136,10 +151,32 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
     block = getattr(allocator, "block_tokens", None) if hasattr(allocator, "grow_blocks") \
         else None
     grow_log = np.zeros(0, dtype=np.int64)
+    el = allocator if hasattr(allocator, "set_activation_reserve") else None
+    scaler = None
+    if el is not None:
+        from .ellm import BufferScaler, activation_model, plan_fetch, plan_prefill
+        if activations is None and el.activation_model:
+            activations = activation_model(el.activation_model, el.activation_dtype)
+        if activations is None:
+            raise ConfigError("allocator_params.activation_model",
+                              f"the {allocator.name} allocator needs the model's activation "
+                              "footprint: give a zoo model name")
+        acts = activations
+        if el.activation_reserve_chunks is None:
+            res_tok = max(cfg.max_prefill_tokens, maxctx)
+            el.set_activation_reserve(acts.iteration_bytes(res_tok, min(cfg.max_batch,
+                                                                        res_tok)))
+        scaler = BufferScaler(el.cpu_buffer_bytes, el.buffer_init_bytes, el.buffer_alpha) \
+            if el.scales_buffer else None
+        offloaded: deque[int] = deque()    # prefilled, KV in the CPU buffer (or swapped)
+        first_np = np.full(n, np.nan)
+        prompt_np = prompt
 
     st = {"prefill_iterations": 0, "decode_steps": 0, "decode_token_steps": 0,
           "preemptions": 0, "swap_bytes": 0, "migration_time_s": 0.0, "swap_time_s": 0.0,
-          "prefill_time_s": 0.0, "decode_time_s": 0.0, "windows": 0}
+          "prefill_time_s": 0.0, "decode_time_s": 0.0, "windows": 0,
+          "fetch_time_s": 0.0, "offload_time_s": 0.0, "max_decode_batch": 0,
+          "offload_exposed_s": 0.0}
     reserved_int = 0.0     # token-seconds of reserved KV
     used_int = 0.0         # token-seconds of KV actually held
     timeline = {"t": [], "reserved_tokens": [], "running": [], "waiting": []} \
@@ -263,12 +300,120 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
         waiting.extendleft(reversed([r for i, r in enumerate(look) if i not in taken]))
         return pre, swin
 
+    def admit_elastic():
+        """One scheduling turn of eLLM's Algorithm 1: fetch offloaded (or swapped-out)
+        requests that now fit, then plan a prefill iteration (device KV or CPU offload)
+        and run it. True if a prefill iteration ran."""
+        nonlocal t, reserved_int, used_int, done
+        # swapped-out (preempted) requests are fetched like offloaded ones, first
+        while waiting and swapped[waiting[0]]:
+            offloaded.appendleft(waiting.popleft())
+        if offloaded:
+            cands = [(r, prompt_l[r] + gen[r] + 1) for r in offloaded]
+            for r in plan_fetch(el, acts, cands, run.m, cfg.max_batch):
+                need = prompt_l[r] + gen[r] + 1
+                if el.is_offloaded(r):
+                    dt = el.fetch(r, need)
+                    if dt is None:
+                        break
+                else:                       # swapped out by a preemption (host memory)
+                    if not allocator.reserve(r, prompt_l[r], need_tokens=need):
+                        break
+                    dt = el.link.transfer_s((prompt_l[r] + gen[r]) * bpt)
+                    st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
+                    swapped[r] = False
+                offloaded.remove(r)
+                held = int(run.ctx[:run.m].sum())
+                reserved_int += allocator.reserved_tokens * dt
+                used_int += held * dt
+                t += dt
+                st["fetch_time_s"] += dt
+                run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], allocator.capacity_of(r))
+            if run.m:
+                el.set_activation(acts.decode_bytes(run.m))   # fits: plan_fetch checked
+        slots = cfg.max_batch - run.m - len(offloaded)
+        if not waiting or slots <= 0:
+            return False
+        cands = []
+        for r in waiting:
+            if len(cands) >= slots:
+                break
+            cands.append((r, prompt_l[r] + gen[r], prompt_l[r] + gen[r] + 1))
+        dev, off, act = plan_prefill(el, acts, cands, slots, cfg.max_prefill_tokens)
+        if not dev and not off:
+            return False
+        if not el.set_activation(act):
+            raise RuntimeError("eLLM plan admitted activations that do not fit")
+        for r in dev:
+            if not try_reserve(r):
+                raise RuntimeError("eLLM plan admitted KV that does not fit")
+        off_bytes = 0
+        for r in off:
+            if not el.offload(r, prompt_l[r] + gen[r]):
+                raise RuntimeError("eLLM plan offloaded beyond the logical buffer")
+            off_bytes += (prompt_l[r] + gen[r]) * bpt
+        for _ in range(len(dev) + len(off)):
+            waiting.popleft()
+        pre = [r for r, _, _ in cands[:len(dev) + len(off)]]
+        dt_pre = tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre]))
+        dt_off = el.link.transfer_s(off_bytes)
+        dt = max(dt_pre, dt_off)       # layer-wise pipelined offload
+        for r in pre:
+            if admit_t[r] != admit_t[r]:
+                admit_t[r] = t
+        held = int(run.ctx[:run.m].sum())
+        reserved_int += allocator.reserved_tokens * dt
+        used_int += (held + sum(prompt_l[r] + gen[r] for r in dev)) * dt
+        t += dt
+        st["prefill_time_s"] += dt_pre
+        st["offload_time_s"] += dt_off
+        st["offload_exposed_s"] += dt - dt_pre
+        st["prefill_iterations"] += 1
+        for r in pre:
+            if gen[r] < out_l[r]:
+                gen[r] += 1
+                if first_t[r] != first_t[r]:
+                    first_t[r] = t
+                    first_np[r] = t
+        for r in dev:
+            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], allocator.capacity_of(r))
+        for r in off:
+            if out_l[r] - gen[r] == 0:     # done at its first token: never decodes
+                el.drop_offloaded(r)
+                finish_t[r] = t
+                done += 1
+            else:
+                offloaded.append(r)
+        for j in range(run.m - 1, -1, -1):
+            if run.rem[j] == 0:
+                finish(j)
+        el.set_activation(acts.decode_bytes(run.m) if run.m else 0)
+        return True
+
+    def violations(t_start):
+        """(TTFT violated, TPOT violated) in the turn that began at ``t_start``: a first
+        token later than the TTFT SLO in the turn, or a waiting request already past it;
+        a running or offloaded request whose time per token so far (counting the next
+        token as due now) exceeds the TPOT SLO."""
+        ttft = el.slo_ttft_s
+        v1 = bool(waiting) and t - arr_l[waiting[0]] > ttft
+        if not v1:
+            got = (first_np >= t_start) & (first_np <= t)
+            v1 = bool(np.any(first_np[got] - arr[got] > ttft))
+        ids = np.concatenate([run.idx[:run.m], np.fromiter(offloaded, np.int64,
+                                                           len(offloaded))])
+        if ids.size == 0:
+            return v1, False
+        g = np.array([gen[r] for r in ids.tolist()], dtype=np.float64)
+        tpot = (t - first_np[ids]) / np.maximum(g - 1, 1)
+        return v1, bool(np.any(tpot > el.slo_tpot_s))
+
     while done < n:
         while na < n and arr_l[na] <= t:
             if not rejected_l[na]:
                 waiting.append(na)
             na += 1
-        if run.m == 0 and not waiting:
+        if run.m == 0 and not waiting and (el is None or not offloaded):
             t = max(t, arr_l[na])
             continue
         allocator.clock = t
@@ -278,7 +423,17 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
             timeline["running"].append(run.m)
             timeline["waiting"].append(len(waiting))
 
-        pre, swin = admit()
+        if el is not None:
+            t0_turn = t
+            got_pre = admit_elastic()
+            if scaler is not None:
+                el.set_logical_buffer(scaler.observe(*violations(t0_turn)))
+            if got_pre:
+                need_growth = True
+                continue
+            pre, swin = [], []
+        else:
+            pre, swin = admit()
         if pre or swin:
             dt_pre = tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre])) if pre \
                 else 0.0
@@ -312,7 +467,7 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
             continue
 
         if run.m == 0:
-            r = waiting[0]
+            r = waiting[0] if waiting else offloaded[0]
             raise OutOfMemoryError(
                 "kv", (prompt_l[r] + gen[r] + 1) * bpt, allocator.free_tokens * bpt,
                 f"request {r} (prompt {prompt_l[r]} tokens) with nothing else running: "
@@ -326,7 +481,14 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
                 continue
 
         # ---- a window of identical-batch decode steps
+        if el is not None:
+            while run.m and not el.set_activation(acts.decode_bytes(run.m)):
+                preempt(int(np.argmax(run.idx[:run.m])))
+            if run.m == 0:
+                continue
         m = run.m
+        if m > st["max_decode_batch"]:
+            st["max_decode_batch"] = m
         t_limit = arr_l[na] if (na < n and m < cfg.max_batch) else np.inf
         if block is None:
             k, dt, used, n_fin, n_grow = advance_running(run.ctx, run.rem, run.cap, m, bg,
@@ -356,15 +518,51 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
             for j in np.flatnonzero(run.rem[:m] == 0)[::-1]:
                 finish(int(j))
         need_growth = n_grow > 0
+        if scaler is not None:
+            el.set_logical_buffer(scaler.observe(*violations(t - dt)))
 
     admit_t, first_t, finish_t = (np.asarray(x, dtype=np.float64)
                                   for x in (admit_t, first_t, finish_t))
     metrics = _metrics(trace, cfg, allocator, tables, st, arr, admit_t, first_t, finish_t,
                        out, npre, rejected, cut_new | cut_ctx, reserved_int, used_int, bpt)
+    if el is not None:
+        metrics.update(_elastic_metrics(el, acts, st, scaler, prompt, out, rejected,
+                                        metrics["duration_s"]))
     if timeline is not None:
         timeline = {k: np.asarray(v) for k, v in timeline.items()}
     return ServingResult(metrics, arr, admit_t, first_t, finish_t, out, npre, rejected,
                          allocator.stats(), timeline, list(allocator.events))
+
+
+def _elastic_metrics(el, acts, st, scaler, prompt, out, rejected, span) -> dict:
+    """Extra metrics of a run with activation memory (eLLM or static split)."""
+    s = el.stats()
+    served = ~rejected
+    dec_tokens = st["decode_token_steps"]
+    dec_time = st["decode_time_s"] + st["fetch_time_s"]
+    total_tokens = int(prompt[served].sum() + out[served].sum())
+    return {
+        "memory_mode": s["mode"],
+        "max_decode_batch": int(st["max_decode_batch"]),
+        "decode_tokens": int(dec_tokens),
+        "decode_throughput_tps": dec_tokens / dec_time if dec_time > 0 else None,
+        "total_throughput_tps": total_tokens / span if span > 0 else None,
+        "activation_bytes_per_token": acts.bytes_per_token,
+        "activation_reserve_bytes": int(s["activation_reserve_chunks"]) * el.chunk_bytes,
+        "pool_bytes": el.total_chunks * el.chunk_bytes,
+        "peak_kv_bytes": el.peak_kv_chunks * el.chunk_bytes,
+        "peak_activation_bytes": el.peak_act_chunks * el.chunk_bytes,
+        "inflations": int(s["n_inflate"]), "deflations": int(s["n_deflate"]),
+        "inflated_bytes": int(s["n_inflated_chunks"]) * el.chunk_bytes,
+        "deflated_bytes": int(s["n_deflated_chunks"]) * el.chunk_bytes,
+        "offloads": int(s["n_offload"]), "fetches": int(s["n_fetch"]),
+        "offload_bytes": int(s["n_offload_bytes"]), "fetch_bytes": int(s["n_fetch_bytes"]),
+        "peak_cpu_buffer_bytes": int(s["peak_cpu_used_bytes"]),
+        "fetch_time_s": st["fetch_time_s"], "offload_time_s": st["offload_time_s"],
+        "offload_exposed_s": st["offload_exposed_s"],
+        "buffer_events": len(scaler.history) if scaler is not None else 0,
+        "logical_buffer_final_bytes": int(el.logical_buffer_bytes),
+    }
 
 
 def _metrics(trace, cfg, allocator, tables, st, arr, admit_t, first_t, finish_t, out, npre,

@@ -45,4 +45,5 @@ def make_allocator(name: str, capacity_bytes: int, bytes_per_token: int, **optio
 __all__ = ["ALLOCATORS", "register", "make_allocator", "KVAllocator", "ContiguousAllocator",
            "ExtentHeap", "AllocEvent", "StaticAllocator", "PagedAllocator", "ODMAAllocator",
            "BucketManager"]
+register("ellm", __import__(f"{__name__}.ellm", fromlist=["ElasticAllocator"]).ElasticAllocator)  # eLLM / static split
 from . import bmc as _bmc  # noqa: E402,F401  (BMC; registers itself as "bmc")

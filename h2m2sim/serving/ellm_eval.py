@@ -1,0 +1,145 @@
+"""Iteration times for the eLLM reproduction: a GPU-like roofline device over the system's
+DRAM as measured by the DRAM engine (:class:`h2m2sim.compute.roofline.RooflineDevice`),
+wrapped as a serving point evaluator (``evaluate(phase, batch, context_tokens_per_request,
+kv_layout)``, ``label``, ``cycle_level``, ``cache_key``).
+
+Per iteration, every decoder layer runs as kernels priced ``max(FLOPs / (peak x eff),
+bytes / measured bandwidth) + launch overhead`` (:meth:`RooflineDevice.kernel_ns`):
+
+* projections (fused QKV, output, gated FFN up, FFN down): ``2 x params x tokens``
+  FLOPs; the weights read once per iteration, the activations in and out;
+* attention, decode: ``4 x heads x head_dim x context`` FLOPs per request; the request's
+  K and V read at the bandwidth of the KV layout's access pattern (``paged:<t>``: scattered
+  blocks of ``t`` tokens of one layer's K or V, a ``paged:<bytes>`` DRAM pattern); one new
+  K/V token written;
+* attention, prefill (FlashAttention, causal): ``4 x heads x head_dim x p(p+1)/2`` FLOPs
+  per prompt of ``p`` tokens, Q/K/V read and the output written once (scores stay on
+  chip); the prompt's K/V written;
+* LM head once per request (decode: every request; prefill: the last prompt token).
+
+``kv_copy`` is a DRAM-to-DRAM copy at the engine-measured copy rate. Compute figures
+are the A100's (``A100_ROOFLINE``); memory is the ``a100-80gb`` preset's HBM2E measured
+by the engine. It is a roofline (no cycle-level SM model): ``cycle_level`` is False.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from h2m2sim.errors import ConfigError
+
+__all__ = ["A100_ROOFLINE", "RooflineEvaluator"]
+
+#: FP16 roofline of an NVIDIA A100 (the eLLM testbed).
+A100_ROOFLINE = dict(
+    peak_tflops=312.0,
+    efficiency=0.6,
+    vector_efficiency=0.1,
+    kernel_overhead_ns=2000.0,
+    description="NVIDIA A100 80GB SXM, FP16 tensor cores",
+    sources={"peak_tflops": "NVIDIA A100 datasheet: 312 TFLOPS dense FP16/BF16 tensor core",
+             "efficiency": "assumed 60 %: large cuBLAS GEMMs reach 60-75 % of peak on A100, "
+                           "FlashAttention-2 forward 50-73 % (Dao 2023)",
+             "kernel_overhead_ns": "assumed 2 us per kernel (launch + tail; ~9 kernels per "
+                                   "layer)",
+             "memory": "a100-80gb preset: 40 HBM2E channels, measured with the DRAM engine"})
+
+
+class RooflineEvaluator:
+    """Serving point evaluator on a :class:`RooflineDevice` for ``model`` in ``dtype``.
+
+    ``device`` may be given (a RooflineDevice) or is built from ``system`` (default
+    ``a100-80gb``) with :data:`A100_ROOFLINE` merged with ``spec``."""
+
+    cycle_level = False
+
+    def __init__(self, model, dtype: str = "fp16", *, system: str = "a100-80gb",
+                 spec: dict | None = None, device=None, cache: bool = True,
+                 cache_dir=None):
+        from h2m2sim.compute.roofline import RooflineDevice
+        from h2m2sim.model import load_model
+        from h2m2sim.model.spec import dtype_bytes
+        self.model = load_model(model) if isinstance(model, str) else model
+        self.dtype = dtype
+        self.db = dtype_bytes(dtype)
+        if device is None:
+            device = RooflineDevice(system, spec={**A100_ROOFLINE, **(spec or {})},
+                                    cache=cache, cache_dir=cache_dir)
+        self.device = device
+        m = self.model
+        self.layers = int(m.layers)
+        d, hd = int(m.hidden), int(m.head_dim)
+        self.heads, self.hd = int(m.heads), hd
+        self.kv_layer_token = int(m.kv_bytes_per_token_per_layer(dtype))
+        q, kv = m.q_dim, m.kv_dim
+        f = int(m.ffn_dim)
+        up_cols = (2 if m.ffn_type == "gated" else 1) * f
+        # (name, in width, out width, parameters) of the projections of one layer
+        self.linears = [("qkv", d, q + 2 * kv, d * (q + 2 * kv)),
+                        ("o", q, d, q * d),
+                        ("up", d, up_cols, d * up_cols),
+                        ("down", f, d, f * d)]
+        self.vocab = int(m.vocab)
+        self.hidden = d
+        self.label = (f"roofline {device.name} ({device.spec.peak_tflops:g} TFLOP/s x "
+                      f"{device.spec.efficiency:g}, DRAM bandwidth measured by the engine); "
+                      "not cycle-level")
+
+    # ------------------------------------------------------------------ helpers
+    def _kv_pattern(self, kv_layout: str) -> str:
+        from .timing import layout_kind
+        kind, block = layout_kind(kv_layout)
+        if kind == "contiguous":
+            return "seq"
+        # one block of one layer's K (or V): block tokens x kv heads x head_dim x dtype
+        return f"paged:{block * self.kv_layer_token // 2}"
+
+    def _linears_ns(self, tokens: float) -> float:
+        dev, db = self.device, self.db
+        t = 0.0
+        for _, kin, kout, params in self.linears:
+            t += dev.kernel_ns(2.0 * params * tokens, params * db + tokens * kin * db,
+                               tokens * kout * db)
+        return t
+
+    def _lm_head_ns(self, rows: float) -> float:
+        p = self.vocab * self.hidden
+        return self.device.kernel_ns(2.0 * p * rows, p * self.db + rows * self.hidden * self.db,
+                                     rows * self.vocab * self.db)
+
+    # ------------------------------------------------------------------ interface
+    def evaluate(self, phase: str, batch: int, context_tokens_per_request, kv_layout: str
+                 ) -> float:
+        """Seconds of one iteration (see the module docstring)."""
+        ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
+        dev = self.device
+        if phase == "kv_copy":
+            return float(dev.copy_ns(float(ctx.sum()) * self.kv_layer_token * self.layers)) * 1e-9
+        b = float(batch)
+        fl_tok = 4.0 * self.heads * self.hd          # attention FLOPs per (query, key) pair
+        if phase == "decode":
+            kv_read = float(ctx.sum()) * self.kv_layer_token
+            attn = dev.kernel_ns(fl_tok * float(ctx.sum()), kv_read + b * self.heads * self.hd
+                                 * self.db, b * self.kv_layer_token, self._kv_pattern(kv_layout))
+            layer = self._linears_ns(b) + attn
+            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
+        if phase == "prefill":
+            T = float(ctx.sum())
+            pairs = float(np.sum(ctx * (ctx + 1) / 2.0))
+            q_bytes = T * self.heads * self.hd * self.db
+            attn = dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + T * self.kv_layer_token,
+                                 T * self.kv_layer_token)
+            layer = self._linears_ns(T) + attn
+            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
+        raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
+
+    def cache_key(self) -> Any:
+        from dram_models.schema import to_dict
+        return {"roofline_eval": {"model": to_dict(self.model), "dtype": self.dtype,
+                                  "device": self.device.name,
+                                  "spec": to_dict(self.device.spec),
+                                  "dram": to_dict(self.device.side.dram_spec)}}
+
+    def summary(self) -> dict:
+        return self.device.summary()

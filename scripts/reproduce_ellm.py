@@ -1,0 +1,287 @@
+"""Reproduce eLLM (papers/ellm-elastic-memory.txt): elastic memory vs the vLLM static split
+for Llama3-8B (FP16) on the a100-80gb preset (HBM2E, 80 GB).
+
+    python scripts/reproduce_ellm.py --out DIR [--json] [--quick]
+
+Offline (all requests at t = 0, fixed lengths, 2K/2K ... 128K/8K): decode throughput,
+total throughput and the largest decode batch of eLLM over the static split. Online
+(2K/2K, Poisson arrivals, one seed): TTFT, TPOT, SLO attainment and goodput against the
+request rate; ablations vLLM, vLLM+intra (inflation/deflation only), vLLM+inter (CPU
+buffer only) and eLLM (both).
+
+Writes DIR/ellm_offline.csv, DIR/ellm_online.csv, DIR/ellm_summary.json and PNG plots;
+with --json prints one JSON object with ``decode_throughput_gain_longest`` (eLLM / static
+decode throughput at 128K/8K), ``offline`` (a list of dicts, one per setting and mode),
+``online``, ``goodput``, ``paper`` and the settings. Settings and gaps:
+docs/validation/ellm.md.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+MODEL = "llama3-8b"
+SYSTEM = "a100-80gb"
+DTYPE = "fp16"
+#: Llama3-8B-262K: the paper's model is the 262,144-token-context variant of Llama3-8B
+#: (same shapes); vLLM without chunked prefill profiles a prefill of max_model_len tokens
+CONTEXT = 262144
+MEMORY_FRACTION = 0.95           # vLLM gpu_memory_utilization: 0.9 (default) cannot start
+#: with max_model_len 262144 (its KV cache would hold less than one request); 0.95 can
+MAX_BATCH = 256                  # vLLM max_num_seqs default
+CPU_BUFFER = 64 * 2**30          # physical CPU buffer for eLLM's GPU-CPU elasticity
+OFFLINE = [(2048, 2048), (8192, 2048), (32768, 2048), (65536, 4096), (131072, 8192)]
+OFFLINE_REQUESTS = {2048: 512, 8192: 192, 32768: 48, 65536: 24, 131072: 12}
+ONLINE = (2048, 2048)
+ONLINE_REQUESTS = 300
+ONLINE_RATES = [0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
+SLO_SCALE = 25.0                 # paper: SLO = 25 x the uncontended TTFT and TPOT
+ATTAIN = 0.9                     # goodput: the largest rate with >= 90 % SLO attainment
+#: memory modes: (elastic, cpu buffer)
+MODES = {"vllm": (False, 0), "vllm+intra": (True, 0), "vllm+inter": (False, CPU_BUFFER),
+         "ellm": (True, CPU_BUFFER)}
+PAPER = {"decode_throughput_gain_128k_8k": 2.32, "total_throughput_gain_128k_8k": 1.82,
+         "max_batch_gain_128k_8k": 3.0, "ttft_gain_2k_2k_max": 295.0, "goodput_gain_max": 2.5,
+         "activation_share_2k": 0.003, "activation_share_200k": 0.308}
+
+
+def setup(cache_dir=None):
+    from h2m2sim.model import load_model
+    from h2m2sim.serving.ellm import activation_model
+    from h2m2sim.serving.ellm_eval import RooflineEvaluator
+    from h2m2sim.serving.setup import kv_capacity_bytes, model_sizes, resolve_device
+    from h2m2sim.serving.timing import TableGrid, build_tables
+    model = load_model(MODEL)
+    dev = resolve_device(SYSTEM)
+    sizes = model_sizes(model, DTYPE, DTYPE)
+    pool = kv_capacity_bytes(dev, sizes, MEMORY_FRACTION)
+    ev = RooflineEvaluator(model, DTYPE, system=SYSTEM, cache_dir=cache_dir)
+    acts = activation_model(MODEL, DTYPE)
+    bpt = sizes["kv_bytes_per_token"]
+    layout = f"paged:{max(1, 2 * 2**20 // bpt)}"
+    grid = TableGrid(max_batch=MAX_BATCH, max_tokens=CONTEXT, token_points=20,
+                     error_samples=12)
+    tables = build_tables(ev, [layout], grid, cache=True, cache_dir=cache_dir)
+    return dict(model=model, device=dev, sizes=sizes, pool=pool, evaluator=ev, acts=acts,
+                bpt=bpt, tables=tables)
+
+
+def run(env, mode, prompt, output, n, rate=None, seed=0, slo=None):
+    """One serving run of ``n`` fixed-length requests in memory ``mode``."""
+    from h2m2sim.memory.allocators import make_allocator
+    from h2m2sim.serving.config import ServingConfig
+    from h2m2sim.serving.sim import simulate
+    from h2m2sim.serving.traces import RequestTrace
+    elastic, buf = MODES[mode]
+    trace = RequestTrace(np.zeros(n), np.full(n, prompt, np.int64), np.full(n, output, np.int64),
+                         None, f"fixed {prompt}/{output}", False, "offline: all at t=0")
+    if rate is not None:
+        trace = trace.with_poisson_arrivals(rate, seed)
+    cfg = ServingConfig(allocator="ellm", max_batch=MAX_BATCH, max_prefill_tokens=CONTEXT,
+                        max_context_tokens=CONTEXT, memory_fraction=MEMORY_FRACTION)
+    opts = dict(max_context_tokens=CONTEXT, elastic=elastic, cpu_buffer_bytes=buf)
+    if slo is not None:
+        opts.update(slo_ttft_s=slo[0], slo_tpot_s=slo[1])
+    alloc = make_allocator("ellm", env["pool"], env["bpt"], **opts)
+    res = simulate(trace, cfg, alloc, env["tables"], activations=env["acts"])
+    return res
+
+
+def offline(env, quick=False):
+    rows = []
+    settings = OFFLINE[::2] if quick else OFFLINE
+    for p, o in settings:
+        n = OFFLINE_REQUESTS[p] // (4 if quick else 1)
+        base = None
+        for mode in ("vllm", "ellm"):
+            t0 = time.perf_counter()
+            m = run(env, mode, p, o, max(n, 4)).metrics
+            row = {"input": p, "output": o, "mode": mode, "requests": m["requests"],
+                   "decode_throughput_tps": m["decode_throughput_tps"],
+                   "total_throughput_tps": m["total_throughput_tps"],
+                   "output_tokens_per_s": m["tokens_per_s"],
+                   "max_batch": m["max_decode_batch"], "mean_batch": m["mean_decode_batch"],
+                   "duration_s": m["duration_s"], "preemptions": m["preemptions"],
+                   "offloads": m["offloads"], "inflated_gb": m["inflated_bytes"] / 1e9,
+                   "peak_kv_gb": m["peak_kv_bytes"] / 1e9,
+                   "activation_reserve_gb": m["activation_reserve_bytes"] / 1e9,
+                   "fetch_time_s": m["fetch_time_s"], "wall_s": time.perf_counter() - t0}
+            if mode == "vllm":
+                base = row
+            for k in ("decode_throughput_tps", "total_throughput_tps", "max_batch"):
+                row[f"{k}_gain"] = row[k] / base[k] if base[k] else None
+            rows.append(row)
+    return rows
+
+
+def slo_targets(env):
+    """SLO = 25 x TTFT and TPOT of one request alone (the paper's rate-0.01 run)."""
+    m = run(env, "vllm", *ONLINE, 1).metrics
+    return SLO_SCALE * m["ttft_p50_s"], SLO_SCALE * m["tpot_p50_s"], m
+
+
+def online(env, slo, quick=False):
+    from h2m2sim.serving.sim import percentiles  # noqa: F401  (metrics come from the run)
+    rows = []
+    rates = ONLINE_RATES[::2] if quick else ONLINE_RATES
+    n = ONLINE_REQUESTS // (3 if quick else 1)
+    for rate in rates:
+        for mode in MODES:
+            t0 = time.perf_counter()
+            res = run(env, mode, *ONLINE, n, rate=rate, slo=slo)
+            m = res.metrics
+            ttft = res.first_token_s - res.arrival_s
+            multi = res.output_tokens >= 2
+            tpot = np.full(len(ttft), np.nan)
+            tpot[multi] = (res.finish_s[multi] - res.first_token_s[multi]) / \
+                (res.output_tokens[multi] - 1)
+            ok = (ttft <= slo[0]) & (~multi | (tpot <= slo[1]))
+            rows.append({"rate": rate, "mode": mode, "requests": n,
+                         "ttft_mean_s": float(np.nanmean(ttft)),
+                         "ttft_p50_s": m["ttft_p50_s"], "ttft_p90_s": m["ttft_p90_s"],
+                         "tpot_mean_s": float(np.nanmean(tpot)), "tpot_p50_s": m["tpot_p50_s"],
+                         "slo_attainment": float(np.mean(ok)),
+                         "output_tokens_per_s": m["tokens_per_s"],
+                         "mean_batch": m["mean_decode_batch"],
+                         "max_batch": m["max_decode_batch"], "offloads": m["offloads"],
+                         "buffer_events": m["buffer_events"],
+                         "preemptions": m["preemptions"], "wall_s": time.perf_counter() - t0})
+    return rows
+
+
+def goodput(rows):
+    """Largest rate with SLO attainment >= 90 % (0 if none) per mode."""
+    out = {}
+    for mode in MODES:
+        good = [r["rate"] for r in rows if r["mode"] == mode and r["slo_attainment"] >= ATTAIN]
+        out[mode] = max(good) if good else 0.0
+    return out
+
+
+def write_csv(path, rows):
+    if not rows:
+        return
+    keys = list(rows[0])
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def plots(out, off_rows, on_rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ell = [r for r in off_rows if r["mode"] == "ellm"]
+    labels = [f"{r['input'] // 1024}K/{r['output'] // 1024}K" for r in ell]
+    x = np.arange(len(ell))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for i, (k, nm) in enumerate((("total_throughput_tps_gain", "total throughput"),
+                                 ("decode_throughput_tps_gain", "decode throughput"),
+                                 ("max_batch_gain", "max batch"))):
+        ax.bar(x + (i - 1) * 0.27, [r[k] for r in ell], 0.27, label=nm)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("eLLM / vLLM static split")
+    ax.set_title("Offline, Llama3-8B FP16 on a100-80gb (cf. paper Fig. 11 right)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ellm_offline.png"), dpi=120)
+    plt.close(fig)
+    fig, axs = plt.subplots(1, 3, figsize=(12, 3.5))
+    for mode in MODES:
+        rs = [r for r in on_rows if r["mode"] == mode]
+        rate = [r["rate"] for r in rs]
+        axs[0].plot(rate, [r["ttft_mean_s"] for r in rs], marker="o", label=mode)
+        axs[1].plot(rate, [r["tpot_mean_s"] for r in rs], marker="o", label=mode)
+        axs[2].plot(rate, [r["slo_attainment"] for r in rs], marker="o", label=mode)
+    axs[0].set_yscale("log")
+    axs[0].set_ylabel("mean TTFT (s)")
+    axs[1].set_ylabel("mean TPOT (s)")
+    axs[2].set_ylabel("SLO attainment")
+    axs[2].axhline(ATTAIN, color="k", lw=0.8, ls="--")
+    for a in axs:
+        a.set_xlabel("request rate (req/s)")
+    axs[0].legend()
+    fig.suptitle("Online 2K/2K, Poisson (cf. paper Figs. 9 a-c and 12)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ellm_online.png"), dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--quick", action="store_true", help="fewer settings/requests (tests)")
+    ap.add_argument("--no-plots", action="store_true")
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.perf_counter()
+    env = setup()
+    off_rows = offline(env, a.quick)
+    write_csv(os.path.join(a.out, "ellm_offline.csv"), off_rows)
+    slo_ttft, slo_tpot, alone = slo_targets(env)
+    on_rows = online(env, (slo_ttft, slo_tpot), a.quick)
+    write_csv(os.path.join(a.out, "ellm_online.csv"), on_rows)
+    good = goodput(on_rows)
+    if not a.no_plots:
+        plots(a.out, off_rows, on_rows)
+    longest = [r for r in off_rows if r["mode"] == "ellm"][-1]
+    acts = env["acts"]
+    gib = 80 * 10**9
+    ttft_gain = max((rb["ttft_mean_s"] / r["ttft_mean_s"] for r in on_rows
+                     for rb in on_rows if r["mode"] == "ellm" and rb["mode"] == "vllm"
+                     and rb["rate"] == r["rate"] and r["ttft_mean_s"] > 0), default=None)
+    summary = {
+        "decode_throughput_gain_longest": longest["decode_throughput_tps_gain"],
+        "total_throughput_gain_longest": longest["total_throughput_tps_gain"],
+        "max_batch_gain_longest": longest["max_batch_gain"],
+        "longest_setting": f"{longest['input']}/{longest['output']}",
+        "offline": off_rows,
+        "online": on_rows,
+        "goodput": good,
+        "goodput_gain": (good["ellm"] / good["vllm"]) if good["vllm"] else None,
+        "ttft_gain_max": ttft_gain,
+        "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "scale": SLO_SCALE,
+                "uncontended_ttft_s": alone["ttft_p50_s"],
+                "uncontended_tpot_s": alone["tpot_p50_s"]},
+        "activation_share": {"2k": 2048 * acts.bytes_per_token / gib,
+                             "200k": 200000 * acts.bytes_per_token / gib},
+        "paper": PAPER,
+        "settings": {"model": MODEL, "system": SYSTEM, "dtype": DTYPE, "context": CONTEXT,
+                     "pool_bytes": env["pool"], "cpu_buffer_bytes": CPU_BUFFER,
+                     "max_batch": MAX_BATCH, "quick": a.quick,
+                     "iteration_time_model": env["tables"].label,
+                     "interpolation_error": env["tables"].error_summary(),
+                     "device": env["evaluator"].summary()},
+        "wall_s": time.perf_counter() - t0,
+    }
+    tmp = os.path.join(a.out, "ellm_summary.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=1, default=float)
+    os.replace(tmp, os.path.join(a.out, "ellm_summary.json"))
+    if a.json:
+        json.dump(summary, sys.stdout, default=float)
+        print()
+    else:
+        for r in off_rows:
+            print(f"{r['input']:>7}/{r['output']:<5} {r['mode']:6} decode {r['decode_throughput_tps']:9.1f} "
+                  f"tok/s  total {r['total_throughput_tps']:9.1f} tok/s  max batch {r['max_batch']:4d}"
+                  f"  gains {r['decode_throughput_tps_gain']:.2f} {r['total_throughput_tps_gain']:.2f}"
+                  f" {r['max_batch_gain']:.2f}")
+        print("goodput (req/s):", good, " SLO:", summary["slo"])
+        print(f"wall {summary['wall_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
