@@ -8,8 +8,9 @@ copied into it; in between, new rows are written in place and attention runs ove
 ``T = N / r`` allocations. ``r = 1`` is the HuggingFace *iterative* baseline (allocate and
 copy every token), ``r = N`` the *upfront* allocation (no copy, attention always over N).
 
-Costs, summed over the layers (one K and one V tensor per layer), all priced on a
-:class:`~h2m2sim.compute.roofline.RooflineDevice`:
+Costs, summed over the layers (one K and one V tensor per layer), priced on a
+:class:`~h2m2sim.compute.roofline.RooflineDevice` (SDPA optionally by the NPU chip model,
+:class:`~h2m2sim.compute.npu_attention.NpuAttentionPricer`):
 
 * allocation: ``2 x layers x alloc_ns`` per allocation event (the paper's C0);
 * copy: ``copy_ns`` of the valid rows of K and V (a DRAM-to-DRAM streaming copy whose
@@ -21,8 +22,9 @@ Costs, summed over the layers (one K and one V tensor per layer), all priced on 
 
 Speculative decoding (Sec. VI): each step verifies up to ``k`` candidates placed in the
 spare rows (fewer when fewer rows are spare, the paper's choice) and accepts ``m`` tokens
-on average (deterministically: ``floor(m (s+1)) - floor(m s)`` at step ``s``, at least one,
-at most the candidates verified). A new allocation happens when no row is spare.
+on average, ``m (q/k)^x`` when only ``q < k`` candidates fit (:data:`ACCEPTANCE_EXPONENT`);
+the fractional part is carried from step to step, so the run is deterministic; at least
+one token, at most ``q``. A new allocation happens when no row is spare.
 
 The analytical optimum (Sec. V, Eq. 7) is ``T = sqrt(N * alpha*BW / (2 * beta*C))``. In
 terms of the simulated device it is ``T = sqrt(N_steps_factor * N * c_sdpa / c_copy)``
@@ -45,12 +47,19 @@ import numpy as np
 
 from h2m2sim.errors import ConfigError
 
-__all__ = ["AttentionShape", "Schedule", "schedule", "MODES", "rows_per_allocation",
+__all__ = ["AttentionShape", "Schedule", "schedule", "MODES", "ACCEPTANCE_EXPONENT", "rows_per_allocation",
            "round_pow2", "BMCCostModel", "Breakdown"]
 
 #: Allocation modes: iterative (r = 1), upfront (r = N), bmc (given r or T), bmc-auto
 #: (T from the analytical optimum, rounded to a power of two).
 MODES = ("iterative", "upfront", "bmc", "bmc-auto")
+
+
+#: How the accepted tokens of a speculation step fall when fewer than k candidates fit
+#: in the spare rows: m (q/k)^x. 0 would keep m whatever the tree size (the paper's
+#: Eq. 9 implicitly), 1 makes it proportional; acceptance saturates with tree size
+#: (Sequoia, Chen et al. 2024), so a concave law is taken. Assumed, not fitted.
+ACCEPTANCE_EXPONENT = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +137,7 @@ class Schedule:
 
 
 @numba.njit(cache=True)
-def _schedule(n_max, r, k, m, prompt):
+def _schedule(n_max, r, k, m, prompt, gamma):
     cap_steps = n_max - prompt + 1
     padded = np.zeros(cap_steps, np.int64)
     queries = np.zeros(cap_steps, np.int64)
@@ -138,6 +147,7 @@ def _schedule(n_max, r, k, m, prompt):
     n = prompt
     cap = 0
     s = 0
+    credit = 0.0
     while n < n_max:
         if cap - n <= 0:
             # no spare row: a new tensor with r more rows (the first one also holds the
@@ -150,11 +160,15 @@ def _schedule(n_max, r, k, m, prompt):
             cap = new_cap
         spare = cap - n
         q = k if k < spare else spare
-        a = int(math.floor(m * (s + 1)) - math.floor(m * s))
+        # expected acceptance of a tree of q candidates: m (q / k)^gamma; realized
+        # deterministically by carrying the fractional part to the next step
+        credit += m * (q / k) ** gamma
+        a = int(math.floor(credit + 1e-9))
         if a < 1:
             a = 1
         if a > q:
             a = q
+        credit -= a
         padded[s] = cap
         queries[s] = q
         accepted[s] = a
@@ -163,10 +177,13 @@ def _schedule(n_max, r, k, m, prompt):
     return padded[:s], queries[:s], accepted[:s], copy_rows[:s], alloc[:s]
 
 
-def schedule(n_max: int, r: int, *, k: int = 1, m: float = 1.0, prompt: int = 0) -> Schedule:
+def schedule(n_max: int, r: int, *, k: int = 1, m: float = 1.0, prompt: int = 0,
+             acceptance_exponent: float = ACCEPTANCE_EXPONENT) -> Schedule:
     """The decode steps of one request growing from ``prompt`` to ``n_max`` tokens with
     ``r`` rows per allocation, verifying ``k`` candidates and accepting ``m`` tokens per
-    step on average (``k = m = 1``: ordinary autoregressive decoding)."""
+    step on average (``k = m = 1``: ordinary autoregressive decoding). When fewer than
+    ``k`` rows are spare only that many candidates ``q`` are verified (the paper's
+    choice) and ``m (q/k)^acceptance_exponent`` tokens are accepted on average."""
     n_max, r, k, prompt = int(n_max), int(r), int(k), int(prompt)
     if n_max <= 0:
         raise ConfigError("N", f"must be > 0, got {n_max}")
@@ -178,7 +195,11 @@ def schedule(n_max: int, r: int, *, k: int = 1, m: float = 1.0, prompt: int = 0)
         raise ConfigError("m", f"must be in [1, k={k}], got {m}")
     if not 0 <= prompt < n_max:
         raise ConfigError("prompt", f"must be in [0, N), got {prompt}")
-    return Schedule(*_schedule(n_max, min(r, n_max), k, float(m), prompt))
+    if not 0.0 <= float(acceptance_exponent) <= 1.0:
+        raise ConfigError("acceptance_exponent", f"must be in [0, 1], got "
+                          f"{acceptance_exponent}")
+    return Schedule(*_schedule(n_max, min(r, n_max), k, float(m), prompt,
+                               float(acceptance_exponent)))
 
 
 def round_pow2(x: float, lo: int = 1, hi: int | None = None) -> int:
@@ -241,9 +262,12 @@ class BMCCostModel:
     #: element-wise FLOPs per attention score: mask add, max, subtract, exp, sum, divide
     SOFTMAX_FLOPS = 6
 
-    def __init__(self, device: Any, shape: AttentionShape):
+    def __init__(self, device: Any, shape: AttentionShape, sdpa: Any = None):
         self.device = device
         self.shape = shape
+        #: optional SDPA pricer ``(padded, queries) -> ns per layer`` replacing the
+        #: roofline kernel (e.g. :class:`h2m2sim.compute.npu_attention.NpuAttentionPricer`)
+        self.sdpa = sdpa
 
     # ------------------------------------------------------------- per-step costs
     def sdpa_ns(self, padded, queries=1):
@@ -252,6 +276,8 @@ class BMCCostModel:
         sh = self.shape
         padded = np.asarray(padded, float)
         q = np.asarray(queries, float)
+        if self.sdpa is not None:
+            return sh.layers * np.asarray(self.sdpa(padded, q), float)
         e = sh.dtype_bytes
         flops = 2.0 * sh.row_macs * q * padded
         vec = self.SOFTMAX_FLOPS * sh.batch * sh.heads * q * padded

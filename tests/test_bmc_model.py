@@ -55,20 +55,29 @@ def test_iterative_and_upfront():
 
 
 def test_speculative_accounting():
-    s = schedule(4096, 512, k=26, m=4)
+    # acceptance independent of the tree size (exponent 0): exactly m tokens per step
+    s = schedule(4096, 512, k=26, m=4, acceptance_exponent=0)
     assert s.tokens == 4096
     assert s.steps == 1024                               # m tokens per step
     before = np.cumsum(s.accepted) - s.accepted           # tokens held before each step
     assert np.all(s.queries == np.minimum(26, s.padded - before))  # candidates in spare rows
     assert np.all(s.accepted == 4)
+    # default: fewer candidates near the end of a block accept fewer tokens
+    d = schedule(4096, 512, k=26, m=4)
+    assert d.tokens == 4096 and d.steps > 1024 and d.allocations == 8
+    full = d.queries == 26
+    assert np.all(d.accepted <= d.queries)
+    assert d.accepted[full].mean() == pytest.approx(4, abs=0.05)
+    lin = schedule(4096, 512, k=26, m=4, acceptance_exponent=1)
+    assert lin.steps > d.steps
     assert s.allocations == 8 and s.copies == 7
     # fractional m: the average over the run
-    f = schedule(4000, 4000, k=8, m=2.5)
+    f = schedule(4000, 4000, k=8, m=2.5, acceptance_exponent=0)
     assert f.steps == 1600 and set(np.unique(f.accepted)) == {2, 3}
     # spare rows limit the candidates (and so the accepted tokens)
-    small = schedule(64, 4, k=26, m=4)
-    assert np.all(small.queries <= 4) and small.tokens == 64
-    tight = schedule(64, 3, k=26, m=4)
+    small = schedule(64, 4, k=26, m=4, acceptance_exponent=0)
+    assert np.all(small.queries <= 4) and small.tokens == 64 and small.steps == 16
+    tight = schedule(64, 3, k=26, m=4, acceptance_exponent=0)
     assert tight.steps > 64 / 4 and np.all(tight.accepted <= tight.queries)
     with pytest.raises(ConfigError):
         schedule(100, 4, k=2, m=3)
