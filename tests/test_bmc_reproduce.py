@@ -1,0 +1,53 @@
+"""scripts/reproduce_bmc.py: one JSON object with the required keys and the paper's
+qualitative findings (sqrt(N) scaling, analytical T within 2x)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_bmc.py"
+NS = ("128", "512", "1024", "2048", "4096")
+
+
+def _run(tmp_path, *extra):
+    env = dict(os.environ, H2M2SIM_CACHE=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"),
+                          "--json", *extra], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)        # the whole stdout is one JSON object
+
+
+def _check(res):
+    for key in ("optimal_T", "analytical_T"):
+        assert sorted(res[key], key=int) == list(NS)
+        assert all(isinstance(v, int) and v >= 1 for v in res[key].values())
+    opt = res["optimal_T"]
+    assert opt["2048"] == 2 * opt["512"] and opt["512"] == 2 * opt["128"]
+    assert res["analytical_within_2x"]
+    for n in NS:
+        assert 0.5 <= res["analytical_T"][n] / opt[n] <= 2
+    assert 0.4 < res["devices"]["cpu"]["opt-13b"]["fit_exponent"] < 0.6
+
+
+def test_reproduce_bmc_json_cpu_only(tmp_path):
+    res = _run(tmp_path, "--no-npu", "--no-plots")
+    _check(res)
+    sp = res["speculative"]["cpu"]
+    assert sp["optimal_T_fine"] < sp["autoregressive_optimal_T_fine"]
+    out = tmp_path / "out"
+    for f in ("latency_vs_T.csv", "optimum.csv", "speculative.csv", "speedups.csv",
+              "breakdown.csv", "devices.csv", "summary.json"):
+        assert (out / f).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_reproduce_bmc_full(tmp_path):
+    res = _run(tmp_path)
+    _check(res)
+    assert "npu" in res["speculative"] and "npu" in res["speedups"]
+    for f in ("latency_vs_T.png", "optimum_vs_N.png", "speculative.png"):
+        assert (tmp_path / "out" / f).stat().st_size > 0
