@@ -40,7 +40,7 @@ OFFLINE = [(2048, 2048), (8192, 2048), (32768, 2048), (65536, 4096), (131072, 81
 OFFLINE_REQUESTS = {2048: 512, 8192: 192, 32768: 48, 65536: 24, 131072: 12}
 ONLINE = (2048, 2048)
 ONLINE_REQUESTS = 300
-ONLINE_RATES = [0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
+ONLINE_RATES = [0.5, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0]
 SLO_SCALE = 25.0                 # paper: SLO = 25 x the uncontended TTFT and TPOT
 ATTAIN = 0.9                     # goodput: the largest rate with >= 90 % SLO attainment
 #: memory modes: (elastic, cpu buffer)

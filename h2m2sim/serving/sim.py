@@ -404,7 +404,10 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
                                                            len(offloaded))])
         if ids.size == 0:
             return v1, False
-        g = np.array([gen[r] for r in ids.tolist()], dtype=np.float64)
+        # generated tokens: running ones from their KV length, offloaded ones from gen
+        g = np.concatenate([run.ctx[:run.m] - prompt_np[run.idx[:run.m]],
+                            np.fromiter((gen[r] for r in offloaded), np.int64,
+                                        len(offloaded))]).astype(np.float64)
         tpot = (t - first_np[ids]) / np.maximum(g - 1, 1)
         return v1, bool(np.any(tpot > el.slo_tpot_s))
 
@@ -526,6 +529,7 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
     metrics = _metrics(trace, cfg, allocator, tables, st, arr, admit_t, first_t, finish_t,
                        out, npre, rejected, cut_new | cut_ctx, reserved_int, used_int, bpt)
     if el is not None:
+        el.set_activation(0)               # the engine is idle: no live activations
         metrics.update(_elastic_metrics(el, acts, st, scaler, prompt, out, rejected,
                                         metrics["duration_s"]))
     if timeline is not None:

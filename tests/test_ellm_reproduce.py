@@ -1,0 +1,31 @@
+"""scripts/reproduce_ellm.py --json: one object with the gain at the longest setting and a
+table of every setting (quick mode, ~10 s)."""
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_ellm.py"
+
+
+def test_reproduce_ellm_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("H2M2SIM_CACHE", os.environ.get("H2M2SIM_CACHE", str(tmp_path / "c")))
+    spec = importlib.util.spec_from_file_location("reproduce_ellm", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path / "o"), "--json", "--quick"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    gain = d["decode_throughput_gain_longest"]
+    assert isinstance(gain, float) and gain > 1.0          # eLLM ahead at 128K/8K
+    assert d["longest_setting"] == "131072/8192"
+    rows = d["offline"]
+    assert {(r["input"], r["output"]) for r in rows} == set(mod.OFFLINE[::2])
+    for r in rows:
+        assert {"mode", "decode_throughput_tps", "total_throughput_tps", "max_batch"} <= set(r)
+    el = [r for r in rows if r["mode"] == "ellm"]
+    assert all(r["max_batch_gain"] >= 1.0 for r in el)
+    assert {r["mode"] for r in d["online"]} == set(mod.MODES)
+    assert set(d["goodput"]) == set(mod.MODES)
+    for f in ("ellm_offline.csv", "ellm_online.csv", "ellm_summary.json", "ellm_offline.png",
+              "ellm_online.png"):
+        assert (tmp_path / "o" / f).stat().st_size > 0
