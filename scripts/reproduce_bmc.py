@@ -306,6 +306,7 @@ def plot(out, curve_rows, opt_rows, spec_rows, result):
             ax.plot([r["N"] for r in rows], [r["optimal_T"] for r in rows], mk + "-",
                     label=f"simulated ({dname})")
     rows = [r for r in opt_rows if r["device"] == "cpu" and r["model"] == "opt-13b"]
+    ax.plot(ns, [r["optimal_T_fine"] for r in rows], "c.-", label="simulated, 1/4-octave grid (cpu)")
     ax.plot(ns, [r["analytical_T_exact"] for r in rows], "k--", label="analytical (cpu)")
     ax.plot(ns, np.sqrt(0.1 * ns), "k:", label="sqrt(0.1 N) (paper)")
     pn = [int(k) for k in PAPER["optimal_T"]]
@@ -329,6 +330,7 @@ def plot(out, curve_rows, opt_rows, spec_rows, result):
     ax.plot(PAPER["table1_T"], PAPER["table1"], "rx--", label="paper Table I")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("allocations T")
+    ax.set_yscale("log")
     ax.set_ylabel("latency / upfront (T=1)")
     ax.set_title("speculative decoding, Llama-2-7B, k=26, m=4, N=4096")
     ax.legend(fontsize=7)
