@@ -314,28 +314,27 @@ def plot(out, curve_rows, opt_rows, spec_rows, result):
     pn = [int(k) for k in PAPER["optimal_T_fig8_opt6.7b"]]
     ax.plot(pn, list(PAPER["optimal_T_fig8_opt6.7b"].values()), "r+", ms=11,
             label="paper Fig. 8")
-    ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_xlabel("max context N")
-    ax.set_ylabel("optimal allocations T")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "optimum_vs_N.png", dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, out / "optimum_vs_N.png", "max context N", "optimal allocations T")
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for dname in sorted({r["device"] for r in spec_rows}):
         rows = [r for r in spec_rows if r["device"] == dname]
         ax.plot([r["T"] for r in rows], [r["norm_to_T1"] for r in rows], "o-", label=dname)
     ax.plot(PAPER["table1_T"], PAPER["table1"], "rx--", label="paper Table I")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("allocations T")
     ax.set_yscale("log")
-    ax.set_ylabel("latency / upfront (T=1)")
     ax.set_title("speculative decoding, Llama-2-7B, k=26, m=4, N=4096")
+    _finish(plt, fig, ax, out / "speculative.png", "allocations T", "latency / upfront (T=1)")
+
+
+def _finish(plt, fig, ax, path, xlabel, ylabel):
+    """Log2 x axis, labels and legend; save and close."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "speculative.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
