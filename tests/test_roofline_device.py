@@ -98,3 +98,22 @@ def test_measurements_are_cached_and_deterministic(tmp_path):
     b = RooflineDevice("cpu-ddr5", cache_dir=tmp_path).copy_gbps()
     c = RooflineDevice("cpu-ddr5", cache=False).copy_gbps()
     assert a == b == c
+
+
+def test_npu_attention_pricer_interpolates(tmp_path):
+    """NPU chip-model attention: measured points reproduced, linear in between and
+    beyond, more queries cost more."""
+    from h2m2sim.bmc import AttentionShape, BMCCostModel
+    from h2m2sim.compute import NpuAttentionPricer
+    sh = AttentionShape(batch=1, layers=2, heads=4, kv_heads=4, head_dim=128)
+    pr = NpuAttentionPricer("h2m2", "hbm", sh, lengths=(128, 512), queries=(1, 8),
+                            cache_dir=tmp_path)
+    assert pr.table.shape == (2, 2) and np.all(pr.table > 0)
+    assert pr(128, 1) == pytest.approx(pr.table[0, 0])
+    assert pr(512, 8) == pytest.approx(pr.table[1, 1])
+    mid = pr(320, 1)
+    assert mid == pytest.approx((pr.table[0, 0] + pr.table[0, 1]) / 2)
+    assert pr(1024, 1) > pr(512, 1) and pr(512, 8) >= pr(512, 1)
+    assert pr(512, 4) == pytest.approx((pr(512, 1) * 4 + pr(512, 8) * 3) / 7)
+    cm = BMCCostModel(RooflineDevice("h2m2", side="hbm", cache_dir=tmp_path), sh, sdpa=pr)
+    assert cm.sdpa_ns(512) == pytest.approx(2 * pr.table[0, 1])
