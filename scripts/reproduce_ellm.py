@@ -9,10 +9,11 @@ total throughput and the largest decode batch of eLLM over the static split. Onl
 request rate; ablations vLLM, vLLM+intra (inflation/deflation only), vLLM+inter (CPU
 buffer only) and eLLM (both).
 
-Writes DIR/ellm_offline.csv, DIR/ellm_online.csv, DIR/ellm_summary.json and PNG plots;
+Writes DIR/ellm_offline.csv, DIR/ellm_offline_ablation.csv, DIR/ellm_online.csv,
+DIR/ellm_summary.json, DIR/ellm_offline.png and DIR/ellm_online.png;
 with --json prints one JSON object with ``decode_throughput_gain_longest`` (eLLM / static
-decode throughput at 128K/8K), ``offline`` (a list of dicts, one per setting and mode),
-``online``, ``goodput``, ``paper`` and the settings. Settings and gaps:
+decode throughput at 128K/8K), ``table`` (= ``offline``: a list of dicts, one per setting
+and mode), ``offline_ablation``, ``online``, ``goodput``, ``paper`` and the settings. Settings and gaps:
 docs/validation/ellm.md.
 """
 from __future__ import annotations
@@ -114,9 +115,27 @@ def offline(env, quick=False):
                    "fetch_time_s": m["fetch_time_s"], "wall_s": time.perf_counter() - t0}
             if mode == "vllm":
                 base = row
-            for k in ("decode_throughput_tps", "total_throughput_tps", "max_batch"):
+            for k in ("decode_throughput_tps", "total_throughput_tps", "max_batch",
+                      "mean_batch"):
                 row[f"{k}_gain"] = row[k] / base[k] if base[k] else None
             rows.append(row)
+    return rows
+
+
+def offline_ablation(env, quick=False):
+    """All four memory modes at the shortest and the longest offline setting."""
+    rows = []
+    for p, o in (OFFLINE[0], OFFLINE[-1]):
+        n = max(OFFLINE_REQUESTS[p] // (4 if quick else 1), 4)
+        for mode in MODES:
+            m = run(env, mode, p, o, n).metrics
+            rows.append({"input": p, "output": o, "mode": mode,
+                         "decode_throughput_tps": m["decode_throughput_tps"],
+                         "total_throughput_tps": m["total_throughput_tps"],
+                         "max_batch": m["max_decode_batch"],
+                         "mean_batch": m["mean_decode_batch"],
+                         "preemptions": m["preemptions"], "offloads": m["offloads"],
+                         "fetch_time_s": m["fetch_time_s"]})
     return rows
 
 
@@ -229,6 +248,8 @@ def main(argv=None) -> int:
     env = setup()
     off_rows = offline(env, a.quick)
     write_csv(os.path.join(a.out, "ellm_offline.csv"), off_rows)
+    abl_rows = offline_ablation(env, a.quick)
+    write_csv(os.path.join(a.out, "ellm_offline_ablation.csv"), abl_rows)
     slo_ttft, slo_tpot, alone = slo_targets(env)
     on_rows = online(env, (slo_ttft, slo_tpot), a.quick)
     write_csv(os.path.join(a.out, "ellm_online.csv"), on_rows)
@@ -246,7 +267,10 @@ def main(argv=None) -> int:
         "total_throughput_gain_longest": longest["total_throughput_tps_gain"],
         "max_batch_gain_longest": longest["max_batch_gain"],
         "longest_setting": f"{longest['input']}/{longest['output']}",
+        "mean_batch_gain_longest": longest["mean_batch_gain"],
         "offline": off_rows,
+        "table": off_rows,
+        "offline_ablation": abl_rows,
         "online": on_rows,
         "goodput": good,
         "goodput_gain": (good["ellm"] / good["vllm"]) if good["vllm"] else None,

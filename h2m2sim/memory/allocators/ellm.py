@@ -298,23 +298,21 @@ class ElasticAllocator(KVAllocator):
         self.peak_act_chunks = max(self.peak_act_chunks, len(self._act_used))
         return True
 
-    def _deflate(self, n: int) -> None:
-        """Move ``n`` free KV chunks to the activation pool (ownership transfer)."""
+    def _transfer(self, kind: str, src: list[int], dst: list[int], n: int) -> None:
+        """Ownership transfer of ``n`` free chunks from one pool's free list to the
+        other's (``inflate``: activation -> KV, ``deflate``: KV -> activation)."""
         for _ in range(n):
-            self._act_free.append(self._kv_free.pop())
-        self.counts["deflate"] += 1
-        self.counts["deflated_chunks"] += n
+            dst.append(src.pop())
+        self.counts[kind] += 1
+        self.counts[f"{kind}d_chunks"] += n
         if self.log_all_events:
-            self._log("deflate", -1, 0, n * self.chunk_bytes)
+            self._log(kind, -1, 0, n * self.chunk_bytes)
+
+    def _deflate(self, n: int) -> None:
+        self._transfer("deflate", self._kv_free, self._act_free, n)
 
     def _inflate(self, n: int) -> None:
-        """Move ``n`` idle activation chunks to the KV pool (ownership transfer)."""
-        for _ in range(n):
-            self._kv_free.append(self._act_free.pop())
-        self.counts["inflate"] += 1
-        self.counts["inflated_chunks"] += n
-        if self.log_all_events:
-            self._log("inflate", -1, 0, n * self.chunk_bytes)
+        self._transfer("inflate", self._act_free, self._kv_free, n)
 
     # ---------------------------------------------------------------- KV
     def _take_kv(self, n: int) -> list[int]:
