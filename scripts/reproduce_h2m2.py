@@ -1,6 +1,7 @@
 """Reproduce the H2M2 evaluation (Hwang et al., papers/h2m2-heterogeneous-memory.txt).
 
     python scripts/reproduce_h2m2.py --figure 12 --out DIR [--fidelity sampled|estimate]
+    python scripts/reproduce_h2m2.py --figure 14 --out DIR   # HBM occupancy (Fig. 12 points)
     python scripts/reproduce_h2m2.py --table 3 --out DIR
     python scripts/reproduce_h2m2.py --all --out DIR
 
@@ -57,10 +58,15 @@ FIGURES = {
 SENSITIVITY = {   # H2M2 Table 4: one change to the h2m2 system each
     "original": {},
     "hbmcap-less": {"sides": {"hbm": {"capacity_bytes": "48 GB"}}},
-    "hbmcap-more": {"sides": {"hbm": {"capacity_bytes": "192 GB"}}},
-    "hbmbw-less": {"sides": {"hbm": {"channels": 44}}},       # 0.69x: 2.25 TB/s class
+    # (rows only widen the address space so the capacity stays addressable; no timing
+    # depends on them)
+    "hbmcap-more": {"sides": {"hbm": {"capacity_bytes": "192 GB",
+                                      "dram": {"organization": {"rows": 65536}}}}},
+    "hbmbw-less": {"sides": {"hbm": {"channels": 44,          # 0.69x: 2.25 TB/s class
+                                     "dram": {"organization": {"rows": 65536}}}}},
     "hbmbw-more": {"sides": {"hbm": {"channels": 80}}},       # 1.25x: 4 TB/s class
-    "lpddrbw-less": {"sides": {"lpddr": {"channels": 24}}},   # 0.75x: 410 GB/s
+    "lpddrbw-less": {"sides": {"lpddr": {"channels": 24,      # 0.75x: 410 GB/s
+                                         "dram": {"organization": {"rows": 1048576}}}}},
     "lpddrbw-more": {"sides": {"lpddr": {"channels": 40}}},   # 1.25x: 683 GB/s
     "hbmchip-more": {"sides": {"hbm": {"chip": {"cores": 8}}}},
     "lpddrchip-more": {"sides": {"lpddr": {"chip": {"cores": 8}}}},
@@ -269,6 +275,43 @@ def table3(out: Path, fidelity: str, workers: int) -> list[dict]:
     return rows
 
 
+def figure14(out: Path, fidelity: str, workers: int) -> list[dict]:
+    """HBM occupancy per sublayer of H2M2's greedy mapping at the Figure 12 points (the
+    paper's Figure 14); no simulation beyond Figure 12's."""
+    from h2m2sim.system.config import resolve_system
+    spec = FIGURES[12]
+    tasks = [dict(key=point_key(fidelity, "h2m2", spec["model"], b, s), label="h2m2",
+                  model=spec["model"], batch=b, seq=s, fidelity=fidelity)
+             for b, s in spec["points"]]
+    cap = resolve_system("h2m2", "system").side("hbm").capacity_bytes
+    rows = []
+    for r in run_tasks(tasks, out, workers):
+        occ = r["hbm_occupancy_bytes"]
+        tot = sum(occ.values())
+        rows.append({"model": r["model"], "batch": r["batch"], "seq": r["seq"],
+                     **{f"{sl}_gb": occ[sl] / 1e9 for sl in occ}, "total_gb": tot / 1e9,
+                     "hbm_capacity_gb": cap / 1e9, "hbm_utilization": tot / cap})
+    _write_csv(out / "fig14.csv", rows)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    xs = [f"S{r['seq']}" for r in rows]
+    bottom = [0.0] * len(rows)
+    for sl in ("qkv", "attention", "fc"):
+        ys = [r[f"{sl}_gb"] for r in rows]
+        ax.bar(xs, ys, bottom=bottom, label=sl)
+        bottom = [b + y for b, y in zip(bottom, ys)]
+    ax.axhline(cap / 1e9, color="k", lw=0.8, ls="--", label="HBM capacity")
+    ax.set_ylabel("HBM occupancy (GB)")
+    ax.set_title("H2M2 Figure 14: HBM occupancy, GPT3-175B B=32 (greedy)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "fig14.png", dpi=130)
+    plt.close(fig)
+    return rows
+
+
 def figure16(out: Path, fidelity: str, workers: int) -> list[dict]:
     from h2m2sim.system.dynamic import run_dynamic
     rows = run_dynamic(out, fidelity=fidelity)
@@ -293,7 +336,7 @@ def figure16(out: Path, fidelity: str, workers: int) -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--figure", type=int, choices=sorted(list(FIGURES) + [16, 17]))
+    g.add_argument("--figure", type=int, choices=sorted(list(FIGURES) + [14, 16, 17]))
     g.add_argument("--table", type=int, choices=[3])
     g.add_argument("--all", action="store_true")
     p.add_argument("--out", required=True)
@@ -304,7 +347,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
     if args.all:
-        jobs = [("fig", n) for n in sorted(list(FIGURES) + [16, 17])] + [("table", 3)]
+        jobs = [("fig", n) for n in sorted(list(FIGURES) + [14, 16, 17])] + [("table", 3)]
     elif args.figure:
         jobs = [("fig", args.figure)]
     else:
@@ -313,6 +356,8 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         if kind == "table":
             rows = table3(out, args.fidelity, args.workers)
+        elif n == 14:
+            rows = figure14(out, args.fidelity, args.workers)
         elif n == 16:
             rows = figure16(out, args.fidelity, args.workers)
         elif n == 17:

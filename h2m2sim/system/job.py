@@ -56,7 +56,10 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
     batch, lens = normalize_batch(batch, seq_lens)
     sides = system.side_names
     out: dict[str, Any] = {"mapper": mapper, "fidelity": fidelity, "layers": model.layers,
-                           "layers_simulated": 1, "batch": batch}
+                           "layers_simulated": 1, "batch": batch,
+                           "scaling": "one decoder layer simulated, times the layer count "
+                                      "(identical layers; checked in "
+                                      "tests/test_system_iteration.py)"}
     sim_fid = "sampled" if fidelity == "estimate" else fidelity
     if len(sides) == 1 or mapper in ("all-first", "all-second"):
         side = sides[0] if mapper != "all-second" else sides[1]
@@ -87,7 +90,9 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
                 sublayer_tables(system, model, batch, lens, problem, dtype, sim_fid,
                                 translate, cache, params.get("table_points", 5))
         m = MAPPERS[mapper](problem, times)
-        out.update(granularity=m.granularity, decision_s=m.decision_s, note=m.note)
+        out.update(granularity=m.granularity, decision_s=m.decision_s)
+        if m.note:
+            out["note"] = m.note
         for sl in SUBLAYERS:
             out[f"split_{sl}"] = m.split[sl]
             out[f"units_{sl}"] = problem.units[sl]
