@@ -170,7 +170,7 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
             if el.scales_buffer else None
         offloaded: deque[int] = deque()    # prefilled, KV in the CPU buffer (or swapped)
         first_np = np.full(n, np.nan)
-        prompt_np = prompt
+        finish_np = np.full(n, np.nan)
 
     st = {"prefill_iterations": 0, "decode_steps": 0, "decode_token_steps": 0,
           "preemptions": 0, "swap_bytes": 0, "migration_time_s": 0.0, "swap_time_s": 0.0,
@@ -190,6 +190,8 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
         nonlocal done
         r = int(run.idx[j])
         finish_t[r] = t
+        if el is not None:
+            finish_np[r] = t
         gen[r] = out_l[r]
         allocator.release(r, generated_tokens=out_l[r], completed=True)
         run.remove(j)
@@ -381,6 +383,7 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
             if out_l[r] - gen[r] == 0:     # done at its first token: never decodes
                 el.drop_offloaded(r)
                 finish_t[r] = t
+                finish_np[r] = t
                 done += 1
             else:
                 offloaded.append(r)
@@ -391,25 +394,25 @@ def simulate(trace, cfg: ServingConfig, allocator, tables: IterationTables, pred
         return True
 
     def violations(t_start):
-        """(TTFT violated, TPOT violated) in the turn that began at ``t_start``: a first
-        token later than the TTFT SLO in the turn, or a waiting request already past it;
-        a running or offloaded request whose time per token so far (counting the next
-        token as due now) exceeds the TPOT SLO."""
-        ttft = el.slo_ttft_s
+        """(TTFT violated, TPOT violated) in the turn that began at ``t_start``, counted
+        when the per-request metric is known or certain: a first token later than the
+        TTFT SLO in the turn, or a waiting request already past it; a request finished
+        in the turn whose TPOT exceeded the TPOT SLO, or a running or offloaded request
+        already past its whole TPOT budget ((t - first token) / (output - 1) > SLO)."""
+        ttft, tpot = el.slo_ttft_s, el.slo_tpot_s
         v1 = bool(waiting) and t - arr_l[waiting[0]] > ttft
         if not v1:
             got = (first_np >= t_start) & (first_np <= t)
             v1 = bool(np.any(first_np[got] - arr[got] > ttft))
-        ids = np.concatenate([run.idx[:run.m], np.fromiter(offloaded, np.int64,
-                                                           len(offloaded))])
-        if ids.size == 0:
-            return v1, False
-        # generated tokens: running ones from their KV length, offloaded ones from gen
-        g = np.concatenate([run.ctx[:run.m] - prompt_np[run.idx[:run.m]],
-                            np.fromiter((gen[r] for r in offloaded), np.int64,
-                                        len(offloaded))]).astype(np.float64)
-        tpot = (t - first_np[ids]) / np.maximum(g - 1, 1)
-        return v1, bool(np.any(tpot > el.slo_tpot_s))
+        fin = (finish_np >= t_start) & (finish_np <= t) & (out > 1)
+        v2 = bool(np.any((finish_np[fin] - first_np[fin]) / (out[fin] - 1) > tpot))
+        if not v2:
+            ids = np.concatenate([run.idx[:run.m], np.fromiter(offloaded, np.int64,
+                                                               len(offloaded))])
+            o = out[ids]
+            ids, o = ids[o > 1], o[o > 1]
+            v2 = bool(np.any((t - first_np[ids]) / (o - 1) > tpot))
+        return v1, v2
 
     while done < n:
         while na < n and arr_l[na] <= t:
