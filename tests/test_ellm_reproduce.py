@@ -26,6 +26,7 @@ def test_reproduce_ellm_json(tmp_path, capsys, monkeypatch):
     assert all(r["max_batch_gain"] >= 1.0 for r in el)
     assert {r["mode"] for r in d["online"]} == set(mod.MODES)
     assert set(d["goodput"]) == set(mod.MODES)
+    assert d["goodput"]["ellm"] >= d["goodput"]["vllm"]     # elasticity never costs goodput
     for f in ("ellm_offline.csv", "ellm_online.csv", "ellm_summary.json", "ellm_offline.png",
               "ellm_online.png"):
         assert (tmp_path / "o" / f).stat().st_size > 0
