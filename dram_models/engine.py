@@ -282,7 +282,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp):
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp, skipped):
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -669,7 +669,12 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             # oldest one. (The wake-up time nt collects, like a walk in age order that
             # stops at the first ready request, the times of the not-ready candidates
             # older than the chosen one.)
+            nt_ref = nt
+            scanned = False
+            pmin = INF                  # earliest pending candidate of the scanned groups
+            nsk = 0                     # groups skipped before their banks were looked at
             if qn[cq] > 0 and (row_free or col_free):
+                scanned = True
                 colc = WR if qt == 1 else RD
                 best_col = BIG
                 best_col_b = -1
@@ -717,12 +722,16 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             t = busfree[ch * 2 + busid[cmd]]
                             if t < nt:
                                 nt = t
+                            skipped[nsk] = lr * 3 + kk
+                            nsk += 1
                             continue
                         lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree,
                                       busid, faw, faw_i, tfaw)
                         if lb > now:
                             if lb < nt:
                                 nt = lb
+                            skipped[nsk] = lr * 3 + kk
+                            nsk += 1
                             continue
                         best = best_col if kk == 0 else best_row
                         rdy = BIG
@@ -761,6 +770,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         for i in range(npend):
                             if tmp[2 * i + 1] < rdy and tmp[2 * i] < nt:
                                 nt = tmp[2 * i]
+                            if tmp[2 * i] < pmin:
+                                pmin = tmp[2 * i]
                         if rdy_b >= 0:
                             if kk == 0:
                                 best_col = rdy
@@ -883,7 +894,60 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         _tset(st_tree, PST, w, now)
                         w = nw2
                     ch_whead[ch] = -1
-            if issued:
+            # Nothing issued: until the next issue or enqueue, decisions can only do what
+            # this one did, except switch the read/write mode. If no switch is due, jump
+            # to the exact earliest tick at which anything can issue (the schedule above
+            # stops at rank-level lower bounds and bus releases; the decisions it adds in
+            # between change nothing). A due switch keeps the schedule above, whose ticks
+            # decide when the switch happens.
+            exact = False
+            if scanned and not issued:
+                nr = qn[ch * 2]
+                nw = qn[ch * 2 + 1]
+                if drain[ch]:
+                    due = nw == 0 or (nw <= wlo and nr > 0)
+                else:
+                    due = nw >= whi or (nr == 0 and nw > 0)
+                exact = not due
+            if exact:
+                nt = nt_ref if nt_ref < pmin else pmin
+                colc = WR if qt == 1 else RD
+                for i in range(nsk):
+                    lr = skipped[i] // 3
+                    kk = skipped[i] - lr * 3
+                    cmd = colc if kk == 0 else (ACT if kk == 1 else PRE)
+                    rkn = ch * NLR + lr
+                    pcn = rkn >> LR
+                    dom = pcn if apc else rkn
+                    refb = -1
+                    if ref_pend[dom]:
+                        rb = dom * NBD + pb_ptr[dom]
+                        if rb >> LNBR == rkn:
+                            refb = rb & (NBR - 1)
+                    lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree,
+                                  busid, faw, faw_i, tfaw)
+                    if lb >= nt:
+                        continue
+                    ki = (cq * NLR + lr) * 3 * W + kk * W
+                    for w in range(W):
+                        mw = km[ki + w]
+                        if refb >= 0 and (refb >> 6) == w:
+                            mw &= ~(U1 << np.uint64(refb & 63))
+                        while mw:
+                            low = mw & (~mw + U1)
+                            mw ^= low
+                            lbk = lr * NBR + w * 64 + np.int64(trailing_zeros(low))
+                            bank = ch * NBC + lbk
+                            if kk == 2:
+                                bi = (cq * NBC + lbk) * NBF
+                                if bq[bi + BF_NHITS] > 0 and hits_since[bank] < cap:
+                                    continue
+                            t = _bank_part(cmd, bank >> LB, bank, nxt, o3, o4, off)
+                            if t < lb:
+                                t = lb
+                            if t < nt:
+                                nt = t
+            elif issued:
                 bt = busfree[ch * 2]
                 if split and busfree[ch * 2 + 1] < bt:
                     bt = busfree[ch * 2 + 1]
@@ -904,6 +968,48 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     for s in range(S):
         tlbstall += s_tlbstall[s]
     stat[S_TLBSTALL] = tlbstall
+
+
+@njit(cache=True)
+def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
+    """Channel of every byte address (the channel digits of the mapping's decode; the
+    bank XOR never touches them), the number of addresses per channel, and a stable
+    counting-sort order that groups the addresses by channel (trace order within one)."""
+    n = addr.shape[0]
+    chan = np.empty(n, dtype=np.int64)
+    counts = np.zeros(nch, dtype=np.int64)
+    sh = np.uint64(offset_bits)
+    nk = 0                          # steps up to the last channel step
+    for k in range(m_field.shape[0]):
+        if m_field[k] == 0:
+            nk = k + 1
+    for i in range(n):
+        v = addr[i] >> sh
+        c = 0
+        for k in range(nk):
+            lg = m_log2[k]
+            if lg >= 0:
+                val = np.int64(v & np.uint64(m_radix[k] - 1))
+                v = v >> np.uint64(lg)
+            else:
+                r = np.uint64(m_radix[k])
+                val = np.int64(v % r)
+                v = v // r
+            if m_field[k] == 0:
+                c |= val << m_dst[k]
+        chan[i] = c
+        counts[c] += 1
+    cursor = np.zeros(nch, dtype=np.int64)
+    pos = 0
+    for c in range(nch):
+        cursor[c] = pos
+        pos += counts[c]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        c = chan[i]
+        order[cursor[c]] = i
+        cursor[c] += 1
+    return chan, counts, order
 
 
 @njit(cache=True)
@@ -1022,6 +1128,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         _tset(ch_tree, PCH, c, 0 if refmode != 0 else INF)
     fields = np.zeros(7, dtype=np.int64)
     tmp = np.zeros(2 * 64 * W * NLR, dtype=np.int64)
+    skipped = np.zeros(3 * NLR, dtype=np.int64)
     _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           m_field, m_radix, m_log2, m_dst, m_sizes,
           s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
@@ -1030,7 +1137,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp)
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp, skipped)
     nl = min(nlog[0], log.shape[0])
     if cfg[C_LOG] and nlog[0] > log.shape[0]:
         stat[S_DEADLOCK] = 2   # command log overflow: caller must retry with more room

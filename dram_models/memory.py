@@ -241,20 +241,27 @@ class MemorySystem:
                          s_tlb, bool(stat[E.S_DEADLOCK]))
 
     def channel_of(self, addr: np.ndarray) -> np.ndarray:
-        return self.mapping.decode(addr)["channel"]
+        return self._partition(addr)[0]
+
+    def _partition(self, addr: np.ndarray):
+        m_field, m_radix, m_log2, m_dst, _ = self.map_tables
+        return E._partition(np.ascontiguousarray(addr, dtype=np.uint64),
+                            self.mapping.offset_bits, m_field, m_radix, m_log2, m_dst,
+                            self.channels)
 
     def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
         """Per-channel streams for a trace; also the permutation from stream order back
         to trace order."""
-        ch = self.channel_of(trace.addr)
-        order = np.argsort(ch, kind="stable")
-        counts = np.bincount(ch, minlength=self.channels)
+        _, counts, order = self._partition(trace.addr)
         last = np.cumsum(counts)
         first = last - counts
-        arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1)[order]
-        streams = Streams(first=first, last=last, addr=trace.addr[order],
+        arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1)
+        addr, is_write = trace.addr, trace.is_write
+        if self.channels > 1:       # one channel: the order is the identity
+            arrival, addr, is_write = arrival[order], addr[order], is_write[order]
+        streams = Streams(first=first, last=last, addr=addr,
                           nbytes=np.full(len(trace), self.spec.burst_bytes, dtype=np.int64),
-                          is_write=trace.is_write[order], arrival=arrival)
+                          is_write=is_write, arrival=arrival)
         return streams, order
 
     def run_trace(self, trace: Trace, record: bool = False, log: bool = False) -> RunResult:
