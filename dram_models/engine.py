@@ -71,8 +71,11 @@ F_BANK, F_ROW, F_ENQ, F_STREAM, F_DESC, F_GRP, F_FLAG, F_KIND, F_BID, F_SEQ, F_N
     F_PREV = range(12)
 NQF = 12
 # per (channel, queue, bank) fields (flat array bq[(cq * NBC + local bank) * NBF + field])
-BF_HEAD, BF_TAIL, BF_HIT, BF_CONF, BF_NHITS, BF_CNT = range(6)
-NBF = 8
+# list head/tail, oldest hit, oldest conflict, number of hits, number of entries, and the
+# sequence numbers of the candidates of the three kinds (oldest hit, head, oldest
+# conflict; in K_* order, so the scheduler reads them without touching the entries)
+BF_HEAD, BF_TAIL, BF_HIT, BF_CONF, BF_NHITS, BF_CNT, BF_HSEQ, BF_ASEQ, BF_CSEQ = range(9)
+NBF = 9
 # kinds of the next command of a queued request
 K_COL, K_ACT, K_PRE = range(3)
 # statistics indices
@@ -264,6 +267,10 @@ def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km):
         bq[bi + BF_HIT] = hit
         bq[bi + BF_CONF] = conf
         bq[bi + BF_NHITS] = nh
+        if hit >= 0:
+            bq[bi + BF_HSEQ] = qe[hit * NQF + F_SEQ]
+        if conf >= 0:
+            bq[bi + BF_CSEQ] = qe[conf * NQF + F_SEQ]
         mi = (cq * NLR + lr) * 3 * W
         _setbit(km, mi + K_COL * W, br, nh > 0)
         _setbit(km, mi + K_ACT * W, br, orow < 0)
@@ -513,7 +520,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 qe[ei + F_GRP] = d_grp[d]
                 qe[ei + F_FLAG] = 0
                 qe[ei + F_KIND] = kind
-                qe[ei + F_SEQ] = seqc[cq]
+                sq = seqc[cq]
+                qe[ei + F_SEQ] = sq
                 seqc[cq] += 1
                 qe[ei + F_NEXT] = -1
                 bi = (cq * NBC + lbk) * NBF
@@ -523,6 +531,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     qe[tail * NQF + F_NEXT] = e
                 else:
                     bq[bi + BF_HEAD] = e
+                    bq[bi + BF_ASEQ] = sq
                 bq[bi + BF_TAIL] = e
                 bq[bi + BF_CNT] += 1
                 lr = rkn - ch * NLR
@@ -533,6 +542,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     cat = K_COL
                     if bq[bi + BF_HIT] < 0:
                         bq[bi + BF_HIT] = e
+                        bq[bi + BF_HSEQ] = sq
                         _setbit(km, mi + K_COL * W, br, True)
                     bq[bi + BF_NHITS] += 1
                 elif orow < 0:
@@ -542,6 +552,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     cat = K_PRE
                     if bq[bi + BF_CONF] < 0:
                         bq[bi + BF_CONF] = e
+                        bq[bi + BF_CSEQ] = sq
                         _setbit(km, mi + K_PRE * W, br, True)
                 qn[cq] = n + 1
                 # wake the controller when this entry could first issue (a lower bound),
@@ -746,13 +757,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                 mw ^= low
                                 lbk = lr * NBR + w * 64 + np.int64(trailing_zeros(low))
                                 bi = (cq * NBC + lbk) * NBF
-                                if kk == 0:
-                                    e = bq[bi + BF_HIT]
-                                elif kk == 1:
-                                    e = bq[bi + BF_HEAD]
-                                else:
-                                    e = bq[bi + BF_CONF]
-                                sq = qe[e * NQF + F_SEQ]
+                                sq = bq[bi + BF_HSEQ + kk]
                                 if sq >= best:
                                     continue    # an older ready one is already chosen
                                 bank = ch * NBC + lbk
@@ -865,6 +870,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         qe[pv * NQF + F_NEXT] = nx
                     else:
                         bq[bi + BF_HEAD] = nx
+                        if nx >= 0:
+                            bq[bi + BF_ASEQ] = qe[nx * NQF + F_SEQ]
                     if nx >= 0:
                         qe[nx * NQF + F_PREV] = pv
                     else:
@@ -878,6 +885,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         while qe[h2 * NQF + F_ROW] != row:
                             h2 = qe[h2 * NQF + F_NEXT]
                         bq[bi + BF_HIT] = h2
+                        bq[bi + BF_HSEQ] = qe[h2 * NQF + F_SEQ]
                     else:
                         bq[bi + BF_HIT] = -1
                         _setbit(km, mi + K_COL * W, br, False)
