@@ -97,8 +97,14 @@ def _system(preset: str, overrides: dict | None = None):
     return resolve_system(raw, "system")
 
 
+#: how per-request decode attention launches (h2m2sim.system.iteration.ATTENTION_MODES);
+#: set by --attention
+ATTENTION = "per-request"
+
+
 def point_key(fig: str, label: str, model: str, batch: int, seq: int) -> str:
-    return f"{fig}__{label}__{model}__b{batch}__s{seq}"
+    mode = "" if ATTENTION == "per-request" else f"__{ATTENTION}"
+    return f"{fig}__{label}__{model}__b{batch}__s{seq}{mode}"
 
 
 def evaluate(task: dict) -> dict:
@@ -109,6 +115,8 @@ def evaluate(task: dict) -> dict:
     label, variant = task["label"], task.get("variant")
     preset, mapper, params = RUNS[label]
     overrides = SENSITIVITY[variant] if variant else None
+    if task.get("attention", "per-request") != "per-request":
+        params = {**params, "attention": task["attention"]}
     system = _system(preset, overrides)
     model = load_model(task["model"])
     t0 = time.perf_counter()
@@ -138,6 +146,7 @@ def run_tasks(tasks: list[dict], out: Path, workers: int) -> list[dict]:
     pdir.mkdir(parents=True, exist_ok=True)
     done, todo = {}, []
     for t in tasks:
+        t["attention"] = ATTENTION
         f = pdir / (t["key"] + ".json")
         if f.exists():
             done[t["key"]] = json.loads(f.read_text())
@@ -342,7 +351,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--fidelity", choices=("sampled", "cycle", "estimate"), default="sampled")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--attention", choices=("per-request", "fused"), default="per-request",
+                   help="decode attention launched per request (default) or fused across "
+                        "requests of equal length")
     args = p.parse_args(argv)
+    global ATTENTION
+    ATTENTION = args.attention
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = []

@@ -137,3 +137,31 @@ def test_more_hbm_capacity_never_slows_greedy(model):
         times.append(simulate(sysm, model, BATCH, SEQ, "greedy",
                               fidelity="estimate")["iteration_time_ns"])
     assert times[0] >= times[1] >= times[2]
+
+
+def test_fused_attention_moves_the_same_bytes_and_saves_launch_overhead(system, model):
+    """Fusing the decode attention of identical requests into one launch per stage keeps
+    the work (bytes read, flops) and removes per-request launch/barrier overhead: no
+    slower than per-request launches, and never faster than streaming its bytes at the
+    side's peak bandwidth."""
+    from h2m2sim.system.iteration import fuse_requests, _groups
+
+    per, _ = layer_kernels(model, 8, 512, {"qkv": 0, "attention": 0, "fc": 0},
+                           system.side_names)
+    side = system.side_names[1]       # all units on the second (LPDDR) side
+    att = per[(side, "attention")]
+    groups = [(g, c, m) for g, c, m in _groups(att) if c > 1]
+    assert len(groups) == 1 and groups[0][1] == 8
+    fused = fuse_requests(groups[0][2])
+    assert [k.op for k in fused] == ["attn_score", "softmax", "attn_value"]
+    req = [k for k in att if k.request is not None]
+    assert sum(k.flops for k in fused) == sum(k.flops for k in req)
+    assert sum(t.bytes for k in fused for t in k.operands if t.kind == "kv") == \
+        sum(t.bytes for k in req for t in k.operands if t.kind == "kv")
+    a = run_piece(system, side, att, cache=NOCACHE)
+    b = run_piece(system, side, att, cache=NOCACHE, attention="fused")
+    assert b.time_ns <= a.time_ns * 1.01
+    peak = system.side(side).bandwidth_gbps           # GB/s = bytes per ns
+    assert b.time_ns >= b.bytes / peak
+    with pytest.raises(Exception, match="attention"):
+        run_piece(system, side, att, cache=NOCACHE, attention="batched")

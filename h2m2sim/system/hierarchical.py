@@ -53,7 +53,8 @@ def cache_system(system, sides: tuple[str, str] | None = None):
 def run_hierarchical(system, model: ModelSpec, batch: int, seq_lens, policy: str = "optimal",
                      fault_ns: float = 0.0, dtype: str | None = None,
                      fidelity: str = "sampled", translate: str | None = None,
-                     cache: dict | None = None, sides=None) -> HierarchicalResult:
+                     cache: dict | None = None, sides=None,
+                     attention: str = "per-request") -> HierarchicalResult:
     from h2m2sim.memory.dram import stream_bandwidth_gbps
 
     first, second = sides or system.side_names
@@ -77,7 +78,7 @@ def run_hierarchical(system, model: ModelSpec, batch: int, seq_lens, policy: str
     csys = cache_system(system, (first, second))
     split = {sl: 0 for sl in SUBLAYERS}
     lay = run_layer(csys, model, batch, lens, split, (first,), dtype, fidelity, translate,
-                    cache)
+                    cache, attention)
     compute = lay.time_ns * model.layers
     return HierarchicalResult(compute + migration, compute, migration, F, resident, missed,
                               resident / F if F else 1.0, lay, policy)

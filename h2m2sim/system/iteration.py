@@ -79,9 +79,10 @@ def _side_key(system, side: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _groups(ks: Sequence) -> list[tuple[list, int]]:
+def _groups(ks: Sequence) -> list[tuple[list, int, list]]:
     """Consecutive runs of kernels, with identical per-request groups merged: returns
-    (kernel list, count) in execution order. Kernels of one request form one group."""
+    (kernel list, count, members) in execution order, ``members`` being the kernel lists
+    of every request merged into the group. Kernels of one request form one group."""
     out: "OrderedDict[tuple, list]" = OrderedDict()
     for k in ks:
         key = ("req", k.request) if k.request is not None else ("k", k.name)
@@ -91,20 +92,72 @@ def _groups(ks: Sequence) -> list[tuple[list, int]]:
         sig = tuple(kernel_signature(k) for k in group)
         if sig in merged:
             merged[sig][1] += 1
+            merged[sig][2].append(group)
         else:
-            merged[sig] = [group, 1]
-    return [(g, c) for g, c in merged.values()]
+            merged[sig] = [group, 1, [group]]
+    return [(g, c, m) for g, c, m in merged.values()]
+
+
+#: how the per-request attention kernels of a sublayer are launched (see run_piece)
+ATTENTION_MODES = ("per-request", "fused")
+
+
+def fuse_requests(members: Sequence[Sequence]) -> list | None:
+    """The decode attention of requests with identical shapes as one batched launch per
+    stage (score, softmax, value over all their heads), as batched decode-attention
+    kernels do on real accelerators: K and V stay the requests' own tensors (the
+    operands are lists of them), the scores of all requests are one buffer. Returns
+    None when the group is not score/softmax/value with one query token."""
+    first = list(members[0])
+    c = len(members)
+    if [k.op for k in first] != ["attn_score", "softmax", "attn_value"]:
+        return None
+    sc0 = first[0].outputs[0]
+    if len(first[0].outputs) != 1 or sc0.shape[1] != 1:
+        return None
+    score, soft, value = ([m[j] for m in members] for j in range(3))
+    tag = f"[{min(k.request for k in score)}x{c}]"
+    sc = dataclasses.replace(sc0, name=f"scores{tag}", shape=(c * sc0.shape[0],) +
+                             sc0.shape[1:], bytes=c * sc0.bytes, request=None, view_of=None,
+                             offset=0)
+    pr = dataclasses.replace(sc, name=f"probs{tag}", is_output=True, view_of=sc.name)
+    acts = lambda ks: tuple(t for k in ks for t in k.operands  # noqa: E731
+                            if t.kind == "activation")
+    kvs = lambda ks: tuple(t for k in ks for t in k.operands if t.kind == "kv")  # noqa: E731
+    k0, k1, k2 = first
+    return [
+        dataclasses.replace(k0, name=k0.name + tag, request=None, flops=c * k0.flops,
+                            operands=acts(score) + kvs(score), outputs=(sc,),
+                            batch=c * k0.batch),
+        dataclasses.replace(k1, name=k1.name + tag, request=None, flops=c * k1.flops,
+                            m=c * k1.m, operands=(sc,), outputs=(pr,)),
+        dataclasses.replace(k2, name=k2.name + tag, request=None, flops=c * k2.flops,
+                            operands=(pr,) + kvs(value),
+                            outputs=tuple(t for k in value for t in k.outputs),
+                            batch=c * k2.batch),
+    ]
 
 
 def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
-              translate: str | None = None, cache: dict | None = None) -> Piece:
-    """Simulate ``ks`` back to back on ``side`` (identical request groups once, counted).
-    ``cache``: options for :func:`h2m2sim.cache.cached` (``cache_dir``, ``enabled``)."""
+              translate: str | None = None, cache: dict | None = None,
+              attention: str = "per-request") -> Piece:
+    """Simulate ``ks`` back to back on ``side``. ``attention``: ``per-request`` runs each
+    request's attention kernels as their own launches (identical requests simulated once
+    and counted); ``fused`` launches the attention of identical requests together
+    (:func:`fuse_requests`). ``cache``: options for :func:`h2m2sim.cache.cached`
+    (``cache_dir``, ``enabled``)."""
     from h2m2sim.npu.simulate import run_kernels
 
+    if attention not in ATTENTION_MODES:
+        raise ConfigError("attention", f"must be one of {', '.join(ATTENTION_MODES)}, "
+                          f"got {attention!r}")
     total = Piece()
     skey = _side_key(system, side)
-    for group, count in _groups(ks):
+    for group, count, members in _groups(ks):
+        if attention == "fused" and count > 1:
+            fused = fuse_requests(members)
+            if fused is not None:
+                group, count = fused, 1
         key = {"side": skey, "kernels": [list(map(str, kernel_signature(k))) for k in group],
                "fidelity": fidelity, "translate": translate or "default"}
 
@@ -167,7 +220,7 @@ def _consumed_ns(system, xfers, sublayer: str) -> tuple[float, float]:
 def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
               sides: Sequence[str] | None = None, dtype: str | None = None,
               fidelity: str = "sampled", translate: str | None = None,
-              cache: dict | None = None) -> LayerResult:
+              cache: dict | None = None, attention: str = "per-request") -> LayerResult:
     """Simulate one decoder layer under a head-aware ``split`` (units on ``sides[0]``)."""
     sides = tuple(sides or system.side_names)
     per, xfers = layer_kernels(model, batch, seq_lens, split, sides, dtype)
@@ -176,8 +229,8 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
     xbytes = 0.0
     barrier = system.sync.barrier_ns if len(sides) > 1 else 0.0
     for sl in SUBLAYERS:
-        subl[sl] = {s: run_piece(system, s, per[(s, sl)], fidelity, translate, cache)
-                    if (s, sl) in per else Piece() for s in sides}
+        subl[sl] = {s: run_piece(system, s, per[(s, sl)], fidelity, translate, cache,
+                                 attention) if (s, sl) in per else Piece() for s in sides}
         total += max(p.time_ns for p in subl[sl].values())
         t_x, b_x = _consumed_ns(system, xfers, sl)
         bound[sl] = barrier + t_x
@@ -231,7 +284,7 @@ def table_grid(N: int, points: int = 5) -> list[int]:
 def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Problem,
                     dtype: str | None = None, fidelity: str = "sampled",
                     translate: str | None = None, cache: dict | None = None,
-                    points: int = 5) -> SublayerTimes:
+                    points: int = 5, attention: str = "per-request") -> SublayerTimes:
     """Per-sublayer, per-side time tables (ns per layer for 0..N units), simulated at a
     grid of unit counts and interpolated linearly in between."""
     table = {s: {} for s in problem.sides}
@@ -247,8 +300,8 @@ def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Pro
                 split[sl] = n if side == first else N - n
                 per, _ = layer_kernels(model, batch, seq_lens, split, problem.sides, dtype)
                 ks = per.get((side, sl), [])
-                ts.append(run_piece(system, side, ks, fidelity, translate, cache).time_ns
-                          if ks else 0.0)
+                ts.append(run_piece(system, side, ks, fidelity, translate, cache,
+                                    attention).time_ns if ks else 0.0)
             full = np.interp(np.arange(N + 1), [0] + grid, [0.0] + ts)
             full[0] = 0.0
             table[side][sl] = full
@@ -271,7 +324,8 @@ class IterationResult:
 def run_iteration(system, model: ModelSpec, batch: int, seq_lens, mapping: Mapping,
                   sides: Sequence[str] | None = None, dtype: str | None = None,
                   fidelity: str = "sampled", translate: str | None = None,
-                  cache: dict | None = None) -> IterationResult:
+                  cache: dict | None = None, attention: str = "per-request"
+                  ) -> IterationResult:
     lay = run_layer(system, model, batch, seq_lens, mapping.split, sides, dtype, fidelity,
-                    translate, cache)
+                    translate, cache, attention)
     return IterationResult(lay.time_ns * model.layers, lay, model.layers, mapping)

@@ -23,7 +23,7 @@ from .hierarchical import run_hierarchical
 from .iteration import build_problem, run_layer, sublayer_tables
 
 #: mapper options a configuration may set (policy.mapper_params)
-MAPPER_PARAMS = {"policy", "fault_ns", "translate", "table_points"}
+MAPPER_PARAMS = {"policy", "fault_ns", "translate", "table_points", "attention"}
 
 
 def estimate_tables(problem) -> SublayerTimes:
@@ -53,6 +53,8 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         raise ConfigError(f"policy.mapper_params.{sorted(unknown)[0]}",
                           f"unknown option; allowed: {', '.join(sorted(MAPPER_PARAMS))}")
     translate = params.get("translate")
+    # how per-request attention launches: per-request (default) or fused across requests
+    att = params.get("attention", "per-request")
     batch, lens = normalize_batch(batch, seq_lens)
     sides = system.side_names
     out: dict[str, Any] = {"mapper": mapper, "fidelity": fidelity, "layers": model.layers,
@@ -65,7 +67,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         side = sides[0] if mapper != "all-second" else sides[1]
         split = {sl: 0 for sl in SUBLAYERS}
         lay = run_layer(system, model, batch, lens, split, (side,), dtype, sim_fid,
-                        translate, cache)
+                        translate, cache, att)
         out.update(granularity="single-side", decision_s=0.0)
         total = lay.time_ns * model.layers
         out["iteration_time_ns"] = total
@@ -74,7 +76,8 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         out["boundary_ns"] = lay.boundary_ns
     elif mapper == "hierarchical":
         h = run_hierarchical(system, model, batch, lens, params.get("policy", "optimal"),
-                             params.get("fault_ns", 0.0), dtype, sim_fid, translate, cache)
+                             params.get("fault_ns", 0.0), dtype, sim_fid, translate, cache,
+                             attention=att)
         out.update(granularity="hierarchical", decision_s=0.0,
                    iteration_time_ns=h.iteration_ns, compute_ns=h.compute_ns,
                    migration_ns=h.migration_ns, migrated_bytes=h.migrated_bytes,
@@ -88,7 +91,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         if mapper in NEEDS_TABLES:
             times = estimate_tables(problem) if fidelity == "estimate" else \
                 sublayer_tables(system, model, batch, lens, problem, dtype, sim_fid,
-                                translate, cache, params.get("table_points", 5))
+                                translate, cache, params.get("table_points", 5), att)
         m = MAPPERS[mapper](problem, times)
         out.update(granularity=m.granularity, decision_s=m.decision_s)
         if m.note:
@@ -105,9 +108,9 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
             L = model.layers
             full = {sl: problem.units[sl] for sl in SUBLAYERS}
             on_first = run_layer(system, model, batch, lens, full, sides, dtype, sim_fid,
-                                 translate, cache)
+                                 translate, cache, att)
             on_second = run_layer(system, model, batch, lens, {sl: 0 for sl in SUBLAYERS},
-                                  sides, dtype, sim_fid, translate, cache)
+                                  sides, dtype, sim_fid, translate, cache, att)
             total = 0.0
             for sl in SUBLAYERS:
                 k = m.layers_first[sl]
@@ -118,7 +121,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
             out.update({f"layers_first_{sl}": m.layers_first[sl] for sl in SUBLAYERS})
         else:
             lay = run_layer(system, model, batch, lens, m.split, sides, dtype, sim_fid,
-                            translate, cache)
+                            translate, cache, att)
             out["iteration_time_ns"] = lay.time_ns * model.layers
             out["breakdown"] = {
                 sl: {s: _piece_dict(p, max(q.time_ns for q in d.values()))
