@@ -85,7 +85,11 @@ class PolicyConfig:
     mapper: str = param("greedy", doc="Mapping algorithm (a name from the mapper registry, "
                                       "e.g. greedy = H2M2 Algorithm 1).")
     mapper_params: dict[str, Optional[Any]] = param(
-        default_factory=dict, doc="Parameters of the mapper (mapper-specific).")
+        default_factory=dict, doc="Parameters of the mapper and of the decode-iteration "
+                                  "job: translate (default | ideal = no TLB cost), "
+                                  "table_points (oracle table grid, default 5), attention "
+                                  "(per-request | fused decode-attention launches), policy "
+                                  "and fault_ns (hierarchical).")
     allocator: str = param("static", doc="KV-cache allocator (a name from the allocator "
                                          "registry, e.g. static worst-case reservation).")
     allocator_params: dict[str, Optional[Any]] = param(
