@@ -5,7 +5,9 @@ per-side time tables (see :mod:`.base`); the greedy and FlexGen mappers do not l
 them (they use their own cheap models), the search-based ones do.
 
 * ``greedy``   -- H2M2 Algorithm 1: sublayers in the order attention, qkv-linear, fc; for
-  each, the HBM unit count n that fits both sides' remaining capacity and minimizes
+  each, the HBM unit count n that fits both sides' remaining capacity (leaving room for
+  some split of the sublayers still to come, so greedy never fails where a mapping
+  exists) and minimizes
   max(estimated HBM time, estimated LPDDR time). The estimate is the paper's: ideal time
   = FLOPs / peak throughput, times a per-sublayer factor for arithmetic intensity, here
   ``max(1 / MM utilization, peak / (arithmetic intensity x bandwidth))`` -- the roofline
@@ -53,11 +55,14 @@ def _bytes(problem: Problem, sl: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _oom(problem: Problem) -> OutOfMemoryError:
-    """No split fits: name the side that overflows when the first side is full."""
-    total = sum(float(problem.side_bytes(sl, problem.units[sl])) for sl in SUBLAYERS)
+    """No split fits: name the second side and what it would need with the first side
+    holding as much as it can (the smallest second-side need over the splits that fit
+    the first side)."""
     first, second = problem.sides
-    return OutOfMemoryError(second, int(total - problem.capacity[first]),
-                            int(problem.capacity[second]),
+    r1, r2 = _combined_bytes(problem, SUBLAYERS)
+    fit = r1 <= problem.capacity[first]
+    need = float(r2[fit].min()) if fit.any() else float(r2.min())
+    return OutOfMemoryError(second, int(need), int(problem.capacity[second]),
                             f"what does not fit in {first} of the weights and KV cache")
 
 
@@ -162,19 +167,35 @@ def estimate_ns(problem: Problem, side: str, sl: str, n) -> np.ndarray:
     return ideal * factor * 1e9
 
 
+def _combined_bytes(problem: Problem, sls) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes on the first and second side of every combination of splits of ``sls``."""
+    r1, r2 = np.zeros(1), np.zeros(1)
+    for sl in sls:
+        b1, b2 = _bytes(problem, sl)
+        r1 = (r1[:, None] + b1[None, :]).ravel()
+        r2 = (r2[:, None] + b2[None, :]).ravel()
+    return r1, r2
+
+
 def greedy(problem: Problem, times: SublayerTimes | None = None) -> Mapping:
     """H2M2 Algorithm 1 (see module docstring). Uses only the cheap estimate."""
     t0 = time.perf_counter()
     first, second = problem.sides
     left = dict(problem.capacity)
     split = {}
-    for sl in GREEDY_ORDER:
+    for i, sl in enumerate(GREEDY_ORDER):
         N = problem.units[sl]
         n = np.arange(N + 1)
         b1 = problem.side_bytes(sl, n)
         b2 = problem.side_bytes(sl, N - n)
-        # later sublayers must still fit somewhere: reserve their smaller side need
         ok = (b1 <= left[first]) & (b2 <= left[second])
+        rest = GREEDY_ORDER[i + 1:]
+        if rest:
+            # later sublayers must still fit: some split of each of them must fit in
+            # what this choice leaves on both sides (all combinations, vectorized)
+            r1, r2 = _combined_bytes(problem, rest)
+            ok &= ((r1[None, :] <= (left[first] - b1)[:, None]) &
+                   (r2[None, :] <= (left[second] - b2)[:, None])).any(axis=1)
         if not ok.any():
             raise _oom(problem)
         peak = np.maximum(estimate_ns(problem, first, sl, n),
