@@ -230,37 +230,6 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, o1, o2, o3, o4, 
 
 
 @njit(inline="always", _nrt=False)
-def _ref_cmd(dom, ch, refmode, apc, R, LR, LB, NBD, open_row, pb_ptr, nxt, o1, o2, o3, o4,
-             off, busfree, busid, faw, faw_i, tfaw):
-    """The next command of refresh domain ``dom`` (pending): a precharge of its open
-    bank(s) or the refresh itself; returns (cmd, bank, pseudo-channel, rank, earliest
-    tick)."""
-    if apc:
-        pcn = dom
-        rkn = dom * R
-    else:
-        pcn = dom >> LR
-        rkn = dom
-    b0 = dom * NBD
-    if refmode == 1:
-        anyopen = False
-        for b in range(b0, b0 + NBD):
-            if open_row[b] >= 0:
-                anyopen = True
-                break
-        cmd = PREA if anyopen else REF
-        tb = b0
-    else:
-        tb = b0 + pb_ptr[dom]
-        cmd = PRE if open_row[tb] >= 0 else REFPB
-    t = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid, faw, faw_i, tfaw)
-    v = _bank_part(cmd, tb >> LB, tb, nxt, o3, o4, off)
-    if v > t:
-        t = v
-    return cmd, tb, pcn, rkn, t
-
-
-@njit(inline="always", _nrt=False)
 def _setbit(km, i, b, on):
     """Set or clear bit b of the multi-word mask starting at km[i]."""
     w = i + (b >> 6)
@@ -654,11 +623,30 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             if ref_due[dom] < nt:
                                 nt = ref_due[dom]
                             continue
-                    cmd, tb, pcn, rkn, t = _ref_cmd(dom, ch, refmode, apc, R, LR, LB, NBD,
-                                                    open_row, pb_ptr, nxt, o1, o2, o3, o4,
-                                                    off, busfree, busid, faw, faw_i, tfaw)
+                    if apc:
+                        pcn = dom
+                        rkn = dom * R
+                    else:
+                        pcn = dom >> LR
+                        rkn = dom
                     b0 = dom * NBD
+                    if refmode == 1:
+                        anyopen = False
+                        for b in range(b0, b0 + NBD):
+                            if open_row[b] >= 0:
+                                anyopen = True
+                                break
+                        cmd = PREA if anyopen else REF
+                        tb = b0
+                    else:
+                        tb = b0 + pb_ptr[dom]
+                        cmd = PRE if open_row[tb] >= 0 else REFPB
                     bgn = tb >> LB
+                    t = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid,
+                                 faw, faw_i, tfaw)
+                    v = _bank_part(cmd, bgn, tb, nxt, o3, o4, off)
+                    if v > t:
+                        t = v
                     if t <= now and row_free and (split or col_free):
                         _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, R, logon, nxt, o1, o2, o3,
                                o4, off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat,
@@ -920,10 +908,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             # stops at rank-level lower bounds and bus releases; the decisions it adds in
             # between change nothing). A due switch keeps the schedule above, whose ticks
             # decide when the switch happens.
-            # After an issue the same holds once the buses and timings are updated: jump to
-            # the exact earliest tick of every candidate and refresh (recomputed).
             exact = False
-            if scanned or issued:
+            if scanned and not issued:
                 nr = qn[ch * 2]
                 nw = qn[ch * 2 + 1]
                 if drain[ch]:
@@ -932,33 +918,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     due = nw >= whi or (nr == 0 and nw > 0)
                 exact = not due
             if exact:
-                if issued:
-                    nt = INF
-                    if refmode != 0:
-                        for dd in range(NDC):
-                            dom = ch * NDC + dd
-                            if ref_pend[dom] == 0:
-                                if ref_due[dom] < nt:
-                                    nt = ref_due[dom]
-                                continue
-                            t = _ref_cmd(dom, ch, refmode, apc, R, LR, LB, NBD, open_row,
-                                         pb_ptr, nxt, o1, o2, o3, o4, off, busfree, busid,
-                                         faw, faw_i, tfaw)[4]
-                            if t < nt:
-                                nt = t
-                    nsk = 0
-                    cq = ch * 2 + drain[ch]
-                    if qn[cq] > 0:
-                        for lr in range(NLR):
-                            if refmode == 1 and ref_pend[(ch * NLR + lr) >> LR if apc
-                                                        else ch * NLR + lr]:
-                                continue    # the whole domain waits for its refresh
-                            for kk in range(3):
-                                skipped[nsk] = lr * 3 + kk
-                                nsk += 1
-                else:
-                    nt = nt_ref if nt_ref < pmin else pmin
-                qt = drain[ch]
+                nt = nt_ref if nt_ref < pmin else pmin
                 colc = WR if qt == 1 else RD
                 for i in range(nsk):
                     lr = skipped[i] // 3
