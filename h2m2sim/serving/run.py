@@ -77,7 +77,13 @@ def serve(trace, cfg: ServingConfig, *, model, device, evaluator=None, seed: int
                      token_points=cfg.table_token_points, error_samples=cfg.table_error_samples)
     tables = build_tables(evaluator, [allocator.kv_layout], grid, seed=seed, cache=cache,
                           cache_dir=cache_dir)
-    result = simulate(trace, cfg, allocator, tables, prediction, record_timeline=record_timeline)
+    acts = None
+    if hasattr(allocator, "set_activation_reserve") and not allocator.activation_model:
+        # an allocator that manages activations (eLLM) sizes them from the served model
+        from .ellm import ActivationModel
+        acts = ActivationModel.from_model(model, allocator.activation_dtype)
+    result = simulate(trace, cfg, allocator, tables, prediction,
+                      record_timeline=record_timeline, activations=acts)
     m = result.metrics
     m.update({
         "trace": trace.name, "arrivals": trace.arrival_note or "from trace",
