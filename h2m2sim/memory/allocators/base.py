@@ -398,6 +398,23 @@ class ContiguousAllocator(KVAllocator):
                 self._cached_tokens -= size
             del self._cache[size]
 
+    def _relocate(self, req_id: int, r: _Req, tokens: int) -> int:
+        """Move a request to a new extent of ``tokens``: allocate it, copy the KV written
+        so far (logged as a ``migrate`` event with the bytes copied), free the old one.
+        Returns the bytes copied, or -1 (nothing changed) when no extent is free."""
+        dst = self._take(tokens)
+        if dst is None:
+            return -1
+        src, old = self._slot[req_id]
+        nbytes = r.used * self.bytes_per_token
+        self._put(src, old)
+        self._slot[req_id] = (dst, tokens)
+        if nbytes:
+            self.counts["migrate"] += 1
+            self.migrated_bytes += nbytes
+            self._log("migrate", req_id, r.used, nbytes, self._addr(src), self._addr(dst))
+        return nbytes
+
     def extents(self, req_id: int) -> tuple[np.ndarray, np.ndarray]:
         off, tokens = self._slot[int(req_id)]
         return (np.array([self._addr(off)], dtype=np.uint64),

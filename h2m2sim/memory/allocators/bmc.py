@@ -107,19 +107,12 @@ class BMCAllocator(ContiguousAllocator):
 
     def _grow(self, req_id, r, new_tokens):
         tokens = self._extent_tokens(new_tokens)
-        dst = self._take(tokens)
-        if dst is None:
+        nbytes = self._relocate(req_id, r, tokens)   # the KV written so far is copied
+        if nbytes < 0:
             return None
-        src, old = self._slot[req_id]
-        nbytes = r.used * self.bytes_per_token      # the KV written so far is copied
-        self._put(src, old)
-        self._slot[req_id] = (dst, tokens)
         self.counts["alloc"] += 1
         if nbytes:
-            self.counts["migrate"] += 1
-            self.migrated_bytes += nbytes
             self.copied_tokens += r.used
-            self._log("migrate", req_id, r.used, nbytes, self._addr(src), self._addr(dst))
         return tokens
 
     def attention_tokens(self, req_id: int) -> int:

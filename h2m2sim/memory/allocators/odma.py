@@ -252,17 +252,9 @@ class ODMAAllocator(ContiguousAllocator):
         large = max(self.large_tokens(r.prompt), self._round(new_tokens))
         if new_tokens > large:
             return None
-        dst = self._take(large)
-        if dst is None:
+        if self._relocate(req_id, r, large) < 0:   # the KV written so far is copied
             return None
-        src, old = self._slot[req_id]
-        nbytes = r.used * self.bytes_per_token   # the KV written so far is copied
-        self._put(src, old)
-        self._slot[req_id] = (dst, large)
         self._bucket[req_id] = -1
-        self.counts["migrate"] += 1
-        self.migrated_bytes += nbytes
-        self._log("migrate", req_id, r.used, nbytes, self._addr(src), self._addr(dst))
         return large
 
     def _release(self, req_id, r, generated, completed):
