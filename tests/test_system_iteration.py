@@ -69,9 +69,13 @@ def test_iteration_is_layers_times_layer_and_layer_is_sum_of_sublayer_maxima(sys
     total = sum(max(p.time_ns for p in lay.sublayers[sl].values()) + lay.boundary_ns[sl]
                 for sl in SUBLAYERS)
     assert lay.time_ns == pytest.approx(total, rel=1e-12)
-    # every sublayer boundary at least pays the barrier; activations cross the link
-    assert all(b >= system.sync.barrier_ns for b in lay.boundary_ns.values())
+    # every sublayer boundary pays the barrier plus its copies; activations cross the link
+    for sl in SUBLAYERS:
+        assert lay.boundary_ns[sl] == pytest.approx(system.sync.barrier_ns +
+                                                    lay.interconnect_ns[sl], rel=1e-12)
     assert lay.transfer_bytes > 0
+    link = system.interconnect
+    assert sum(lay.interconnect_ns.values()) >= lay.transfer_bytes / 2 / link.bandwidth_gbps
 
 
 def test_run_piece_counts_identical_requests_once(system, model):

@@ -176,12 +176,14 @@ def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
 @dataclasses.dataclass(frozen=True)
 class LayerResult:
     """One simulated decoder layer (ns). ``sublayers[sl][side]`` is that side's Piece;
-    ``boundary_ns[sl]`` the barrier + transfer cost after sublayer ``sl``."""
+    ``boundary_ns[sl]`` the barrier + transfer cost after sublayer ``sl``, of which
+    ``interconnect_ns[sl]`` is the activation copies over the chip-to-chip link."""
 
     time_ns: float
     sublayers: dict
     boundary_ns: dict
     transfer_bytes: float
+    interconnect_ns: dict = dataclasses.field(default_factory=dict)
 
 
 def layer_kernels(model: ModelSpec, batch: int, seq_lens, split: dict, sides: Sequence[str],
@@ -224,7 +226,7 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
     """Simulate one decoder layer under a head-aware ``split`` (units on ``sides[0]``)."""
     sides = tuple(sides or system.side_names)
     per, xfers = layer_kernels(model, batch, seq_lens, split, sides, dtype)
-    subl, bound = {}, {}
+    subl, bound, link = {}, {}, {}
     total = 0.0
     xbytes = 0.0
     barrier = system.sync.barrier_ns if len(sides) > 1 else 0.0
@@ -234,9 +236,10 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
         total += max(p.time_ns for p in subl[sl].values())
         t_x, b_x = _consumed_ns(system, xfers, sl)
         bound[sl] = barrier + t_x
+        link[sl] = t_x
         total += bound[sl]
         xbytes += b_x
-    return LayerResult(total, subl, bound, xbytes)
+    return LayerResult(total, subl, bound, xbytes, link)
 
 
 # ----------------------------------------------------------------------------- problem

@@ -7,7 +7,8 @@ Metrics (flat, units in the names): ``iteration_time_ns``, ``iteration_ms``,
 ``decision_s``, ``fidelity``, ``layers_simulated`` (1: layers are identical and scaled);
 nested ``breakdown[sublayer][side]`` with time, compute, memory/TLB stalls, barrier wait;
 ``hbm_occupancy_bytes[sublayer]`` (bytes each sublayer keeps on the first side, all layers
--- H2M2 Figure 14); ``boundary_ns[sublayer]`` (barrier + interconnect copies).
+-- H2M2 Figure 14); ``boundary_ns[sublayer]`` (barrier + interconnect copies) and
+``interconnect_ns[sublayer]`` (the copies alone).
 """
 from __future__ import annotations
 
@@ -127,6 +128,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
                 sl: {s: _piece_dict(p, max(q.time_ns for q in d.values()))
                      for s, p in d.items()} for sl, d in lay.sublayers.items()}
             out["boundary_ns"] = lay.boundary_ns
+            out["interconnect_ns"] = lay.interconnect_ns
             out["transfer_bytes_per_layer"] = lay.transfer_bytes
         if times is not None:
             out["predicted_iteration_ns"] = m.predicted_ns
