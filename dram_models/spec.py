@@ -288,21 +288,32 @@ def list_standards() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def preset_data(name: str, key: str = "standard") -> dict:
-    """Raw data of preset ``name`` (case-insensitive) or of a YAML file path."""
+def preset_file(name: str, folder: Path, key: str, what: str, lower: bool = False) -> dict:
+    """Raw mapping of the bundled preset ``name`` (a ``.yaml`` file in ``folder``; names
+    lower-cased first with ``lower``) or of a YAML file path. One-line errors naming
+    ``key``: a missing file, an unknown preset (with the closest names and the list of
+    ``what`` presets), a file that is not a mapping."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.exists():
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ConfigError(key, f"no such file: {name}")
         data = _read_yaml(path, key)
     else:
-        names = list_standards()
-        if name.lower() not in names:
-            raise ConfigError(key, f"unknown DRAM standard '{name}'" + suggest(name, names)
+        names = sorted(p.stem for p in folder.glob("*.yaml"))
+        stem = name.lower() if lower else name
+        if stem not in names:
+            raise ConfigError(key, f"unknown {what} '{name}'" + suggest(name, names)
                               + f"; available: {', '.join(names)} (or a path to a .yaml "
                               "file)")
-        data = _read_yaml(PRESET_DIR / f"{name.lower()}.yaml", key)
+        data = _read_yaml(folder / f"{stem}.yaml", key)
     if not isinstance(data, dict):
-        raise ConfigError(key, f"standard file {name} must hold a mapping")
+        raise ConfigError(key, f"{what} file {name} must hold a mapping")
     return data
+
+
+def preset_data(name: str, key: str = "standard") -> dict:
+    """Raw data of preset ``name`` (case-insensitive) or of a YAML file path."""
+    return preset_file(name, PRESET_DIR, key, "DRAM standard", lower=True)
 
 
 def load_standard(spec: str | dict | DramSpec, overrides: dict | None = None,

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dram_models.errors import ConfigError
-from dram_models.schema import suggest
-from dram_models.spec import _read_yaml
+from dram_models.spec import preset_file
 
 from .config import SystemSpec, resolve_system
 
@@ -36,26 +35,14 @@ def preset_data(name: Any, key: str = "system") -> dict:
     ``preset`` to start from)."""
     if not isinstance(name, str) or not name:
         raise ConfigError(key, f"must be a system preset name or a YAML path, got {name!r}")
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.exists():
-            raise ConfigError(key, f"no such file: {name}")
-        data = _read_yaml(path, key)
-        if isinstance(data, dict) and isinstance(data.get("system"), dict):
+    data = preset_file(name, PRESET_DIR, key, "system preset")
+    if Path(name).suffix in (".yaml", ".yml"):
+        if isinstance(data.get("system"), dict):
             data = data["system"]          # a run configuration: take its system section
-        if isinstance(data, dict) and "preset" in data:
+        if "preset" in data:
             from dram_models.schema import deep_merge
             base = preset_data(data.pop("preset"), f"{key}.preset")
             data = deep_merge(base, data)
-    else:
-        names = list_presets()
-        if name not in names:
-            raise ConfigError(key, f"unknown system preset {name!r}" + suggest(name, names)
-                              + f"; available: {', '.join(names)} (or a path to a .yaml "
-                              "file)")
-        data = _read_yaml(PRESET_DIR / f"{name}.yaml", key)
-    if not isinstance(data, dict):
-        raise ConfigError(key, f"system file {name} must hold a mapping")
     return data
 
 
