@@ -180,14 +180,11 @@ def build_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
     if has_barrier:
         b_t, b_k = [], []
         for j in kinds[:-1]:
-            mine = tiles[kt == j]
-            cores_j = plan.core[mine]
-            last_of_core = {}
-            for t_, c_ in zip(mine, cores_j):
-                last_of_core[int(c_)] = int(t_)
-            for c_, t_ in sorted(last_of_core.items()):
-                b_t.append(t_)
-                b_k.append(j)
+            mine = tiles[kt == j][::-1]
+            # each core's last tile (tiles are in id order): its first one reversed
+            cores_j, first = np.unique(plan.core[mine], return_index=True)
+            b_t.extend(mine[first].tolist())
+            b_k.extend([int(j)] * len(cores_j))
         b_t = np.array(b_t, dtype=np.int64)
         b_k = np.array(b_k, dtype=np.int64)
         # flag address: the kernel's first result byte (or first operand byte)
