@@ -52,6 +52,14 @@ __all__ = ["HostLinkSpec", "ElasticAllocator", "CHUNK_BYTES"]
 CHUNK_BYTES = 2 * 1024 * 1024
 
 
+def _move_chunks(src: list, dst: list, n: int) -> None:
+    """Move the last ``n`` chunk ids of ``src`` to the end of ``dst`` in pop order (as
+    ``n`` times ``dst.append(src.pop())``, without the Python loop)."""
+    if n > 0:
+        dst.extend(src[:-n - 1:-1])
+        del src[-n:]
+
+
 @dataclass(frozen=True)
 class HostLinkSpec:
     """The device-host link that offloads and fetches KV: one transfer of ``n`` bytes
@@ -203,8 +211,7 @@ class ElasticAllocator(KVAllocator):
             raise ConfigError("allocator.capacity_bytes",
                               f"the static split leaves {self.total_chunks - n} KV chunks, "
                               f"less than one request of {self.max_context_tokens} tokens")
-        for _ in range(n):
-            self._act_free.append(self._kv_free.pop())
+        _move_chunks(self._kv_free, self._act_free, n)
         self.activation_reserve_chunks = n
 
     # ---------------------------------------------------------------- pool state
@@ -283,8 +290,7 @@ class ElasticAllocator(KVAllocator):
         need = self.act_chunks_for(nbytes)
         have = len(self._act_used)
         if need <= have:
-            for _ in range(have - need):
-                self._act_free.append(self._act_used.pop())
+            _move_chunks(self._act_used, self._act_free, have - need)
             return True
         more = need - have
         short = more - len(self._act_free)
@@ -293,16 +299,14 @@ class ElasticAllocator(KVAllocator):
                 self.counts["act_deny"] += 1
                 return False
             self._deflate(short)
-        for _ in range(more):
-            self._act_used.append(self._act_free.pop())
+        _move_chunks(self._act_free, self._act_used, more)
         self.peak_act_chunks = max(self.peak_act_chunks, len(self._act_used))
         return True
 
     def _transfer(self, kind: str, src: list[int], dst: list[int], n: int) -> None:
         """Ownership transfer of ``n`` free chunks from one pool's free list to the
         other's (``inflate``: activation -> KV, ``deflate``: KV -> activation)."""
-        for _ in range(n):
-            dst.append(src.pop())
+        _move_chunks(src, dst, n)
         self.counts[kind] += 1
         self.counts[f"{kind}d_chunks"] += n
         if self.log_all_events:
