@@ -83,6 +83,7 @@ S_READS, S_WRITES, S_HITS, S_MISSES, S_CONFLICTS, S_LATSUM, S_END, S_TLBHIT, S_T
     S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS = range(14)
 NSTAT = 14
 LAT_BINS = 1 << 16
+WALK_MAX = 4                        # banks walked for the post-issue wake-up bound
 
 ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = range(9)
 NCMD = 9
@@ -609,6 +610,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             ch = _targmin(ch_tree, PCH)
             stat[S_DECISIONS] += 1
             issued = False
+            ref_issued = False
             nt = INF
             nr = qn[ch * 2]
             nw = qn[ch * 2 + 1]
@@ -663,6 +665,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                o4, off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat,
                                faw, faw_i, dom, cmdc, log, nlog)
                         issued = True
+                        ref_issued = True
                         row_free = False
                         if not split:
                             col_free = False
@@ -980,11 +983,71 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             if t < nt:
                                 nt = t
             elif issued:
-                bt = busfree[ch * 2]
-                if split and busfree[ch * 2 + 1] < bt:
-                    bt = busfree[ch * 2 + 1]
-                if bt < nt:
-                    nt = bt
+                nr = qn[ch * 2]
+                nw = qn[ch * 2 + 1]
+                if drain[ch]:
+                    due = nw == 0 or (nw <= wlo and nr > 0)
+                else:
+                    due = nw >= whi or (nr == 0 and nw > 0)
+                if due or ref_issued:
+                    bt = busfree[ch * 2]
+                    if split and busfree[ch * 2 + 1] < bt:
+                        bt = busfree[ch * 2 + 1]
+                    if bt < nt:
+                        nt = bt
+                else:
+                    # No switch due and no refresh command issued (whose domain's next
+                    # command the refresh times below do not cover): the decisions before
+                    # the next issue are no-ops (see below), so wake at a lower bound of the
+                    # next issue instead of at the bus release. Bounds: the refresh times
+                    # gathered before the issue (timings only grow), and per kind of the
+                    # active queue the rank-level
+                    # bound, refined to the banks when only a few are candidates (a walk of
+                    # many banks costs more than the no-op decision it would save).
+                    nt = nt_ref
+                    qt = drain[ch]
+                    cq = ch * 2 + qt
+                    if qn[cq] > 0:
+                        colc = WR if qt == 1 else RD
+                        for lr in range(NLR):
+                            mi = (cq * NLR + lr) * 3 * W
+                            rkn = ch * NLR + lr
+                            pcn = rkn >> LR
+                            dom = pcn if apc else rkn
+                            for kk in range(3):
+                                ki = mi + kk * W
+                                anym = np.uint64(0)
+                                for w in range(W):
+                                    anym |= km[ki + w]
+                                if anym == 0:
+                                    continue
+                                cmd = colc if kk == 0 else (ACT if kk == 1 else PRE)
+                                lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off,
+                                              busfree, busid, faw, faw_i, tfaw)
+                                if lb >= nt:
+                                    continue
+                                m = INF
+                                k = 0
+                                for w in range(W):
+                                    mw = km[ki + w]
+                                    while mw:
+                                        if k == WALK_MAX:
+                                            m = lb
+                                            break
+                                        low = mw & (~mw + U1)
+                                        mw ^= low
+                                        bank = ch * NBC + lr * NBR + w * 64 + \
+                                            np.int64(trailing_zeros(low))
+                                        t = _bank_part(cmd, bank >> LB, bank, nxt, o3, o4,
+                                                       off)
+                                        if t < m:
+                                            m = t
+                                        k += 1
+                                    if m <= lb:
+                                        m = lb
+                                        break
+                                if m < nt:
+                                    nt = m
             elif qn[ch * 2] + qn[ch * 2 + 1] > 0 and not (row_free and col_free):
                 bt = busfree[ch * 2]
                 if split and busfree[ch * 2 + 1] < bt:
