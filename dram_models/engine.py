@@ -278,7 +278,7 @@ def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km):
         _setbit(km, mi + K_PRE * W, br, conf >= 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, nogil=True, _nrt=False)
 def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           m_field, m_radix, m_log2, m_dst, m_sizes,
           s_first, s_last, s_maxout,
@@ -1067,7 +1067,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     stat[S_TLBSTALL] = tlbstall
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
     """Channel of every byte address (the channel digits of the mapping's decode; the
     bank XOR never touches them), the number of addresses per channel, and a stable
@@ -1109,7 +1109,7 @@ def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
     return chan, counts, order
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
          m_field, m_radix, m_log2, m_dst, m_sizes,
          s_first, s_last, s_maxout,

@@ -77,6 +77,13 @@ def _clean(metrics: Any, where: str) -> dict[str, Any]:
 def run(cfg: Any, job: Callable[[Any], Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Run ``cfg`` (with ``job``, default: the registered job for its workload kind)
     and return its metrics, plus ``speedup`` when a baseline is configured."""
+    from h2m2sim.parallel import use_threads
+
+    with use_threads(getattr(getattr(cfg, "simulation", None), "threads", None)):
+        return _run(cfg, job)
+
+
+def _run(cfg: Any, job: Callable[[Any], Mapping[str, Any]] | None) -> dict[str, Any]:
     kind = job_kind(cfg)
     job = get_job(kind) if job is None else job
     name = getattr(job, "__qualname__", repr(job))

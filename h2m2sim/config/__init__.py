@@ -6,7 +6,7 @@ A run configuration has five sections::
     model:       model-zoo name or inline mapping                       (required)
     workload:    batch, seq, phase, iterations, serving                 (optional)
     policy:      mapper, mapper_params, allocator, allocator_params, baseline
-    simulation:  fidelity, seed, cache, cache_dir, workers
+    simulation:  fidelity, seed, cache, cache_dir, workers, threads
 
 ``system``, ``model`` and ``workload.serving`` are resolved by the layers that own them,
 through the :data:`RESOLVERS` table (``"module:function"`` entries, resolved lazily);

@@ -118,6 +118,12 @@ class SimulationConfig:
     workers: Optional[int] = param(None, ge=1, unit="processes",
                                    doc="Worker processes for sweeps. Null = one per CPU "
                                        "core. `sweep --workers` overrides it.")
+    threads: Optional[int] = param(None, ge=1, unit="threads",
+                                   doc="Threads that run the independent simulations of one "
+                                       "run at once (the sides, sublayers and kernel groups "
+                                       "of a layer; table points). Results do not depend on "
+                                       "it. Null = one per CPU core, or 1 inside a sweep's "
+                                       "worker processes.")
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ class RunConfig:
     policy: PolicyConfig = param(default_factory=PolicyConfig,
                                  doc="Mapper, allocator and baseline for speedups.")
     simulation: SimulationConfig = param(default_factory=SimulationConfig,
-                                         doc="Fidelity, seed, cache, workers.")
+                                         doc="Fidelity, seed, cache, workers, threads.")
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)

@@ -138,20 +138,17 @@ def fuse_requests(members: Sequence[Sequence]) -> list | None:
     ]
 
 
-def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
-              translate: str | None = None, cache: dict | None = None,
-              attention: str = "per-request") -> Piece:
-    """Simulate ``ks`` back to back on ``side``. ``attention``: ``per-request`` runs each
-    request's attention kernels as their own launches (identical requests simulated once
-    and counted); ``fused`` launches the attention of identical requests together
-    (:func:`fuse_requests`). ``cache``: options for :func:`h2m2sim.cache.cached`
-    (``cache_dir``, ``enabled``)."""
+def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str | None,
+                 cache: dict | None, attention: str) -> list:
+    """The simulations of one piece: (count, run, bytes) per distinct kernel group, where
+    ``run()`` returns the group's cached or simulated piece fields and ``bytes`` (what
+    its kernels read and write) estimates its cost."""
     from h2m2sim.npu.simulate import run_kernels
 
     if attention not in ATTENTION_MODES:
         raise ConfigError("attention", f"must be one of {', '.join(ATTENTION_MODES)}, "
                           f"got {attention!r}")
-    total = Piece()
+    tasks = []
     skey = _side_key(system, side)
     for group, count, members in _groups(ks):
         if attention == "fused" and count > 1:
@@ -168,9 +165,46 @@ def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
                                   f"{side} deadlocked")
             return {f: float(getattr(r, f)) for f in PIECE_FIELDS}
 
-        d = cached(CACHE_NS, key, compute, **(cache or {}))
+        def run(key=key, compute=compute):
+            return cached(CACHE_NS, key, compute, **(cache or {}))
+
+        # what the simulation costs grows with the bytes it moves
+        nbytes = sum(t.bytes for k in group for t in list(k.operands) + list(k.outputs))
+        tasks.append((count, run, nbytes))
+    return tasks
+
+
+def _sum_piece(results, counts) -> Piece:
+    total = Piece()
+    for d, count in zip(results, counts):
         total = total + Piece(**{f: d[f] for f in PIECE_FIELDS}).scale(count)
     return total
+
+
+def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
+                cache: dict | None, attention: str) -> list[Piece]:
+    """Pieces for ``specs`` = [(system, side, kernels)], their simulations spread over
+    the run's threads (:mod:`h2m2sim.parallel`); summed in a fixed order, so the result
+    does not depend on the thread count."""
+    from h2m2sim.parallel import map_ordered
+
+    per = [_piece_tasks(sysm, side, ks, fidelity, translate, cache, attention)
+           for sysm, side, ks in specs]
+    flat = [task for tasks in per for task in tasks]
+    results = iter(map_ordered(lambda task: task[1](), flat, cost=[t[2] for t in flat]))
+    return [_sum_piece([next(results) for _ in tasks], [t[0] for t in tasks])
+            for tasks in per]
+
+
+def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
+              translate: str | None = None, cache: dict | None = None,
+              attention: str = "per-request") -> Piece:
+    """Simulate ``ks`` back to back on ``side``. ``attention``: ``per-request`` runs each
+    request's attention kernels as their own launches (identical requests simulated once
+    and counted); ``fused`` launches the attention of identical requests together
+    (:func:`fuse_requests`). ``cache``: options for :func:`h2m2sim.cache.cached`
+    (``cache_dir``, ``enabled``). Distinct kernel groups run on the run's threads."""
+    return _run_pieces([(system, side, ks)], fidelity, translate, cache, attention)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,9 +264,12 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
     total = 0.0
     xbytes = 0.0
     barrier = system.sync.barrier_ns if len(sides) > 1 else 0.0
+    # every (sublayer, side) piece is independent: simulate them all at once
+    keys = [(sl, s) for sl in SUBLAYERS for s in sides if (s, sl) in per]
+    done = dict(zip(keys, _run_pieces([(system, s, per[(s, sl)]) for sl, s in keys],
+                                      fidelity, translate, cache, attention)))
     for sl in SUBLAYERS:
-        subl[sl] = {s: run_piece(system, s, per[(s, sl)], fidelity, translate, cache,
-                                 attention) if (s, sl) in per else Piece() for s in sides}
+        subl[sl] = {s: done.get((sl, s), Piece()) for s in sides}
         total += max(p.time_ns for p in subl[sl].values())
         t_x, b_x = _consumed_ns(system, xfers, sl)
         bound[sl] = barrier + t_x
@@ -292,19 +329,27 @@ def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Pro
     grid of unit counts and interpolated linearly in between."""
     table = {s: {} for s in problem.sides}
     first, second = problem.sides
+    points_of, specs = {}, []
     for sl in SUBLAYERS:
         N = problem.units[sl]
-        grid = table_grid(N, points)
         for side in problem.sides:
-            ts = []
-            for n in grid:
+            for n in table_grid(N, points):
                 # n units of this sublayer on `side`; the other sublayers do not matter
                 split = {x: (N if x == sl else 0) for x in SUBLAYERS}
                 split[sl] = n if side == first else N - n
                 per, _ = layer_kernels(model, batch, seq_lens, split, problem.sides, dtype)
                 ks = per.get((side, sl), [])
-                ts.append(run_piece(system, side, ks, fidelity, translate, cache,
-                                    attention).time_ns if ks else 0.0)
+                points_of[(sl, side, n)] = len(specs) if ks else None
+                if ks:
+                    specs.append((system, side, ks))
+    # all table points are independent simulations: run them on the run's threads
+    pieces = _run_pieces(specs, fidelity, translate, cache, attention)
+    for sl in SUBLAYERS:
+        N = problem.units[sl]
+        grid = table_grid(N, points)
+        for side in problem.sides:
+            ts = [0.0 if points_of[(sl, side, n)] is None else
+                  pieces[points_of[(sl, side, n)]].time_ns for n in grid]
             full = np.interp(np.arange(N + 1), [0] + grid, [0.0] + ts)
             full[0] = 0.0
             table[side][sl] = full

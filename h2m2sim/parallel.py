@@ -1,0 +1,73 @@
+"""Threads for the independent simulations inside one run.
+
+The DRAM engine releases the GIL (``nogil``), so independent engine runs -- e.g. the
+pieces (side x sublayer x kernel group) of one decoder layer -- can run on several cores
+from threads of one process. Results do not depend on the thread count: every piece is
+its own deterministic simulation and the results are combined in a fixed order.
+
+The count comes from ``simulation.threads`` (set around a run with :func:`use_threads`);
+unset, it is one per available core, or 1 inside a worker process of a sweep (the sweep
+already keeps every core busy with processes).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import contextvars
+import multiprocessing
+import os
+from typing import Callable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_THREADS: contextvars.ContextVar[int | None] = contextvars.ContextVar("h2m2sim_threads",
+                                                                       default=None)
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # not on Linux
+        return os.cpu_count() or 1
+
+
+def thread_count() -> int:
+    """Threads the current run may use (see the module docstring)."""
+    n = _THREADS.get()
+    if n is not None:
+        return n
+    return 1 if multiprocessing.parent_process() is not None else available_cores()
+
+
+@contextlib.contextmanager
+def use_threads(n: int | None) -> Iterator[None]:
+    """Run the enclosed code with ``n`` threads (None = the default)."""
+    token = _THREADS.set(n)
+    try:
+        yield
+    finally:
+        _THREADS.reset(token)
+
+
+def map_ordered(fn: Callable[[T], R], items: Sequence[T],
+                cost: Sequence[float] | None = None) -> list[R]:
+    """``[fn(x) for x in items]``, on up to :func:`thread_count` threads. Work inside
+    ``fn`` runs single-threaded (no nested pools). With ``cost`` (an estimate per item)
+    the costliest items start first, so the threads finish close together (longest
+    processing time first); the result keeps the order of ``items`` either way. The
+    first exception (in item order) is raised."""
+    n = min(thread_count(), len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+
+    def one(x: T) -> R:
+        with use_threads(1):
+            return fn(x)
+
+    order = range(len(items)) if cost is None else \
+        sorted(range(len(items)), key=lambda i: -cost[i])
+    with cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="h2m2sim") as ex:
+        futures = {i: ex.submit(contextvars.copy_context().run, one, items[i])
+                   for i in order}
+        return [futures[i].result() for i in range(len(items))]
