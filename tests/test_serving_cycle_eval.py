@@ -76,6 +76,29 @@ def test_tables_from_the_cycle_evaluator(ev, tmp_path):
     assert set(t.errors) >= {"decode paged:16", "decode contiguous", "prefill"}
 
 
+def test_tables_do_not_depend_on_the_thread_count():
+    from h2m2sim.parallel import use_threads
+    grid = TableGrid(max_batch=4, max_tokens=256, token_points=3, error_samples=2)
+    from h2m2sim.serving.timing import _compute_tables
+    out = []
+    for n in (1, 2):
+        ev = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
+        with use_threads(n):
+            out.append(_compute_tables(ev, ["contiguous", "paged:16"], grid, seed=3))
+    a, b = out
+    assert a.keys() == b.keys() and "err[decode paged:16]" in a
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+
+
+def test_evaluator_pickles_without_its_locks():
+    import pickle
+    ev = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
+    ev2 = pickle.loads(pickle.dumps(ev))
+    x = np.array([40, 90])
+    assert ev2.evaluate("decode", 2, x, "contiguous") == ev.evaluate("decode", 2, x, "contiguous")
+
+
 def test_shard_and_groups():
     m = load_model("deepseek-r1-distill-qwen-7b")
     s = shard_model(m, 4)

@@ -65,6 +65,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -253,6 +254,8 @@ class CycleEvaluator:
         self.pool_factor, self.seed = float(pool_factor), int(seed)
         self.cache, self.cache_dir = bool(cache), cache_dir
         self._memo: dict = {}
+        self._locks: dict = {}          # one per piece: threads never simulate one twice
+        self._lock = threading.Lock()
         sname = getattr(self.system, "name", "system")
         self.label = (f"cycle-level: NPU chip + DRAM engine ({fidelity}) on "
                       f"{sname}:{self.side}, {self.cards} card(s) tensor parallel")
@@ -275,13 +278,29 @@ class CycleEvaluator:
         return code_digest("dram_models", "h2m2sim.npu", "h2m2sim.memory", "h2m2sim.model",
                            "h2m2sim.serving.cycle_eval", "h2m2sim.serving.timing")
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_locks"], state["_lock"]     # locks do not pickle
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._locks, self._lock = {}, threading.Lock()
+
     def _piece(self, what: str, key: dict, fn) -> dict:
         k = (what, json.dumps(key, sort_keys=True))
-        if k not in self._memo:
-            from h2m2sim.cache import cached
-            full = {"what": what, "eval": self.cache_key(), **key}
-            self._memo[k] = cached(_NS, full, fn, cache_dir=self.cache_dir,
-                                   enabled=self.cache, salt=self.cache_salt())
+        with self._lock:
+            if k in self._memo:
+                return self._memo[k]
+            lock = self._locks.setdefault(k, threading.Lock())
+        # evaluations may run on several threads (serving tables): the first one to
+        # need a piece simulates it, the others wait for it
+        with lock:
+            if k not in self._memo:
+                from h2m2sim.cache import cached
+                full = {"what": what, "eval": self.cache_key(), **key}
+                self._memo[k] = cached(_NS, full, fn, cache_dir=self.cache_dir,
+                                       enabled=self.cache, salt=self.cache_salt())
         return self._memo[k]
 
     # ---- pieces (ns, per card, one layer unless said otherwise) ---------------------

@@ -388,36 +388,49 @@ def _compute_tables(evaluator, layouts, grid: TableGrid, seed: int) -> dict:
     out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
                                   "layouts": np.asarray(sorted(layouts), dtype=str)}
 
-    def tab(phase, layout):
-        t = np.empty((len(bg), len(tg)))
-        for i, b in enumerate(bg):
-            for j, c in enumerate(tg):
-                t[i, j] = float(evaluator.evaluate(phase, int(b), np.full(int(b), c), layout))
+    def evaluate_all(calls):
+        """evaluate(*call) for every call. Points of a cycle-level evaluator are
+        independent simulations and run on the run's threads (largest first); the
+        values do not depend on the thread count."""
+        one = lambda c: float(evaluator.evaluate(*c))  # noqa: E731
+        if not getattr(evaluator, "cycle_level", False):
+            return [one(c) for c in calls]
+        from h2m2sim.parallel import map_ordered
+        return map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls])
+
+    phases = [(f"decode[{lay}]", "decode", lay) for lay in sorted(layouts)] + \
+        [("prefill", "prefill", "contiguous")]
+    calls = [(phase, int(b), np.full(int(b), c), lay)
+             for _, phase, lay in phases for b in bg for c in tg]
+    calls += [("kv_copy", 1, np.array([c]), "contiguous") for c in tg]
+    vals = np.asarray(evaluate_all(calls))
+    n = len(bg) * len(tg)
+    for i, (name, phase, _) in enumerate(phases):
+        t = vals[i * n:(i + 1) * n].reshape(len(bg), len(tg))
         if not np.all(np.isfinite(t)) or np.any(t < 0):
             raise ConfigError("evaluator", f"{phase} times must be finite and >= 0")
-        return t
+        out[name] = t
+    out["kv_copy"] = vals[len(phases) * n:]
 
+    # interpolation error at random heterogeneous batches (drawn in a fixed order)
     rng = np.random.default_rng(seed)
-
-    def err(phase, layout, table):
-        rel = []
+    samples = []
+    for name, phase, lay in phases:
         for _ in range(grid.error_samples):
             b = int(rng.integers(1, grid.max_batch + 1))
             mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
-            ctx = _sample_lengths(rng, b, mean, grid.max_tokens)
-            true = float(evaluator.evaluate(phase, b, ctx, layout))
-            approx = interp2(bg, tg, table, float(b), float(ctx.mean()))
-            rel.append(abs(approx - true) / true if true > 0 else 0.0)
+            samples.append((name, (phase, b, _sample_lengths(rng, b, mean, grid.max_tokens),
+                                   lay)))
+    truth = evaluate_all([c for _, c in samples])
+    for name, phase, _ in phases:
+        rel = []
+        for (nm, (_, b, ctx, _)), true in zip(samples, truth):
+            if nm == name:
+                approx = interp2(bg, tg, out[name], float(b), float(ctx.mean()))
+                rel.append(abs(approx - true) / true if true > 0 else 0.0)
         rel = np.asarray(rel) if rel else np.zeros(1)
-        return np.array([rel.max(), rel.mean(), np.percentile(rel, 95)])
-
-    for lay in sorted(layouts):
-        out[f"decode[{lay}]"] = tab("decode", lay)
-        out[f"err[decode {lay}]"] = err("decode", lay, out[f"decode[{lay}]"])
-    out["prefill"] = tab("prefill", "contiguous")
-    out["err[prefill]"] = err("prefill", "contiguous", out["prefill"])
-    out["kv_copy"] = np.array([float(evaluator.evaluate("kv_copy", 1, np.array([c]),
-                                                        "contiguous")) for c in tg])
+        key = "err[prefill]" if phase == "prefill" else f"err[decode {name[7:-1]}]"
+        out[key] = np.array([rel.max(), rel.mean(), np.percentile(rel, 95)])
     return out
 
 
