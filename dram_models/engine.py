@@ -58,8 +58,8 @@ QMAX_LIMIT = 64                     # queue entries per queue
 
 # cfg indices
 C_CH, C_PC, C_RK, C_BG, C_BA, C_RQ, C_WQ, C_WHI, C_WLO, C_CLOSED, C_CAP, C_REFMODE, \
-    C_APC, C_SPLIT, C_SHIFT, C_XOR, C_LOG, C_REC = range(18)
-NCFG = 18
+    C_APC, C_SPLIT, C_SHIFT, C_XOR, C_LOG, C_REC, C_PERCH = range(19)
+NCFG = 19
 # tim indices (ticks)
 T_CL, T_CWL, T_BL, T_FAW, T_REFI, T_REFIPB = range(6)
 NTIM = 6
@@ -290,7 +290,12 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp, skipped):
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp, skipped, ctl):
+    """The event loop. ``ctl`` = [channel, floor, end tick]: channel -1 simulates the
+    whole system; channel c >= 0 (open-loop trace runs, where stream c feeds channel c
+    only) simulates that channel alone until its own last completion, or until tick
+    ``floor`` if that is later, starting from the state left by an earlier call; the end
+    tick is read and written back in ctl[2]."""
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -349,11 +354,17 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     tlb_clock = 0
     pshift = tlbc[TL_SHIFT]
     pmask = (np.int64(1) << pshift) - 1
+    only = ctl[0]
+    floor = ctl[1]
     remaining = 0
-    for d in range(d_nb.shape[0]):
-        remaining += d_nb[d]
+    if only < 0:
+        for d in range(d_nb.shape[0]):
+            remaining += d_nb[d]
+    else:
+        for d in range(s_first[only], s_last[only]):
+            remaining += d_left[d]      # not yet completed (all of them on a first call)
     bid_next = 0
-    end_tick = 0
+    end_tick = ctl[2]
 
     # groups without reads and without a predecessor finish right away
     for g in range(Gn):
@@ -375,7 +386,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     for s in range(S):
         if s_maxout[s] > 0:
             lazy = False
-    active = remaining > 0
+    active = remaining > 0 or end_tick < floor
     while active:
         now = ch_tree[1]
         if st_tree[1] < now:
@@ -383,7 +394,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         for k in range(2):
             if fh[k] != ft[k] and fifo[k, fh[k] & (FS - 1), 0] < now:
                 now = fifo[k, fh[k] & (FS - 1), 0]
-        if lazy and remaining == 0 and now > end_tick:
+        if lazy and remaining == 0 and now > end_tick and now > floor:
             break
         if now >= INF:
             stat[S_DEADLOCK] = 1
@@ -1060,7 +1071,9 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         if not lazy:
             active = remaining > 0
 
-    stat[S_END] = end_tick
+    ctl[2] = end_tick
+    if end_tick > stat[S_END]:
+        stat[S_END] = end_tick
     tlbstall = 0
     for s in range(S):
         tlbstall += s_tlbstall[s]
@@ -1226,15 +1239,63 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     fields = np.zeros(7, dtype=np.int64)
     tmp = np.zeros(2 * 64 * W * NLR, dtype=np.int64)
     skipped = np.zeros(3 * NLR, dtype=np.int64)
-    _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-          m_field, m_radix, m_log2, m_dst, m_sizes,
-          s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
-          g_compute, g_prev, g_next, pt, tlbc,
-          nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
-          ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
-          s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
-          ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp, skipped)
+    ctl = np.zeros(3, dtype=np.int64)
+    ctl[0] = -1
+    # one channel at a time needs: stream c feeds channel c (the caller's promise), an
+    # open loop (no caps, groups or page-table walks) and nothing recorded in global order
+    perch = cfg[C_PERCH] != 0 and C > 1 and S == C and Gn == 0 and not rec and \
+        cfg[C_LOG] == 0 and not (pt.shape[0] > 0 and tlbc[TL_WALK] != 0)
+    for s in range(S):
+        if s_maxout[s] > 0:
+            perch = False
+    if not perch:
+        _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+              m_field, m_radix, m_log2, m_dst, m_sizes,
+              s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+              g_compute, g_prev, g_next, pt, tlbc,
+              nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
+              drain, ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
+              s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall,
+              s_wnext, ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done,
+              b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp,
+              skipped, ctl)
+    else:
+        # Channels of an open-loop trace share nothing: simulate them one at a time
+        # (smaller working set, no interleaving), each until its own last completion,
+        # then continue the ones that finished early up to the global end, so that every
+        # channel sees exactly the decisions (refreshes) the joint run would make.
+        ch_at = ch_tree[PCH:PCH + C].copy()
+        st_at = st_tree[PST:PST + S].copy()
+        ends = np.zeros(C, dtype=np.int64)
+        last = 0
+        for rnd in range(2):
+            for c in range(C):
+                if rnd == 1 and ends[c] >= last:
+                    continue
+                for i in range(2 * PCH):
+                    ch_tree[i] = INF
+                for i in range(2 * PST):
+                    st_tree[i] = INF
+                _tset(ch_tree, PCH, c, ch_at[c])
+                _tset(st_tree, PST, c, st_at[c])
+                ctl[0] = c
+                ctl[1] = last if rnd == 1 else 0
+                ctl[2] = ends[c]
+                _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+                      m_field, m_radix, m_log2, m_dst, m_sizes,
+                      s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp,
+                      d_gate, g_compute, g_prev, g_next, pt, tlbc,
+                      nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i,
+                      busfree, drain, ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log,
+                      nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone,
+                      s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
+                      g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft,
+                      ch_tree, st_tree, fields, tmp, skipped, ctl)
+                ch_at[c] = ch_tree[PCH + c]
+                st_at[c] = st_tree[PST + c]
+                ends[c] = ctl[2]
+                if ctl[2] > last:
+                    last = ctl[2]
     nl = min(nlog[0], log.shape[0])
     if cfg[C_LOG] and nlog[0] > log.shape[0]:
         stat[S_DEADLOCK] = 2   # command log overflow: caller must retry with more room

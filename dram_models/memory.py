@@ -165,10 +165,13 @@ class MemorySystem:
 
     # ------------------------------------------------------------------ runs
     def run(self, streams: Streams, translation: Translation | None = None,
-            record: bool = False, log: bool = False) -> RunResult:
+            record: bool = False, log: bool = False, *,
+            stream_per_channel: bool = False) -> RunResult:
         """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
         every burst (in issue order); ``log`` keeps the issued command log for the
-        checker."""
+        checker. ``stream_per_channel`` promises that stream c addresses only channel c
+        (as :meth:`trace_streams` builds them): an open-loop run without ``record`` or
+        ``log`` then simulates the channels one at a time, with identical results."""
         n = streams.n_desc
         bb = self.spec.burst_bytes
         addr = np.ascontiguousarray(streams.addr, dtype=np.uint64)
@@ -217,6 +220,7 @@ class MemorySystem:
         cfg = self.cfg.copy()
         cfg[E.C_LOG] = log
         cfg[E.C_REC] = record
+        cfg[E.C_PERCH] = stream_per_channel and len(streams.first) == self.channels
         total = int(nb.sum())
         log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
         if log:
@@ -267,4 +271,4 @@ class MemorySystem:
     def run_trace(self, trace: Trace, record: bool = False, log: bool = False) -> RunResult:
         """Simulate a trace (see module docstring)."""
         streams, _ = self.trace_streams(trace)
-        return self.run(streams, record=record, log=log)
+        return self.run(streams, record=record, log=log, stream_per_channel=True)
