@@ -83,7 +83,8 @@ S_READS, S_WRITES, S_HITS, S_MISSES, S_CONFLICTS, S_LATSUM, S_END, S_TLBHIT, S_T
     S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS = range(14)
 NSTAT = 14
 LAT_BINS = 1 << 16
-WALK_MAX = 4                        # banks walked for the post-issue wake-up bound
+LANE_BITS = 8                       # ranks have at most 256 banks (scan keys)
+LANE_MASK = (1 << LANE_BITS) - 1
 
 ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = range(9)
 NCMD = 9
@@ -152,69 +153,164 @@ def _decode(addr, m_field, m_radix, m_log2, m_dst, xor, gbits, gmask, bmask, fie
 
 
 @njit(inline="always", _nrt=False)
-def _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid, faw, faw_i, tfaw):
+def _rank_lb(cmd, ch, rkn, rl, off, busfree, busid):
     """Earliest issue tick of ``cmd`` as far as channel, data-bus, rank, tFAW and
     command-bus constraints go (bank group and bank excluded)."""
-    t = nxt[ch * NCMD + cmd]
-    v = nxt[(o1 + pcn) * NCMD + cmd]
-    if v > t:
-        t = v
-    v = nxt[(o2 + rkn) * NCMD + cmd]
-    if v > t:
-        t = v
-    if cmd == ACT:
-        v = faw[dom * 4 + faw_i[dom]] + tfaw
-        if v > t:
-            t = v
-    t -= off[cmd]
+    t = rl[rkn * NCMD + cmd] - off[cmd]
     v = busfree[ch * 2 + busid[cmd]]
-    if v > t:
-        t = v
-    return t
+    return v if v > t else t
 
 
 @njit(inline="always", _nrt=False)
-def _bank_part(cmd, bgn, bank, nxt, o3, o4, off):
+def _bank_part(cmd, bank, bp, NBANK, off):
     """Bank-group and bank part of the earliest issue tick of ``cmd``."""
-    v1 = nxt[(o3 + bgn) * NCMD + cmd]
-    v2 = nxt[(o4 + bank) * NCMD + cmd]
-    return (v1 if v1 > v2 else v2) - off[cmd]
+    return bp[cmd * NBANK + bank] - off[cmd]
+
+
+# The dense per-bank passes below index with unsigned integers: Numba adds a wrap-around
+# fix-up (negative index counts from the end) to every signed index, which blocks
+# vectorization; loads are unconditional and the minima are selects, so LLVM turns each
+# pass into a few SIMD instructions.
+@njit(inline="always", _nrt=False)
+def _group_min(cs, bs, bp, bt, NBR, refb):
+    """Earliest bank part (``bp``, before the command's slot offset) over the candidates of
+    one (queue, kind, rank) group, the bank ``refb`` (waiting for its refresh) excluded;
+    BIG if there is none."""
+    m = BIG
+    ubs = np.uint64(bs)
+    ubt = np.uint64(bt)
+    ur = np.uint64(refb)
+    for i in range(NBR):
+        ui = np.uint64(i)
+        v = bp[ubt + ui]
+        v = BIG if (cs[ubs + ui] >= BIG or ui == ur) else v
+        m = v if v < m else m
+    return m
 
 
 @njit(inline="always", _nrt=False)
-def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, R, logon, nxt, o1, o2, o3, o4, off, slots,
+def _oldest_ready(cs, bs, bp, bt, NBR, refb, lim, best):
+    """Smallest sequence number below ``best`` among the group's candidates whose bank
+    part is at most ``lim`` (``best`` if none)."""
+    r = best
+    ubs = np.uint64(bs)
+    ubt = np.uint64(bt)
+    ur = np.uint64(refb)
+    for i in range(NBR):
+        ui = np.uint64(i)
+        sq = cs[ubs + ui]
+        sq = BIG if (bp[ubt + ui] > lim or ui == ur) else sq
+        r = sq if sq < r else r
+    return r
+
+
+@njit(inline="always", _nrt=False)
+def _ready_min(cs, bs, bp, bt, NBR, refb, lim, lb, best):
+    """One pass over a (queue, kind, rank) group whose rank-level bound is ``lb``: the
+    smallest key (sequence number << LANE_BITS | lane) below ``best`` among the candidates
+    ready at ``lim`` (``best`` if none), and the earliest tick at which any candidate is
+    ready, max(bank part, lb) (BIG if none); both in bank-part units (before the command's
+    slot offset)."""
+    r = best
+    m = BIG
+    ubs = np.uint64(bs)
+    ubt = np.uint64(bt)
+    ur = np.uint64(refb)
+    for i in range(NBR):
+        ui = np.uint64(i)
+        sq = cs[ubs + ui]
+        v = bp[ubt + ui]
+        v = lb if v < lb else v
+        sq = BIG if ui == ur else sq
+        v = BIG if sq >= BIG else v
+        key = BIG if v > lim else (sq << LANE_BITS) | np.int64(i)
+        r = key if key < r else r
+        m = v if v < m else m
+    return r, m
+
+
+@njit(inline="always", _nrt=False)
+def _due(drain, nr, nw, whi, wlo):
+    """Whether a controller in read (0) / write-drain (1) mode switches with nr reads and
+    nw writes queued."""
+    if drain:
+        return nw == 0 or (nw <= wlo and nr > 0)
+    return nw >= whi or (nr == 0 and nw > 0)
+
+
+@njit(inline="always", _nrt=False)
+def _pending_min(cs, bs, bp, bt, NBR, refb, lim, s1, s2):
+    """Earliest bank parts above ``lim`` among the group's candidates older than ``s1``,
+    and among those older than ``s2`` (BIG if none)."""
+    m1 = BIG
+    m2 = BIG
+    ubs = np.uint64(bs)
+    ubt = np.uint64(bt)
+    ur = np.uint64(refb)
+    for i in range(NBR):
+        ui = np.uint64(i)
+        sq = cs[ubs + ui]
+        v = bp[ubt + ui]
+        sq = BIG if (v <= lim or ui == ur) else sq
+        a = v if sq < s1 else BIG
+        b = v if sq < s2 else BIG
+        m1 = a if a < m1 else m1
+        m2 = b if b < m2 else m2
+    return m1, m2
+
+
+@njit(inline="always", _nrt=False)
+def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, slots,
            busfree, busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
-    """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times."""
+    """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times (per
+    bank in ``bp``; per rank in ``rl``, where channel and data-bus rules reach every rank
+    they cover, and so does the four-activate window of the activation domain). (At most
+    30 arguments: Python passes more as a tuple, which Numba cannot inline.)"""
+    R = cfg[C_RK]
+    NLR = cfg[C_PC] * R
+    B = cfg[C_BA]
+    NBANK = cfg[C_CH] * NLR * cfg[C_BG] * B
+    apc = cfg[C_APC] != 0
     ref = t + off[cmd]
     busfree[ch * 2 + busid[cmd]] = t + slots[cmd]
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
         nc = r_next[r]
         v = ref + r_lat[r]
-        if lvl == L_SIB:
-            rk = rkn - pcn * R
-            for k in range(R):
-                if k != rk:
-                    i = (o2 + pcn * R + k) * NCMD + nc
-                    if nxt[i] < v:
-                        nxt[i] = v
+        if lvl == L_BK:
+            i = nc * NBANK + bank
+            if bp[i] < v:
+                bp[i] = v
             continue
-        if lvl == L_CH:
-            node = ch
-        elif lvl == L_D:
-            node = o1 + pcn
-        elif lvl == L_K:
-            node = o2 + rkn
-        elif lvl == L_BG:
-            node = o3 + bgn
-        else:
-            node = o4 + bank
-        i = node * NCMD + nc
-        if nxt[i] < v:
-            nxt[i] = v
+        if lvl == L_BG:
+            i = nc * NBANK + bgn * B
+            for b in range(i, i + B):
+                if bp[b] < v:
+                    bp[b] = v
+            continue
+        if lvl == L_K:
+            k0 = rkn
+            k1 = rkn + 1
+        elif lvl == L_CH:
+            k0 = ch * NLR
+            k1 = k0 + NLR
+        else:                           # data bus (D) or its other ranks (SIB)
+            k0 = pcn * R
+            k1 = k0 + R
+        for k in range(k0, k1):
+            if lvl == L_SIB and k == rkn:
+                continue
+            i = k * NCMD + nc
+            if rl[i] < v:
+                rl[i] = v
     if cmd == ACT:
         faw[dom * 4 + faw_i[dom]] = ref
         faw_i[dom] = (faw_i[dom] + 1) & 3
+        v = faw[dom * 4 + faw_i[dom]] + tim[T_FAW]  # the fourth-latest ACT opens it
+        k0 = pcn * R if apc else rkn
+        for k in range(k0, k0 + (R if apc else 1)):
+            if rl[k * NCMD + ACT] < v:
+                rl[k * NCMD + ACT] = v
     cmdc[ch * NCMD + cmd] += 1
     if logon:
         n = nlog[0]
@@ -242,15 +338,33 @@ def _setbit(km, i, b, on):
 
 
 @njit(inline="always", _nrt=False)
-def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km):
+def _sync_cs(cs, cq, NBC, lbk, bq, orow, hs, cap):
+    """Dense candidate sequence numbers of bank ``lbk`` in queue ``cq`` (BIG = none):
+    its oldest hit, its head if the bank is closed, and its oldest conflict unless queued
+    hits are still owed their turn (fewer than ``cap`` hits since the row opened)."""
+    bi = (cq * NBC + lbk) * NBF
+    ci = cq * 3 * NBC + lbk
+    cs[ci + K_COL * NBC] = bq[bi + BF_HSEQ] if bq[bi + BF_HIT] >= 0 else BIG
+    cs[ci + K_ACT * NBC] = bq[bi + BF_ASEQ] if (orow < 0 and bq[bi + BF_CNT] > 0) else BIG
+    if bq[bi + BF_CONF] >= 0 and not (bq[bi + BF_NHITS] > 0 and hs < cap):
+        cs[ci + K_PRE * NBC] = bq[bi + BF_CSEQ]
+    else:
+        cs[ci + K_PRE * NBC] = BIG
+
+
+@njit(inline="always", _nrt=False)
+def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km, cs, hits_since, cap):
     """Bank ``lbk`` (local to channel ch) changed state (open row ``orow``, -1 = closed):
-    find its oldest hit and oldest conflict in both queues and update the kind masks."""
+    find its oldest hit and oldest conflict in both queues and update the kind masks and
+    the dense candidates."""
+    hs = hits_since[ch * NBC + lbk]
     lr = lbk // NBR
     br = lbk - lr * NBR
     for qt in range(2):
         cq = ch * 2 + qt
         bi = (cq * NBC + lbk) * NBF
         if bq[bi + BF_CNT] == 0:
+            _sync_cs(cs, cq, NBC, lbk, bq, orow, hs, cap)
             continue
         hit = -1
         conf = -1
@@ -276,6 +390,7 @@ def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km):
         _setbit(km, mi + K_COL * W, br, nh > 0)
         _setbit(km, mi + K_ACT * W, br, orow < 0)
         _setbit(km, mi + K_PRE * W, br, conf >= 0)
+        _sync_cs(cs, cq, NBC, lbk, bq, orow, hs, cap)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -286,11 +401,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           g_compute, g_prev, g_next,
           pt, tlbc,
           # state (allocated by _run)
-          nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
+          rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
           ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp, skipped, ctl):
+          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm, skipped, ctl):
     """The event loop. ``ctl`` = [channel, floor, end tick]: channel -1 simulates the
     whole system; channel c >= 0 (open-loop trace runs, where stream c feeds channel c
     only) simulates that channel alone until its own last completion, or until tick
@@ -318,10 +433,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     NBD = NBR * R if apc else NBR   # banks per activation domain
     NDC = P if apc else NLR         # activation domains per channel
     QM = fr.shape[0] // (2 * C)
-    o1 = C
-    o2 = o1 + C * P
-    o3 = o2 + C * NLR
-    o4 = o3 + C * NLR * G
+    NBANK = C * NBC
     qcap0 = cfg[C_RQ]
     qcap1 = cfg[C_WQ]
     whi = cfg[C_WHI]
@@ -578,6 +690,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         bq[bi + BF_CSEQ] = sq
                         _setbit(km, mi + K_PRE * W, br, True)
                 qn[cq] = n + 1
+                _sync_cs(cs, cq, NBC, lbk, bq, orow, hits_since[bank], cap)
                 # wake the controller when this entry could first issue (a lower bound),
                 # or now if it may flip the read/write mode
                 if qt == drain[ch]:
@@ -588,9 +701,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         cmd = PRE
                     dom = pcn if apc else rkn
-                    te = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid,
-                                  faw, faw_i, tfaw)
-                    v = _bank_part(cmd, bgn, bank, nxt, o3, o4, off)
+                    te = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
+                    v = _bank_part(cmd, bank, bp, NBANK, off)
                     if v > te:
                         te = v
                     if te < now:
@@ -625,12 +737,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             nt = INF
             nr = qn[ch * 2]
             nw = qn[ch * 2 + 1]
-            if drain[ch]:
-                if nw == 0 or (nw <= wlo and nr > 0):
-                    drain[ch] = 0
-            else:
-                if nw >= whi or (nr == 0 and nw > 0):
-                    drain[ch] = 1
+            if _due(drain[ch], nr, nw, whi, wlo):
+                drain[ch] = 1 - drain[ch]
             qt = drain[ch]
             cq = ch * 2 + qt
             row_free = busfree[ch * 2] <= now
@@ -666,15 +774,14 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         tb = b0 + pb_ptr[dom]
                         cmd = PRE if open_row[tb] >= 0 else REFPB
                     bgn = tb >> LB
-                    t = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree, busid,
-                                 faw, faw_i, tfaw)
-                    v = _bank_part(cmd, bgn, tb, nxt, o3, o4, off)
+                    t = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
+                    v = _bank_part(cmd, tb, bp, NBANK, off)
                     if v > t:
                         t = v
                     if t <= now and row_free and (split or col_free):
-                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, R, logon, nxt, o1, o2, o3,
-                               o4, off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat,
-                               faw, faw_i, dom, cmdc, log, nlog)
+                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, cfg, tim, logon, rl, bp,
+                               off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
+                               faw_i, dom, cmdc, log, nlog)
                         issued = True
                         ref_issued = True
                         row_free = False
@@ -685,10 +792,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                 if open_row[b] >= 0:
                                     open_row[b] = -1
                                     _recat(ch, b - ch * NBC, NBC, NBR, NLR, W, -1, qe, bq,
-                                           km)
+                                           km, cs, hits_since, cap)
                         elif cmd == PRE:
                             open_row[tb] = -1
-                            _recat(ch, tb - ch * NBC, NBC, NBR, NLR, W, -1, qe, bq, km)
+                            _recat(ch, tb - ch * NBC, NBC, NBR, NLR, W, -1, qe, bq, km, cs,
+                                   hits_since, cap)
                         elif cmd == REF:
                             ref_pend[dom] = 0
                             ref_due[dom] += tim[T_REFI]
@@ -702,13 +810,27 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             # FR-FCFS over the active queue: the oldest ready row hit, else (on a split
             # bus: and) the oldest ready ACT/PRE. Candidates are banks: all requests of a
             # bank needing the same command become ready together, and the bank offers its
-            # oldest one. (The wake-up time nt collects, like a walk in age order that
-            # stops at the first ready request, the times of the not-ready candidates
-            # older than the chosen one.)
+            # oldest one.
+            #
+            # The wake-up time after a decision is a lower bound of the next tick at which
+            # anything can happen (the decisions it skips would issue nothing and change
+            # nothing), except when the decision leaves a read/write switch due: then the
+            # switch happens at the next decision, whose tick matters. That tick is the
+            # earlier of the bus release and the "age-ordered" time nt collects in the
+            # full scan below (like a walk in age order that stops at the first ready
+            # request, the times of the not-ready candidates older than the chosen one).
+            # Only decisions that can leave a switch due (full) pay for that scan; the
+            # others take the fast scan: per kind and rank one pass that finds the oldest
+            # ready candidate and the earliest time of all (gm), which give the exact next
+            # issue tick before and, refreshed for the ranks that issued, after the issue.
             nt_ref = nt
             scanned = False
+            full = True
             pmin = INF                  # earliest pending candidate of the scanned groups
             nsk = 0                     # groups skipped before their banks were looked at
+            tnext = INF                 # fast scan: earliest issue tick of any candidate
+            irk0 = -1                   # local ranks of the banks that issued
+            irk1 = -1
             if qn[cq] > 0 and (row_free or col_free):
                 scanned = True
                 colc = WR if qt == 1 else RD
@@ -717,99 +839,141 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 best_row = BIG
                 best_row_b = -1
                 best_row_cmd = -1
-                for lr in range(NLR):
-                    mi = (cq * NLR + lr) * 3 * W
-                    anym = np.uint64(0)
-                    for w in range(3 * W):
-                        anym |= km[mi + w]
-                    if anym == 0:
-                        continue
-                    rkn = ch * NLR + lr
-                    pcn = rkn >> LR
-                    dom = pcn if apc else rkn
-                    refb = -1
-                    if ref_pend[dom]:
-                        if refmode == 1:
-                            continue    # the whole domain waits for its refresh
-                        rb = dom * NBD + pb_ptr[dom]
-                        if rb >> LNBR == rkn:
-                            refb = rb & (NBR - 1)
+                if qt == 0:
+                    full = _due(0, nr, nw, whi, wlo) or _due(0, nr - 1, nw, whi, wlo)
+                else:
+                    full = _due(1, nr, nw, whi, wlo) or _due(1, nr, nw - 1, whi, wlo)
+                if not full:
+                    kcol = BIG
+                    krow = BIG
+                    col_lr = -1
+                    row_lr = -1
                     for kk in range(3):
-                        if kk == 0:
-                            cmd = colc
-                            free = col_free
-                        elif kk == 1:
-                            cmd = ACT
-                            free = row_free
-                        else:
-                            cmd = PRE
-                            free = row_free
-                        ki = mi + kk * W
-                        nonempty = False
-                        for w in range(W):
-                            mw = km[ki + w]
-                            if refb >= 0 and (refb >> 6) == w:
-                                mw &= ~(U1 << np.uint64(refb & 63))
-                            if mw:
-                                nonempty = True
-                        if not nonempty:
-                            continue
-                        if not free:
-                            t = busfree[ch * 2 + busid[cmd]]
-                            if t < nt:
-                                nt = t
-                            skipped[nsk] = lr * 3 + kk
-                            nsk += 1
-                            continue
-                        lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree,
-                                      busid, faw, faw_i, tfaw)
-                        if lb > now:
-                            if lb < nt:
-                                nt = lb
-                            skipped[nsk] = lr * 3 + kk
-                            nsk += 1
-                            continue
-                        best = best_col if kk == 0 else best_row
-                        rdy = BIG
-                        rdy_b = -1
-                        npend = 0
-                        for w in range(W):
-                            mw = km[ki + w]
-                            if refb >= 0 and (refb >> 6) == w:
-                                mw &= ~(U1 << np.uint64(refb & 63))
-                            while mw:
-                                low = mw & (~mw + U1)
-                                mw ^= low
-                                lbk = lr * NBR + w * 64 + np.int64(trailing_zeros(low))
-                                bi = (cq * NBC + lbk) * NBF
-                                sq = bq[bi + BF_HSEQ + kk]
-                                if sq >= best:
-                                    continue    # an older ready one is already chosen
-                                bank = ch * NBC + lbk
-                                if kk == 2 and bq[bi + BF_NHITS] > 0 and hits_since[bank] < cap:
-                                    continue    # let the queued hits drain first
-                                t = _bank_part(cmd, bank >> LB, bank, nxt, o3, o4, off)
-                                if t <= now:
-                                    if sq < rdy:
-                                        rdy = sq
-                                        rdy_b = lbk
+                        cmd = colc if kk == 0 else (ACT if kk == 1 else PRE)
+                        oc = off[cmd]
+                        lim = now + oc
+                        best = kcol if kk == 0 else krow
+                        for lr in range(NLR):
+                            gi = kk * NLR + lr
+                            gm[gi] = BIG
+                            ki = (cq * NLR + lr) * 3 * W + kk * W
+                            anym = np.uint64(0)
+                            for w in range(W):
+                                anym |= km[ki + w]
+                            if anym == 0:
+                                continue
+                            rkn = ch * NLR + lr
+                            pcn = rkn >> LR
+                            dom = pcn if apc else rkn
+                            refb = -1
+                            if ref_pend[dom]:
+                                if refmode == 1:
+                                    continue    # the whole domain waits for its refresh
+                                rb = dom * NBD + pb_ptr[dom]
+                                if rb >> LNBR == rkn:
+                                    refb = rb & (NBR - 1)
+                            lbb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid) + oc
+                            r, g = _ready_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
+                                              cmd * NBANK + ch * NBC + lr * NBR, NBR, refb,
+                                              lim, lbb, best)
+                            gm[gi] = g
+                            if g < BIG and g - oc < tnext:
+                                tnext = g - oc
+                            if r < best:
+                                best = r
+                                if kk == 0:
+                                    col_lr = lr
                                 else:
-                                    tmp[2 * npend] = t
-                                    tmp[2 * npend + 1] = sq
-                                    npend += 1
-                        for i in range(npend):
-                            if tmp[2 * i + 1] < rdy and tmp[2 * i] < nt:
-                                nt = tmp[2 * i]
-                            if tmp[2 * i] < pmin:
-                                pmin = tmp[2 * i]
-                        if rdy_b >= 0:
+                                    row_lr = lr
+                                    best_row_cmd = cmd
+                        if kk == 0:
+                            kcol = best
+                        else:
+                            krow = best
+                    if col_lr >= 0:
+                        best_col_b = col_lr * NBR + (kcol & LANE_MASK)
+                    if row_lr >= 0:
+                        best_row_b = row_lr * NBR + (krow & LANE_MASK)
+                else:
+                    for lr in range(NLR):
+                        mi = (cq * NLR + lr) * 3 * W
+                        anym = np.uint64(0)
+                        for w in range(3 * W):
+                            anym |= km[mi + w]
+                        if anym == 0:
+                            continue
+                        rkn = ch * NLR + lr
+                        pcn = rkn >> LR
+                        dom = pcn if apc else rkn
+                        refb = -1
+                        if ref_pend[dom]:
+                            if refmode == 1:
+                                continue    # the whole domain waits for its refresh
+                            rb = dom * NBD + pb_ptr[dom]
+                            if rb >> LNBR == rkn:
+                                refb = rb & (NBR - 1)
+                        for kk in range(3):
                             if kk == 0:
-                                best_col = rdy
-                                best_col_b = rdy_b
+                                cmd = colc
+                                free = col_free
+                            elif kk == 1:
+                                cmd = ACT
+                                free = row_free
                             else:
-                                best_row = rdy
-                                best_row_b = rdy_b
-                                best_row_cmd = cmd
+                                cmd = PRE
+                                free = row_free
+                            ki = mi + kk * W
+                            nonempty = False
+                            for w in range(W):
+                                mw = km[ki + w]
+                                if refb >= 0 and (refb >> 6) == w:
+                                    mw &= ~(U1 << np.uint64(refb & 63))
+                                if mw:
+                                    nonempty = True
+                            if not nonempty:
+                                continue
+                            if not free:
+                                t = busfree[ch * 2 + busid[cmd]]
+                                if t < nt:
+                                    nt = t
+                                skipped[nsk] = lr * 3 + kk
+                                nsk += 1
+                                continue
+                            lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
+                            if lb > now:
+                                if lb < nt:
+                                    nt = lb
+                                skipped[nsk] = lr * 3 + kk
+                                nsk += 1
+                                continue
+                            best = best_col if kk == 0 else best_row
+                            # the oldest ready candidate older than ``best``; then the times
+                            # of the not-ready ones older than it (wake-up) and older than
+                            # ``best`` (pmin)
+                            bs = (cq * 3 + kk) * NBC + lr * NBR
+                            bt = cmd * NBANK + ch * NBC + lr * NBR
+                            oc = off[cmd]
+                            lim = now + oc
+                            rdy = _oldest_ready(cs, bs, bp, bt, NBR, refb, lim, best)
+                            tw, tp = _pending_min(cs, bs, bp, bt, NBR, refb, lim, rdy, best)
+                            if tw < BIG and tw - oc < nt:
+                                nt = tw - oc
+                            if tp < BIG and tp - oc < pmin:
+                                pmin = tp - oc
+                            rdy_b = -1
+                            if rdy < best:
+                                for i in range(NBR):
+                                    if cs[bs + i] == rdy and i != refb:
+                                        rdy_b = lr * NBR + i
+                                        break
+                            if rdy_b >= 0:
+                                if kk == 0:
+                                    best_col = rdy
+                                    best_col_b = rdy_b
+                                else:
+                                    best_row = rdy
+                                    best_row_b = rdy_b
+                                    best_row_cmd = cmd
                 # a ready column command wins a shared bus; a split bus takes both
                 if best_row_b >= 0 and best_col_b >= 0 and best_row_cmd == PRE and \
                         best_row_b == best_col_b:
@@ -824,10 +988,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     rkn = bank >> LNBR
                     pcn = rkn >> LR
                     dom = pcn if apc else rkn
-                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, qe[e * NQF + F_ROW], R, logon,
-                           nxt, o1, o2, o3, o4, off, slots, busfree, busid, r_off, r_lvl,
-                           r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, qe[e * NQF + F_ROW], cfg, tim,
+                           logon, rl, bp, off, slots, busfree, busid, r_off, r_lvl, r_next,
+                           r_lat, faw, faw_i, dom, cmdc, log, nlog)
                     issued = True
+                    irk0 = rkn - ch * NLR
                     if cmd == ACT:
                         open_row[bank] = qe[e * NQF + F_ROW]
                         hits_since[bank] = 0
@@ -835,7 +1000,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         open_row[bank] = -1
                         qe[e * NQF + F_FLAG] |= 2
-                    _recat(ch, lbk, NBC, NBR, NLR, W, open_row[bank], qe, bq, km)
+                    _recat(ch, lbk, NBC, NBR, NLR, W, open_row[bank], qe, bq, km, cs,
+                           hits_since, cap)
                 if best_col_b >= 0:
                     lbk = best_col_b
                     bi = (cq * NBC + lbk) * NBF
@@ -858,10 +1024,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         cmd = RDA if auto else RD
                     row = qe[ei + F_ROW]
-                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, row, R, logon,
-                           nxt, o1, o2, o3, o4, off, slots, busfree, busid, r_off, r_lvl,
-                           r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp,
+                           off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
+                           faw_i, dom, cmdc, log, nlog)
                     issued = True
+                    irk1 = lr
                     hits_since[bank] += 1
                     tc = now + off[cmd] + (tcwl if qt == 1 else tcl) + tbl
                     kind = qe[ei + F_KIND]
@@ -927,12 +1094,16 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         bq[bi + BF_HIT] = -1
                         _setbit(km, mi + K_COL * W, br, False)
+                    # both queues: the hit count of this one and the bank's hits_since
+                    _sync_cs(cs, ch * 2, NBC, lbk, bq, row, hits_since[bank], cap)
+                    _sync_cs(cs, ch * 2 + 1, NBC, lbk, bq, row, hits_since[bank], cap)
                     n = qn[cq] - 1
                     qn[cq] = n
                     fr[cq * QM + QM - 1 - n] = e - cq * QM
                     if auto:
                         open_row[bank] = -1
-                        _recat(ch, lbk, NBC, NBR, NLR, W, -1, qe, bq, km)
+                        _recat(ch, lbk, NBC, NBR, NLR, W, -1, qe, bq, km, cs, hits_since,
+                               cap)
                     w = ch_whead[ch]
                     while w >= 0:
                         nw2 = s_wnext[w]
@@ -948,14 +1119,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             # decide when the switch happens.
             exact = False
             if scanned and not issued:
-                nr = qn[ch * 2]
-                nw = qn[ch * 2 + 1]
-                if drain[ch]:
-                    due = nw == 0 or (nw <= wlo and nr > 0)
-                else:
-                    due = nw >= whi or (nr == 0 and nw > 0)
-                exact = not due
-            if exact:
+                exact = not _due(drain[ch], qn[ch * 2], qn[ch * 2 + 1], whi, wlo)
+            if exact and not full:
+                if tnext < nt:
+                    nt = tnext
+            elif exact:
                 nt = nt_ref if nt_ref < pmin else pmin
                 colc = WR if qt == 1 else RD
                 for i in range(nsk):
@@ -970,37 +1138,19 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         rb = dom * NBD + pb_ptr[dom]
                         if rb >> LNBR == rkn:
                             refb = rb & (NBR - 1)
-                    lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off, busfree,
-                                  busid, faw, faw_i, tfaw)
+                    lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
                     if lb >= nt:
                         continue
-                    ki = (cq * NLR + lr) * 3 * W + kk * W
-                    for w in range(W):
-                        mw = km[ki + w]
-                        if refb >= 0 and (refb >> 6) == w:
-                            mw &= ~(U1 << np.uint64(refb & 63))
-                        while mw:
-                            low = mw & (~mw + U1)
-                            mw ^= low
-                            lbk = lr * NBR + w * 64 + np.int64(trailing_zeros(low))
-                            bank = ch * NBC + lbk
-                            if kk == 2:
-                                bi = (cq * NBC + lbk) * NBF
-                                if bq[bi + BF_NHITS] > 0 and hits_since[bank] < cap:
-                                    continue
-                            t = _bank_part(cmd, bank >> LB, bank, nxt, o3, o4, off)
-                            if t < lb:
-                                t = lb
-                            if t < nt:
-                                nt = t
+                    m = _group_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
+                                   cmd * NBANK + ch * NBC + lr * NBR, NBR, refb)
+                    if m < BIG:
+                        t = m - off[cmd]
+                        if t < lb:
+                            t = lb
+                        if t < nt:
+                            nt = t
             elif issued:
-                nr = qn[ch * 2]
-                nw = qn[ch * 2 + 1]
-                if drain[ch]:
-                    due = nw == 0 or (nw <= wlo and nr > 0)
-                else:
-                    due = nw >= whi or (nr == 0 and nw > 0)
-                if due or ref_issued:
+                if _due(drain[ch], qn[ch * 2], qn[ch * 2 + 1], whi, wlo) or ref_issued:
                     bt = busfree[ch * 2]
                     if split and busfree[ch * 2 + 1] < bt:
                         bt = busfree[ch * 2 + 1]
@@ -1009,56 +1159,55 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 else:
                     # No switch due and no refresh command issued (whose domain's next
                     # command the refresh times below do not cover): the decisions before
-                    # the next issue are no-ops (see below), so wake at a lower bound of the
-                    # next issue instead of at the bus release. Bounds: the refresh times
-                    # gathered before the issue (timings only grow), and per kind of the
-                    # active queue the rank-level
-                    # bound, refined to the banks when only a few are candidates (a walk of
-                    # many banks costs more than the no-op decision it would save).
+                    # the next issue are no-ops, so wake at the earliest tick any candidate
+                    # of the active queue can issue instead of at the bus release; the
+                    # refresh times gathered before the issue stay lower bounds (timings
+                    # only grow). After a fast scan only the ranks that issued have new
+                    # candidates or bank times; the others keep their earliest bank time.
                     nt = nt_ref
-                    qt = drain[ch]
-                    cq = ch * 2 + qt
                     if qn[cq] > 0:
                         colc = WR if qt == 1 else RD
-                        for lr in range(NLR):
-                            mi = (cq * NLR + lr) * 3 * W
-                            rkn = ch * NLR + lr
-                            pcn = rkn >> LR
-                            dom = pcn if apc else rkn
-                            for kk in range(3):
-                                ki = mi + kk * W
-                                anym = np.uint64(0)
-                                for w in range(W):
-                                    anym |= km[ki + w]
-                                if anym == 0:
-                                    continue
-                                cmd = colc if kk == 0 else (ACT if kk == 1 else PRE)
-                                lb = _rank_lb(cmd, ch, pcn, rkn, dom, nxt, o1, o2, off,
-                                              busfree, busid, faw, faw_i, tfaw)
-                                if lb >= nt:
-                                    continue
-                                m = INF
-                                k = 0
-                                for w in range(W):
-                                    mw = km[ki + w]
-                                    while mw:
-                                        if k == WALK_MAX:
-                                            m = lb
-                                            break
-                                        low = mw & (~mw + U1)
-                                        mw ^= low
-                                        bank = ch * NBC + lr * NBR + w * 64 + \
-                                            np.int64(trailing_zeros(low))
-                                        t = _bank_part(cmd, bank >> LB, bank, nxt, o3, o4,
-                                                       off)
-                                        if t < m:
-                                            m = t
-                                        k += 1
-                                    if m <= lb:
-                                        m = lb
-                                        break
-                                if m < nt:
-                                    nt = m
+                        for kk in range(3):
+                            cmd = colc if kk == 0 else (ACT if kk == 1 else PRE)
+                            oc = off[cmd]
+                            for lr in range(NLR):
+                                rkn = ch * NLR + lr
+                                if not full and lr != irk0 and lr != irk1:
+                                    g = gm[kk * NLR + lr]
+                                    if g >= BIG:
+                                        continue
+                                    lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
+                                    if lb >= nt:
+                                        continue
+                                else:
+                                    ki = (cq * NLR + lr) * 3 * W + kk * W
+                                    anym = np.uint64(0)
+                                    for w in range(W):
+                                        anym |= km[ki + w]
+                                    if anym == 0:
+                                        continue
+                                    pcn = rkn >> LR
+                                    dom = pcn if apc else rkn
+                                    refb = -1
+                                    if ref_pend[dom]:
+                                        if refmode == 1:
+                                            continue    # waits for its refresh (in nt_ref)
+                                        rb = dom * NBD + pb_ptr[dom]
+                                        if rb >> LNBR == rkn:
+                                            refb = rb & (NBR - 1)
+                                    lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
+                                    if lb >= nt:
+                                        continue
+                                    g = _group_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
+                                                   cmd * NBANK + ch * NBC + lr * NBR, NBR,
+                                                   refb)
+                                    if g >= BIG:
+                                        continue
+                                t = g - oc
+                                if t < lb:
+                                    t = lb
+                                if t < nt:
+                                    nt = t
             elif qn[ch * 2] + qn[ch * 2 + 1] > 0 and not (row_free and col_free):
                 bt = busfree[ch * 2]
                 if split and busfree[ch * 2 + 1] < bt:
@@ -1146,7 +1295,9 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     NLR = P * R
     NBC = NLR * NBR
     W = (NBR + 63) // 64
-    nxt = np.zeros((C + NPC + NRK + NBG + NBANK) * NCMD, dtype=np.int64)
+    rl = np.zeros(NRK * NCMD, dtype=np.int64)      # rank level: channel, data bus, rank, tFAW
+    bp = np.zeros(NCMD * NBANK, dtype=np.int64)     # bank part: max(bank group, bank)
+    cs = np.full(C * 2 * 3 * NBC, BIG, dtype=np.int64)
     QM = max(cfg[C_RQ], cfg[C_WQ])
     qe = np.zeros(C * 2 * QM * NQF, dtype=np.int64)
     fr = np.zeros(C * 2 * QM, dtype=np.int64)
@@ -1237,7 +1388,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     for c in range(C):
         _tset(ch_tree, PCH, c, 0 if refmode != 0 else INF)
     fields = np.zeros(7, dtype=np.int64)
-    tmp = np.zeros(2 * 64 * W * NLR, dtype=np.int64)
+    gm = np.zeros(3 * NLR, dtype=np.int64)
     skipped = np.zeros(3 * NLR, dtype=np.int64)
     ctl = np.zeros(3, dtype=np.int64)
     ctl[0] = -1
@@ -1253,11 +1404,11 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
               m_field, m_radix, m_log2, m_dst, m_sizes,
               s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
               g_compute, g_prev, g_next, pt, tlbc,
-              nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
+              rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
               drain, ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
               s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall,
               s_wnext, ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done,
-              b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, tmp,
+              b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm,
               skipped, ctl)
     else:
         # Channels of an open-loop trace share nothing: simulate them one at a time
@@ -1285,12 +1436,12 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                       m_field, m_radix, m_log2, m_dst, m_sizes,
                       s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp,
                       d_gate, g_compute, g_prev, g_next, pt, tlbc,
-                      nxt, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i,
+                      rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i,
                       busfree, drain, ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log,
                       nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone,
                       s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
                       g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft,
-                      ch_tree, st_tree, fields, tmp, skipped, ctl)
+                      ch_tree, st_tree, fields, gm, skipped, ctl)
                 ch_at[c] = ch_tree[PCH + c]
                 st_at[c] = st_tree[PST + c]
                 ends[c] = ctl[2]

@@ -124,18 +124,35 @@ def rule_list(spec: DramSpec) -> list[tuple[str, tuple[int, ...], tuple[int, ...
 
 def compile_rules(spec: DramSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rules grouped by preceding command, in engine ticks:
-    (offsets[NCMD+1], level[n], following[n], distance_ticks[n])."""
+    (offsets[NCMD+1], level[n], following[n], distance_ticks[n]).
+
+    Only what the engine asks for is kept, folded to as few entries as possible: RDA/WRA
+    as following commands are dropped (they obey exactly the rules of RD/WR, and the
+    engine asks for the readiness of RD/WR); scopes that cover the same ranks in this
+    organization collapse to the narrowest (the channel is the data bus with one
+    pseudo-channel, the data bus is the rank with one rank; the sibling ranks are none);
+    and rules with the same (preceding, scope, following) keep the largest distance."""
     k = spec.ticks_per_ck
     a_is_pc = act_domain_is_pc(spec)
-    flat = []
+    org = spec.organization
+    dist_of: dict[tuple[int, int, int], int] = {}
     for scope, prev, nxt, dist in rule_list(spec):
         level = LEVELS.index(scope)
         if level == L_A:
             level = L_D if a_is_pc else L_K
+        if level == L_CH and org.pseudo_channels == 1:
+            level = L_D
+        if level == L_D and org.ranks == 1:
+            level = L_K
+        if level == L_SIB and org.ranks == 1:
+            continue
         for p in prev:
             for n in nxt:
-                flat.append((p, level, n, ceil_ticks(dist, k)))
-    flat.sort()
+                if n in (RDA, WRA):
+                    continue
+                key = (p, level, n)
+                dist_of[key] = max(dist_of.get(key, 0), ceil_ticks(dist, k))
+    flat = sorted((p, level, n, d) for (p, level, n), d in dist_of.items())
     offsets = np.zeros(NCMD + 1, dtype=np.int64)
     for p, *_ in flat:
         offsets[p + 1] += 1
