@@ -131,22 +131,32 @@ def _targmin(tree, P):
 
 
 @njit(inline="always", _nrt=False)
-def _decode(addr, m_field, m_radix, m_log2, m_dst, xor, gbits, gmask, bmask, fields):
-    """Mixed-radix address decode (of the burst index) from the least significant end
-    (bit slices when the radix is a power of two) into fields[0..6]."""
-    for f in range(7):
-        fields[f] = 0
-    v = addr
-    for k in range(m_field.shape[0]):
-        lg = m_log2[k]
-        if lg >= 0:
-            val = np.int64(v & np.uint64(m_radix[k] - 1))
-            v = v >> np.uint64(lg)
-        else:
-            r = np.uint64(m_radix[k])
-            val = np.int64(v % r)
-            v = v // r
-        fields[m_field[k]] |= val << m_dst[k]
+def _decode(addr, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos, m_sizes, xor, gbits,
+            gmask, bmask, fields):
+    """Address decode (of the burst index) into fields[0..6]: byte-wise table lookups when
+    the mapping is a bit permutation (see ``AddressMapping.chunk_tables``), else the
+    mixed-radix steps from the least significant end (bit slices when the radix is a power
+    of two)."""
+    if m_chunk.shape[0] > 0:
+        packed = np.int64(0)
+        for k in range(m_chunk.shape[0]):
+            packed |= m_chunk[k, np.int64((addr >> np.uint64(8 * k)) & np.uint64(255))]
+        for f in range(7):
+            fields[f] = (packed >> m_pos[f]) & (m_sizes[f] - 1)
+    else:
+        for f in range(7):
+            fields[f] = 0
+        v = addr
+        for k in range(m_field.shape[0]):
+            lg = m_log2[k]
+            if lg >= 0:
+                val = np.int64(v & np.uint64(m_radix[k] - 1))
+                v = v >> np.uint64(lg)
+            else:
+                r = np.uint64(m_radix[k])
+                val = np.int64(v % r)
+                v = v // r
+            fields[m_field[k]] |= val << m_dst[k]
     if xor:
         fields[3] = fields[3] ^ (fields[5] & gmask)
         fields[4] = fields[4] ^ ((fields[5] >> gbits) & bmask)
@@ -395,14 +405,14 @@ def _recat(ch, lbk, NBC, NBR, NLR, W, orow, qe, bq, km, cs, hits_since, cap):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-          m_field, m_radix, m_log2, m_dst, m_sizes,
+          m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
           s_first, s_last, s_maxout,
           d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
           g_compute, g_prev, g_next,
           pt, tlbc,
           # state (allocated by _run)
           rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
-          ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
+          ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
           ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
           tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm, skipped, ctl):
@@ -627,8 +637,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             addr = (np.uint64(tlbc[TL_PTE] + idx * 8) >> shift) << shift
                     if kind == 0:
                         addr = np.uint64((s_pfn[s] << pshift) | (np.int64(addr) & pmask))
-                _decode(addr >> shift, m_field, m_radix, m_log2, m_dst, xor, gbits, gmask,
-                        bmask, fields)
+                _decode(addr >> shift, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos,
+                        m_sizes, xor, gbits, gmask, bmask, fields)
                 ch = fields[0]
                 qt = 1 if (d_write[d] != 0 and kind == 0) else 0
                 cq = ch * 2 + qt
@@ -744,8 +754,14 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             row_free = busfree[ch * 2] <= now
             col_free = busfree[ch * 2 + (1 if split else 0)] <= now
 
-            # refresh: due domains get priority on the row bus
-            if refmode != 0:
+            # refresh: due domains get priority on the row bus (ref_sum keeps per channel
+            # the earliest due time of the domains not pending and the number pending, so
+            # that most decisions skip the walk over the domains)
+            if refmode != 0 and ref_sum[ch * 2 + 1] == 0 and ref_sum[ch * 2] > now:
+                nt = ref_sum[ch * 2]
+            elif refmode != 0:
+                rmin = INF
+                npend = 0
                 for dd in range(NDC):
                     dom = ch * NDC + dd
                     if ref_pend[dom] == 0:
@@ -754,6 +770,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         else:
                             if ref_due[dom] < nt:
                                 nt = ref_due[dom]
+                            if ref_due[dom] < rmin:
+                                rmin = ref_due[dom]
                             continue
                     if apc:
                         pcn = dom
@@ -806,6 +824,12 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             pb_ptr[dom] = (pb_ptr[dom] + 1) % NBD
                     elif t < nt:
                         nt = t
+                    if ref_pend[dom]:
+                        npend += 1
+                    elif ref_due[dom] < rmin:
+                        rmin = ref_due[dom]
+                ref_sum[ch * 2] = rmin
+                ref_sum[ch * 2 + 1] = npend
 
             # FR-FCFS over the active queue: the oldest ready row hit, else (on a split
             # bus: and) the oldest ready ACT/PRE. Candidates are banks: all requests of a
@@ -1273,7 +1297,7 @@ def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
 
 @njit(cache=True, nogil=True)
 def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-         m_field, m_radix, m_log2, m_dst, m_sizes,
+         m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
          s_first, s_last, s_maxout,
          d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
          g_compute, g_prev, g_next,
@@ -1331,6 +1355,12 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             ref_due[d] = tim[T_REFIPB] * (d % NDC + 1) // NDC
         else:
             ref_due[d] = INF
+    ref_sum = np.zeros(2 * C, dtype=np.int64)     # per channel: min due (not pending), pending
+    for c in range(C):
+        ref_sum[2 * c] = INF
+        for d in range(c * NDC, (c + 1) * NDC):
+            if ref_due[d] < ref_sum[2 * c]:
+                ref_sum[2 * c] = ref_due[d]
     cmdc = np.zeros(C * NCMD, dtype=np.int64)
     stat = np.zeros(NSTAT, dtype=np.int64)
     lat_hist = np.zeros(LAT_BINS, dtype=np.int64)
@@ -1401,11 +1431,11 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             perch = False
     if not perch:
         _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-              m_field, m_radix, m_log2, m_dst, m_sizes,
+              m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
               s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
               g_compute, g_prev, g_next, pt, tlbc,
               rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
-              drain, ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log, nlog,
+              drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
               s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall,
               s_wnext, ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done,
               b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm,
@@ -1433,13 +1463,13 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 ctl[1] = last if rnd == 1 else 0
                 ctl[2] = ends[c]
                 _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-                      m_field, m_radix, m_log2, m_dst, m_sizes,
+                      m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                       s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp,
                       d_gate, g_compute, g_prev, g_next, pt, tlbc,
                       rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i,
-                      busfree, drain, ref_due, ref_pend, pb_ptr, cmdc, stat, lat_hist, log,
-                      nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone,
-                      s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
+                      busfree, drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist,
+                      log, nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt,
+                      s_ptdone, s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
                       g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft,
                       ch_tree, st_tree, fields, gm, skipped, ctl)
                 ch_at[c] = ch_tree[PCH + c]

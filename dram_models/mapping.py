@@ -80,6 +80,29 @@ class AddressMapping:
         return (st[:, 0].copy(), st[:, 1].copy(), log2, st[:, 2].copy(),
                 np.array(self.sizes, dtype=np.int64))
 
+    def chunk_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Byte-wise lookup tables for the engine's fast decode, when every step is a bit
+        slice: the decode is then a bit permutation of the burst index, so
+        ``T[k, (index >> 8k) & 255]`` ORed over the bytes k gives all seven fields packed
+        into one integer, field f at bit ``pos[f]``. Empty tables (use the step loop) if a
+        step is a modulo or the packed fields need more than 63 bits."""
+        widths = [s.bit_length() - 1 for s in self.sizes]
+        empty = (np.zeros((0, 256), dtype=np.int64), np.zeros(len(FIELDS), dtype=np.int64))
+        if any(r & (r - 1) for _, r, _ in self.steps) or sum(widths) > 63 or \
+                any(s & (s - 1) for s in self.sizes):
+            return empty
+        pos = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        dest = []                       # packed bit of each burst-index bit, from bit 0
+        for field, radix, dst in self.steps:
+            for b in range(radix.bit_length() - 1):
+                dest.append(int(pos[field]) + dst + b)
+        nbytes = max(1, (len(dest) + 7) // 8)
+        table = np.zeros((nbytes, 256), dtype=np.int64)
+        vals = np.arange(256)
+        for b, d in enumerate(dest):
+            table[b // 8] |= ((vals >> (b % 8)) & 1) << d
+        return table, pos
+
     def decode(self, addr: np.ndarray) -> dict[str, np.ndarray]:
         """Vectorized decode of byte addresses into a dict of coordinate arrays."""
         v = np.asarray(addr, dtype=np.uint64) >> np.uint64(self.offset_bits)

@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 
 from . import engine as E
+from ._jit import compile_for
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
 from .rules import act_domain_is_pc, command_slots, compile_rules, timing_values
@@ -151,6 +152,7 @@ class MemorySystem:
         self.slots, self.busid, self.off = command_slots(spec)
         self.rules = compile_rules(spec)
         self.map_tables = self.mapping.tables()
+        self.chunk_tables = self.mapping.chunk_tables()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -231,10 +233,12 @@ class MemorySystem:
         first = np.ascontiguousarray(streams.first, dtype=np.int64)
         last = np.ascontiguousarray(streams.last, dtype=np.int64)
         while True:
-            out = E._run(cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl,
-                         r_next, r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, first,
-                         last, maxout, addr, nb, is_write, arrival, group, gate, compute,
-                         prev, nxt, pt, tl, log_cap)
+            args = (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
+                    r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
+                    first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
+                    prev, nxt, pt, tl, log_cap)
+            compile_for(E._run, args)
+            out = E._run(*args)
             if out[0][E.S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room
@@ -249,9 +253,10 @@ class MemorySystem:
 
     def _partition(self, addr: np.ndarray):
         m_field, m_radix, m_log2, m_dst, _ = self.map_tables
-        return E._partition(np.ascontiguousarray(addr, dtype=np.uint64),
-                            self.mapping.offset_bits, m_field, m_radix, m_log2, m_dst,
-                            self.channels)
+        args = (np.ascontiguousarray(addr, dtype=np.uint64), self.mapping.offset_bits,
+                m_field, m_radix, m_log2, m_dst, self.channels)
+        compile_for(E._partition, args)
+        return E._partition(*args)
 
     def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
         """Per-channel streams for a trace; also the permutation from stream order back
