@@ -8,8 +8,8 @@ What it models (per channel, one controller each):
 * open-page or closed-page (auto-precharge when no queued request hits the row) policy,
   with a starvation cap on row hits while a conflicting request waits;
 * every pairwise timing rule of the family (:mod:`dram_models.rules`) through
-  next-allowed-time tables per channel / data bus / rank / bank group / bank, the
-  four-activate window, rank-switch penalties;
+  next-allowed times per rank (channel, data-bus and rank rules, and the four-activate
+  window) and per bank (bank-group and bank rules), rank-switch penalties;
 * command-bus occupancy: one shared bus (DDR/LPDDR; LPDDR5's ACT takes two slots) or
   separate row and column buses (HBM), shared by the pseudo-channels of a channel;
 * all-bank or per-bank refresh with precharge of open banks;
@@ -38,12 +38,19 @@ Why it is fast:
 * The scheduler works on *banks*, not queue entries. Every queued request of a bank that
   needs the same command (a row hit, an ACT to the closed bank, a PRE of the open row)
   becomes ready at the same tick, so each queue keeps, per bank, a list of its entries
-  in age order with the oldest hit and the oldest conflict, and per rank three bit masks
-  of the banks that have a hit / need an ACT / need a PRE. The oldest ready command of a
-  kind is the oldest candidate among the ready banks of that mask; age is a per-queue
-  sequence number, so removing a request never shifts anything.
-* Next-allowed times live in one flat table (node x command); a bank's readiness is two
-  loads. Timing rules are applied per issued command from a precompiled list.
+  in age order with the oldest hit and the oldest conflict. Per queue, kind and bank a
+  dense array holds the sequence number of the bank's candidate (``cs``, BIG if none),
+  and per command and bank the bank-level next-allowed tick (``bp``, bank group and
+  bank rules folded together), and per rank a bit mask of the banks with a candidate of
+  each kind lets a scan skip empty ranks; age is a per-queue sequence number, so removing
+  a request never shifts anything.
+* A decision finds the oldest ready candidate of each kind with one branch-free pass per
+  rank over those dense arrays, which LLVM vectorizes (the engine is compiled without
+  Numba's negative-index fix-up, see :mod:`dram_models._jit`); the same pass gives the
+  earliest tick any candidate can issue, so the controller sleeps until then.
+* The rank-level bound of a command is one load (``rl``): channel, data-bus and rank
+  rules are applied to every rank they cover when a command issues, and the rule tables
+  are folded per organization (:func:`dram_models.rules.compile_rules`).
 * All state is held in flat NumPy arrays allocated once; the helpers are inlined into the
   loop, so nothing is allocated or reference-counted per request.
 """
