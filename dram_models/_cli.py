@@ -10,7 +10,6 @@ import numpy as np
 
 from .errors import SimError
 from .memory import MemorySystem
-from .patterns import make
 from .spec import load_standard
 from .trace import Trace
 

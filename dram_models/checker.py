@@ -72,7 +72,6 @@ def check(spec: DramSpec, log: np.ndarray, controller: ControllerConfig | None =
     # timing counts from the last command slot
     ref = tick + np.maximum(slot_t[cmd] - k, 0)
     apc = act_domain_is_pc(spec)
-    nbank_rank = o.banks
     # activation / refresh domain: the pseudo-channel for HBM, else the rank
     dom = pcn if apc else rkn
     idx = np.arange(len(log))

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
 
 INF = np.int64(2**62)
 QMAX_LIMIT = 64                     # queue entries per queue
@@ -206,22 +205,6 @@ def _group_min(cs, bs, bp, bt, NBR, refb):
 
 
 @njit(inline="always", _nrt=False)
-def _oldest_ready(cs, bs, bp, bt, NBR, refb, lim, best):
-    """Smallest sequence number below ``best`` among the group's candidates whose bank
-    part is at most ``lim`` (``best`` if none)."""
-    r = best
-    ubs = np.uint64(bs)
-    ubt = np.uint64(bt)
-    ur = np.uint64(refb)
-    for i in range(NBR):
-        ui = np.uint64(i)
-        sq = cs[ubs + ui]
-        sq = BIG if (bp[ubt + ui] > lim or ui == ur) else sq
-        r = sq if sq < r else r
-    return r
-
-
-@njit(inline="always", _nrt=False)
 def _ready_min(cs, bs, bp, bt, NBR, refb, lim, lb, best):
     """One pass over a (queue, kind, rank) group whose rank-level bound is ``lb``: the
     smallest key (sequence number << LANE_BITS | lane) below ``best`` among the candidates
@@ -341,6 +324,20 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, s
             log[n, 6] = bank
             log[n, 7] = row
         nlog[0] = n + 1
+
+
+@njit(inline="always", _nrt=False)
+def _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR, NBR, refmode):
+    """What of rank ``rkn`` waits for a pending refresh: -1 nothing, -2 the whole rank (its
+    domain's all-bank refresh), else the bank, local to the rank, of its domain's per-bank
+    refresh."""
+    dom = (rkn >> LR) if apc else rkn
+    if ref_pend[dom] == 0:
+        return -1
+    if refmode == 1:
+        return -2
+    rb = dom * NBD + pb_ptr[dom]
+    return rb & (NBR - 1) if rb >> LNBR == rkn else -1
 
 
 @njit(inline="always", _nrt=False)
@@ -471,7 +468,6 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     tcl = tim[T_CL]
     tcwl = tim[T_CWL]
     tbl = tim[T_BL]
-    tfaw = tim[T_FAW]
     S = s_first.shape[0]
     Gn = g_compute.shape[0]
     FS = fifo.shape[1]
@@ -894,15 +890,10 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             if anym == 0:
                                 continue
                             rkn = ch * NLR + lr
-                            pcn = rkn >> LR
-                            dom = pcn if apc else rkn
-                            refb = -1
-                            if ref_pend[dom]:
-                                if refmode == 1:
-                                    continue    # the whole domain waits for its refresh
-                                rb = dom * NBD + pb_ptr[dom]
-                                if rb >> LNBR == rkn:
-                                    refb = rb & (NBR - 1)
+                            refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR,
+                                                  NBR, refmode)
+                            if refb == -2:
+                                continue        # the whole rank waits for its refresh
                             lbb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid) + oc
                             r, g = _ready_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
                                               cmd * NBANK + ch * NBC + lr * NBR, NBR, refb,
@@ -934,15 +925,10 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         if anym == 0:
                             continue
                         rkn = ch * NLR + lr
-                        pcn = rkn >> LR
-                        dom = pcn if apc else rkn
-                        refb = -1
-                        if ref_pend[dom]:
-                            if refmode == 1:
-                                continue    # the whole domain waits for its refresh
-                            rb = dom * NBD + pb_ptr[dom]
-                            if rb >> LNBR == rkn:
-                                refb = rb & (NBR - 1)
+                        refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR, NBR,
+                                              refmode)
+                        if refb == -2:
+                            continue            # the whole rank waits for its refresh
                         for kk in range(3):
                             if kk == 0:
                                 cmd = colc
@@ -985,7 +971,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             bt = cmd * NBANK + ch * NBC + lr * NBR
                             oc = off[cmd]
                             lim = now + oc
-                            rdy = _oldest_ready(cs, bs, bp, bt, NBR, refb, lim, best)
+                            # (lb <= now here, so the pass's readiness is the bank's)
+                            key, _ = _ready_min(cs, bs, bp, bt, NBR, refb, lim, lb + oc,
+                                                BIG if best >= BIG else best << LANE_BITS)
+                            rdy = BIG if key >= BIG else key >> LANE_BITS
+                            rdy = rdy if rdy < best else best
                             tw, tp = _pending_min(cs, bs, bp, bt, NBR, refb, lim, rdy, best)
                             if tw < BIG and tw - oc < nt:
                                 nt = tw - oc
@@ -993,10 +983,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                 pmin = tp - oc
                             rdy_b = -1
                             if rdy < best:
-                                for i in range(NBR):
-                                    if cs[bs + i] == rdy and i != refb:
-                                        rdy_b = lr * NBR + i
-                                        break
+                                rdy_b = lr * NBR + (key & LANE_MASK)
                             if rdy_b >= 0:
                                 if kk == 0:
                                     best_col = rdy
@@ -1162,13 +1149,10 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     kk = skipped[i] - lr * 3
                     cmd = colc if kk == 0 else (ACT if kk == 1 else PRE)
                     rkn = ch * NLR + lr
-                    pcn = rkn >> LR
-                    dom = pcn if apc else rkn
-                    refb = -1
-                    if ref_pend[dom]:
-                        rb = dom * NBD + pb_ptr[dom]
-                        if rb >> LNBR == rkn:
-                            refb = rb & (NBR - 1)
+                    refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR, NBR,
+                                          refmode)
+                    if refb == -2:
+                        continue
                     lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
                     if lb >= nt:
                         continue
@@ -1217,15 +1201,10 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                         anym |= km[ki + w]
                                     if anym == 0:
                                         continue
-                                    pcn = rkn >> LR
-                                    dom = pcn if apc else rkn
-                                    refb = -1
-                                    if ref_pend[dom]:
-                                        if refmode == 1:
-                                            continue    # waits for its refresh (in nt_ref)
-                                        rb = dom * NBD + pb_ptr[dom]
-                                        if rb >> LNBR == rkn:
-                                            refb = rb & (NBR - 1)
+                                    refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr,
+                                                          NBD, LNBR, NBR, refmode)
+                                    if refb == -2:
+                                        continue    # waits for its refresh (in nt_ref)
                                     lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
                                     if lb >= nt:
                                         continue
