@@ -188,29 +188,13 @@ def _bank_part(cmd, bank, bp, NBANK, off):
 # vectorization; loads are unconditional and the minima are selects, so LLVM turns each
 # pass into a few SIMD instructions.
 @njit(inline="always", _nrt=False)
-def _group_min(cs, bs, bp, bt, NBR, refb):
-    """Earliest bank part (``bp``, before the command's slot offset) over the candidates of
-    one (queue, kind, rank) group, the bank ``refb`` (waiting for its refresh) excluded;
-    BIG if there is none."""
-    m = BIG
-    ubs = np.uint64(bs)
-    ubt = np.uint64(bt)
-    ur = np.uint64(refb)
-    for i in range(NBR):
-        ui = np.uint64(i)
-        v = bp[ubt + ui]
-        v = BIG if (cs[ubs + ui] >= BIG or ui == ur) else v
-        m = v if v < m else m
-    return m
-
-
-@njit(inline="always", _nrt=False)
 def _ready_min(cs, bs, bp, bt, NBR, refb, lim, lb, best):
     """One pass over a (queue, kind, rank) group whose rank-level bound is ``lb``: the
     smallest key (sequence number << LANE_BITS | lane) below ``best`` among the candidates
     ready at ``lim`` (``best`` if none), and the earliest tick at which any candidate is
     ready, max(bank part, lb) (BIG if none); both in bank-part units (before the command's
-    slot offset)."""
+    slot offset). With ``lim`` < 0 and ``lb`` = 0 it is the earliest bank part alone
+    (the compiler drops the unused key)."""
     r = best
     m = BIG
     ubs = np.uint64(bs)
@@ -349,6 +333,24 @@ def _setbit(km, i, b, on):
         km[w] |= bit
     else:
         km[w] &= ~bit
+
+
+@njit(inline="always", _nrt=False)
+def _bus_release(busfree, ch, split):
+    """First tick at which a command bus of channel ch is free (either bus if split)."""
+    bt = busfree[ch * 2]
+    if split and busfree[ch * 2 + 1] < bt:
+        bt = busfree[ch * 2 + 1]
+    return bt
+
+
+@njit(inline="always", _nrt=False)
+def _no_candidate(km, ki, W):
+    """Whether the W-word bank mask at km[ki] is empty."""
+    anym = np.uint64(0)
+    for w in range(W):
+        anym |= km[ki + w]
+    return anym == 0
 
 
 @njit(inline="always", _nrt=False)
@@ -883,11 +885,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         for lr in range(NLR):
                             gi = kk * NLR + lr
                             gm[gi] = BIG
-                            ki = (cq * NLR + lr) * 3 * W + kk * W
-                            anym = np.uint64(0)
-                            for w in range(W):
-                                anym |= km[ki + w]
-                            if anym == 0:
+                            if _no_candidate(km, (cq * NLR + lr) * 3 * W + kk * W, W):
                                 continue
                             rkn = ch * NLR + lr
                             refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR,
@@ -919,10 +917,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 else:
                     for lr in range(NLR):
                         mi = (cq * NLR + lr) * 3 * W
-                        anym = np.uint64(0)
-                        for w in range(3 * W):
-                            anym |= km[mi + w]
-                        if anym == 0:
+                        if _no_candidate(km, mi, 3 * W):
                             continue
                         rkn = ch * NLR + lr
                         refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR, NBR,
@@ -1156,8 +1151,9 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
                     if lb >= nt:
                         continue
-                    m = _group_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
-                                   cmd * NBANK + ch * NBC + lr * NBR, NBR, refb)
+                    _, m = _ready_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
+                                      cmd * NBANK + ch * NBC + lr * NBR, NBR, refb, -1, 0,
+                                      BIG)
                     if m < BIG:
                         t = m - off[cmd]
                         if t < lb:
@@ -1166,9 +1162,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             nt = t
             elif issued:
                 if _due(drain[ch], qn[ch * 2], qn[ch * 2 + 1], whi, wlo) or ref_issued:
-                    bt = busfree[ch * 2]
-                    if split and busfree[ch * 2 + 1] < bt:
-                        bt = busfree[ch * 2 + 1]
+                    bt = _bus_release(busfree, ch, split)
                     if bt < nt:
                         nt = bt
                 else:
@@ -1195,11 +1189,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                     if lb >= nt:
                                         continue
                                 else:
-                                    ki = (cq * NLR + lr) * 3 * W + kk * W
-                                    anym = np.uint64(0)
-                                    for w in range(W):
-                                        anym |= km[ki + w]
-                                    if anym == 0:
+                                    if _no_candidate(km, (cq * NLR + lr) * 3 * W + kk * W,
+                                                     W):
                                         continue
                                     refb = _refresh_block(rkn, LR, apc, ref_pend, pb_ptr,
                                                           NBD, LNBR, NBR, refmode)
@@ -1208,9 +1199,9 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                     lb = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
                                     if lb >= nt:
                                         continue
-                                    g = _group_min(cs, (cq * 3 + kk) * NBC + lr * NBR, bp,
-                                                   cmd * NBANK + ch * NBC + lr * NBR, NBR,
-                                                   refb)
+                                    _, g = _ready_min(cs, (cq * 3 + kk) * NBC + lr * NBR,
+                                                      bp, cmd * NBANK + ch * NBC + lr * NBR,
+                                                      NBR, refb, -1, 0, BIG)
                                     if g >= BIG:
                                         continue
                                 t = g - oc
@@ -1219,9 +1210,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                 if t < nt:
                                     nt = t
             elif qn[ch * 2] + qn[ch * 2 + 1] > 0 and not (row_free and col_free):
-                bt = busfree[ch * 2]
-                if split and busfree[ch * 2 + 1] < bt:
-                    bt = busfree[ch * 2 + 1]
+                bt = _bus_release(busfree, ch, split)
                 if bt > now and bt < nt:
                     nt = bt
             if nt <= now:
