@@ -28,6 +28,9 @@ def add_memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refresh", choices=("all_bank", "per_bank", "none"), default=None,
                    help="refresh mode (default: the preset's)")
     p.add_argument("--page-policy", choices=("open", "closed"), default=None)
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads to spread the channels over (default 1: one core; the "
+                        "results do not depend on it)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -45,18 +48,19 @@ def memory_from_args(args) -> MemorySystem:
     return MemorySystem(spec, ctrl or None, channels=args.channels)
 
 
-def timed_run(ms: MemorySystem, trace: Trace) -> tuple[dict, float]:
+def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1) -> tuple[dict, float]:
     """Run once on a small trace (to load or compile the Numba engine), then time the real
     run. Returns the statistics and the wall time of the real run."""
-    ms.run_trace(Trace.open_loop(np.arange(64, dtype=np.uint64) * np.uint64(ms.spec.burst_bytes)))
+    ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
+                                 * np.uint64(ms.spec.burst_bytes)), threads=threads)
     t0 = time.perf_counter()
-    res = ms.run_trace(trace)
+    res = ms.run_trace(trace, threads=threads)
     wall = time.perf_counter() - t0
     return res.stats.as_dict(), wall
 
 
 def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wall: float,
-           as_json: bool) -> None:
+           as_json: bool, threads: int = 1) -> None:
     out = {"standard": ms.spec.name, label_key: label, "requests": n,
            "channels": ms.channels, "mapping": ms.controller.mapping,
            "queue_depth": ms.controller.read_queue, "refresh": ms.controller.refresh,
@@ -70,7 +74,8 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
            "row_hit_rate": stats["row_hit_rate"], "row_hits": stats["row_hits"],
            "row_misses": stats["row_misses"], "row_conflicts": stats["row_conflicts"],
            "commands": stats["commands"], "reads": stats["reads"], "writes": stats["writes"],
-           "wall_s": wall, "requests_per_s": n / wall if wall > 0 else None}
+           "wall_s": wall, "requests_per_s": n / wall if wall > 0 else None,
+           "threads": threads}
     if as_json:
         print(json.dumps(out))
         return
@@ -86,7 +91,8 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
     print(f"  row buffer     {100 * stats['row_hit_rate']:.1f}% hits ({stats['row_hits']} hits, "
           f"{stats['row_misses']} misses, {stats['row_conflicts']} conflicts)")
     print("  commands       " + ", ".join(f"{k} {v}" for k, v in stats["commands"].items() if v))
-    print(f"  simulator      {wall:.3f} s wall, {n / wall / 1e6:.2f} M requests/s")
+    print(f"  simulator      {wall:.3f} s wall, {n / wall / 1e6:.2f} M requests/s"
+          + (f" ({threads} threads)" if threads > 1 else ""))
 
 
 def main_guard(fn, argv=None) -> int:

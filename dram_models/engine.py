@@ -416,7 +416,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
           d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
           g_compute, g_prev, g_next,
           pt, tlbc,
-          # state (allocated by _run)
+          # state (allocated by _alloc)
           rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
           ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
           s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
@@ -1270,14 +1270,25 @@ def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
     return chan, counts, order
 
 
+# The state of a run, as the tuple _alloc returns (the arguments of _loop after its
+# inputs, then the per-channel resume points of a channel-at-a-time run).
+STATE_FIELDS = (
+    "rl", "bp", "cs", "qe", "bq", "km", "fr", "qn", "seqc", "open_row", "hits_since", "faw",
+    "faw_i", "busfree", "drain", "ref_due", "ref_pend", "ref_sum", "pb_ptr", "cmdc", "stat",
+    "lat_hist", "log", "nlog", "s_cur", "s_k", "s_out", "s_vpn", "s_pfn", "s_hold",
+    "s_holdt", "s_ptdone", "s_tlbstall", "s_wnext", "ch_whead", "g_whead", "d_left",
+    "d_done", "g_left", "g_ready", "g_end", "b_done", "b_cnt", "tlb_tag", "tlb_use", "fifo",
+    "fh", "ft", "ch_tree", "st_tree", "fields", "gm", "skipped", "ctl", "ch_at", "st_at",
+    "ends")
+(ST_CMDC, ST_STAT, ST_LAT, ST_LOG, ST_NLOG, ST_TLBSTALL, ST_DDONE, ST_GREADY, ST_GEND,
+ ST_BDONE, ST_BCNT, ST_ENDS) = (STATE_FIELDS.index(n) for n in (
+     "cmdc", "stat", "lat_hist", "log", "nlog", "s_tlbstall", "d_done", "g_ready", "g_end",
+     "b_done", "b_cnt", "ends"))
+
+
 @njit(cache=True, nogil=True)
-def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-         m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-         s_first, s_last, s_maxout,
-         d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
-         g_compute, g_prev, g_next,
-         pt, tlbc, log_cap):
-    """Allocate the simulation state and run :func:`_loop` (which cannot allocate)."""
+def _alloc(cfg, tim, s_first, s_last, d_nb, d_write, d_grp, g_compute, tlbc, log_cap):
+    """Allocate and initialize the state of a run (:data:`STATE_FIELDS`)."""
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -1343,7 +1354,7 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     nlog = np.zeros(1, dtype=np.int64)
 
     S = s_first.shape[0]
-    D = d_addr.shape[0]
+    D = d_nb.shape[0]
     Gn = g_compute.shape[0]
     s_cur = s_first.copy()
     s_k = np.zeros(S, dtype=np.int64)
@@ -1397,63 +1408,97 @@ def _run(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     skipped = np.zeros(3 * NLR, dtype=np.int64)
     ctl = np.zeros(3, dtype=np.int64)
     ctl[0] = -1
-    # one channel at a time needs: stream c feeds channel c (the caller's promise), an
-    # open loop (no caps, groups or page-table walks) and nothing recorded in global order
-    perch = cfg[C_PERCH] != 0 and C > 1 and S == C and Gn == 0 and not rec and \
-        cfg[C_LOG] == 0 and not (pt.shape[0] > 0 and tlbc[TL_WALK] != 0)
-    for s in range(S):
-        if s_maxout[s] > 0:
-            perch = False
-    if not perch:
+    ch_at = ch_tree[PCH:PCH + C].copy()
+    st_at = st_tree[PST:PST + S].copy()
+    ends = np.zeros(C, dtype=np.int64)
+    return (rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
+            drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
+            s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
+            ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
+            tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm, skipped, ctl,
+            ch_at, st_at, ends)
+
+
+@njit(cache=True, nogil=True)
+def _channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+              m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
+              s_first, s_last, s_maxout,
+              d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+              g_compute, g_prev, g_next, pt, tlbc, st, chans, rnd, last):
+    """One round of a channel-at-a-time run (open-loop trace: stream c feeds channel c
+    only, see _perch_ok) over the channels ``chans``: round 0 runs each until its own last
+    completion; round 1 continues those that finished before tick ``last`` (the latest
+    end of all channels) up to it, so that every channel sees exactly the decisions
+    (refreshes) of the joint run. The state ``st`` may hold other channels too; it only
+    needs to be the same for both rounds of a channel. With no channels given, one run of
+    all channels together. (The one place that calls :func:`_loop`: every function that
+    calls it compiles it again.)"""
+    (rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
+     drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
+     s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
+     ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
+     tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm, skipped, ctl,
+     ch_at, st_at, ends) = st
+    PCH = ch_tree.shape[0] // 2
+    PST = st_tree.shape[0] // 2
+    n = chans.shape[0]
+    for k in range(max(n, 1)):
+        c = -1                          # no channels given: all of them together
+        if n > 0:
+            c = chans[k]
+            if rnd == 1 and ends[c] >= last:
+                continue
+            for i in range(2 * PCH):
+                ch_tree[i] = INF
+            for i in range(2 * PST):
+                st_tree[i] = INF
+            _tset(ch_tree, PCH, c, ch_at[c])
+            _tset(st_tree, PST, c, st_at[c])
+            ctl[0] = c
+            ctl[1] = last if rnd == 1 else 0
+            ctl[2] = ends[c]
         _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
               m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-              s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
-              g_compute, g_prev, g_next, pt, tlbc,
-              rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
-              drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
-              s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall,
-              s_wnext, ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done,
-              b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm,
-              skipped, ctl)
-    else:
-        # Channels of an open-loop trace share nothing: simulate them one at a time
-        # (smaller working set, no interleaving), each until its own last completion,
-        # then continue the ones that finished early up to the global end, so that every
-        # channel sees exactly the decisions (refreshes) the joint run would make.
-        ch_at = ch_tree[PCH:PCH + C].copy()
-        st_at = st_tree[PST:PST + S].copy()
-        ends = np.zeros(C, dtype=np.int64)
-        last = 0
-        for rnd in range(2):
-            for c in range(C):
-                if rnd == 1 and ends[c] >= last:
-                    continue
-                for i in range(2 * PCH):
-                    ch_tree[i] = INF
-                for i in range(2 * PST):
-                    st_tree[i] = INF
-                _tset(ch_tree, PCH, c, ch_at[c])
-                _tset(st_tree, PST, c, st_at[c])
-                ctl[0] = c
-                ctl[1] = last if rnd == 1 else 0
-                ctl[2] = ends[c]
-                _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-                      m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-                      s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp,
-                      d_gate, g_compute, g_prev, g_next, pt, tlbc,
-                      rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i,
-                      busfree, drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist,
-                      log, nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt,
-                      s_ptdone, s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
-                      g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft,
-                      ch_tree, st_tree, fields, gm, skipped, ctl)
-                ch_at[c] = ch_tree[PCH + c]
-                st_at[c] = st_tree[PST + c]
-                ends[c] = ctl[2]
-                if ctl[2] > last:
-                    last = ctl[2]
+              s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp,
+              d_gate, g_compute, g_prev, g_next, pt, tlbc,
+              rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i,
+              busfree, drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist,
+              log, nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt,
+              s_ptdone, s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
+              g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft,
+              ch_tree, st_tree, fields, gm, skipped, ctl)
+        if c >= 0:
+            ch_at[c] = ch_tree[PCH + c]
+            st_at[c] = st_tree[PST + c]
+            ends[c] = ctl[2]
+
+
+@njit(cache=True, nogil=True)
+def _perch_ok(cfg, s_first, s_maxout, g_compute, pt, tlbc):
+    """Whether a run may simulate one channel at a time: stream c feeds channel c (the
+    caller's promise, C_PERCH), an open loop (no caps, groups or page-table walks) and
+    nothing recorded in global order (no burst record, no command log)."""
+    C = cfg[C_CH]
+    S = s_first.shape[0]
+    ok = cfg[C_PERCH] != 0 and C > 1 and S == C and g_compute.shape[0] == 0 and \
+        cfg[C_REC] == 0 and cfg[C_LOG] == 0 and not (pt.shape[0] > 0 and tlbc[TL_WALK] != 0)
+    for s in range(S):
+        if s_maxout[s] > 0:
+            ok = False
+    return ok
+
+
+@njit(cache=True, nogil=True)
+def _collect(cfg, st):
+    """The results of a run from its state: statistics, command counts per channel, read
+    latency histogram, completion ticks (descriptors, groups, bursts), the command log and
+    the TLB stall per stream."""
+    stat = st[ST_STAT]
+    log = st[ST_LOG]
+    nlog = st[ST_NLOG]
     nl = min(nlog[0], log.shape[0])
     if cfg[C_LOG] and nlog[0] > log.shape[0]:
         stat[S_DEADLOCK] = 2   # command log overflow: caller must retry with more room
-    return (stat, cmdc.reshape((C, NCMD)), lat_hist, d_done, g_ready, g_end, b_done, b_cnt,
-            log[:nl], s_tlbstall)
+    return (stat, st[ST_CMDC].reshape((cfg[C_CH], NCMD)), st[ST_LAT], st[ST_DDONE],
+            st[ST_GREADY], st[ST_GEND], st[ST_BDONE], st[ST_BCNT], log[:nl],
+            st[ST_TLBSTALL])

@@ -13,6 +13,7 @@ Two ways in:
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -97,6 +98,64 @@ class RunResult:
     deadlock: bool
 
 
+def _engine_run(inputs: tuple, log_cap: int, threads: int) -> tuple:
+    """Run the engine on its input arrays (the arguments of ``engine._channels`` before the
+    state) and return what ``engine._collect`` returns. Allocates the state, then runs all
+    channels together, or, for an open-loop trace (``engine._perch_ok``), one channel at
+    a time in two rounds (each to its own end, then the early ones to the common end).
+    Those channels are spread over up to ``threads`` threads (the engine releases the
+    GIL), each with its own state, dealt out by request count, largest first, to the
+    least loaded thread; the results are merged into exactly what one thread gives:
+    counts add up, the end tick and the error flag take the maximum, every descriptor's
+    completion comes from the thread that simulated its channel."""
+    cfg, first, last = inputs[0], inputs[16], inputs[17]
+    pa = (cfg, first, inputs[18], inputs[25], inputs[28], inputs[29])
+    compile_for(E._perch_ok, pa)
+    perch = bool(E._perch_ok(*pa))
+    if perch:
+        load = (last - first).tolist()      # stream c feeds channel c
+        groups = [[] for _ in range(min(threads, len(load)))]
+        weight = [0] * len(groups)
+        for c in sorted(range(len(load)), key=lambda c: (-load[c], c)):
+            t = weight.index(min(weight))
+            groups[t].append(c)
+            weight[t] += load[c]
+        chans = [np.array(sorted(g), dtype=np.int64) for g in groups]
+    else:
+        chans = [np.zeros(0, dtype=np.int64)]   # all channels together
+    alloc_args = (cfg, inputs[1], first, last, inputs[20], inputs[21], inputs[23],
+                  inputs[25], inputs[29], log_cap)
+    compile_for(E._alloc, alloc_args)
+    states = [E._alloc(*alloc_args) for _ in chans]
+    compile_for(E._channels, (*inputs, states[0], chans[0], 0, 0))
+    compile_for(E._collect, (cfg, states[0]))
+
+    def run_round(rnd: int, end: int) -> None:
+        def one(i):
+            E._channels(*inputs, states[i], chans[i], rnd, end)
+        if len(chans) == 1:
+            one(0)
+        else:
+            with ThreadPoolExecutor(len(chans)) as pool:
+                list(pool.map(one, range(len(chans))))
+
+    run_round(0, 0)
+    if perch:
+        run_round(1, max(int(st[E.ST_ENDS].max()) for st in states))
+    outs = [E._collect(cfg, st) for st in states]
+    if len(outs) == 1:
+        return outs[0]
+    stat = np.sum([o[0] for o in outs], axis=0)
+    for k in (E.S_END, E.S_DEADLOCK):
+        stat[k] = max(o[0][k] for o in outs)
+    d_done = outs[0][3].copy()
+    for o in outs[1:]:
+        np.maximum(d_done, o[3], out=d_done)        # -1 where another thread's channel
+    o0 = outs[0]
+    return (stat, np.sum([o[1] for o in outs], axis=0), np.sum([o[2] for o in outs], axis=0),
+            d_done, o0[4], o0[5], o0[6], o0[7], o0[8], np.sum([o[9] for o in outs], axis=0))
+
+
 class MemorySystem:
     """A DRAM standard with controller settings, ready to simulate.
 
@@ -168,12 +227,16 @@ class MemorySystem:
     # ------------------------------------------------------------------ runs
     def run(self, streams: Streams, translation: Translation | None = None,
             record: bool = False, log: bool = False, *,
-            stream_per_channel: bool = False) -> RunResult:
+            stream_per_channel: bool = False, threads: int = 1) -> RunResult:
         """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
         every burst (in issue order); ``log`` keeps the issued command log for the
         checker. ``stream_per_channel`` promises that stream c addresses only channel c
         (as :meth:`trace_streams` builds them): an open-loop run without ``record`` or
-        ``log`` then simulates the channels one at a time, with identical results."""
+        ``log`` then simulates the channels one at a time, with identical results, and
+        ``threads`` > 1 spreads those channels over that many threads (the results do not
+        depend on the thread count; other runs ignore it)."""
+        if not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise ConfigError("threads", f"must be an integer >= 1, got {threads!r}")
         n = streams.n_desc
         bb = self.spec.burst_bytes
         addr = np.ascontiguousarray(streams.addr, dtype=np.uint64)
@@ -232,13 +295,12 @@ class MemorySystem:
         r_off, r_lvl, r_next, r_lat = self.rules
         first = np.ascontiguousarray(streams.first, dtype=np.int64)
         last = np.ascontiguousarray(streams.last, dtype=np.int64)
+        inputs = (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
+                  r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
+                  first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
+                  prev, nxt, pt, tl)
         while True:
-            args = (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
-                    r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
-                    first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
-                    prev, nxt, pt, tl, log_cap)
-            compile_for(E._run, args)
-            out = E._run(*args)
+            out = _engine_run(inputs, log_cap, threads)
             if out[0][E.S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room
@@ -273,7 +335,11 @@ class MemorySystem:
                           is_write=is_write, arrival=arrival)
         return streams, order
 
-    def run_trace(self, trace: Trace, record: bool = False, log: bool = False) -> RunResult:
-        """Simulate a trace (see module docstring)."""
+    def run_trace(self, trace: Trace, record: bool = False, log: bool = False,
+                  threads: int = 1) -> RunResult:
+        """Simulate a trace (see module docstring). Its channels are simulated one at a
+        time, on ``threads`` threads, unless ``record`` or ``log`` asks for results in
+        global order."""
         streams, _ = self.trace_streams(trace)
-        return self.run(streams, record=record, log=log, stream_per_channel=True)
+        return self.run(streams, record=record, log=log, stream_per_channel=True,
+                        threads=threads)
