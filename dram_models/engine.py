@@ -1287,8 +1287,13 @@ STATE_FIELDS = (
 
 
 @njit(cache=True, nogil=True)
-def _alloc(cfg, tim, s_first, s_last, d_nb, d_write, d_grp, g_compute, tlbc, log_cap):
-    """Allocate and initialize the state of a run (:data:`STATE_FIELDS`)."""
+def _alloc(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+           m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
+           s_first, s_last, s_maxout,
+           d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+           g_compute, g_prev, g_next, pt, tlbc, log_cap):
+    """Allocate and initialize the state of a run (:data:`STATE_FIELDS`) for the inputs
+    of :func:`_channels`."""
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -1474,8 +1479,12 @@ def _channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
 
 
 @njit(cache=True, nogil=True)
-def _perch_ok(cfg, s_first, s_maxout, g_compute, pt, tlbc):
-    """Whether a run may simulate one channel at a time: stream c feeds channel c (the
+def _perch_ok(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
+              m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
+              s_first, s_last, s_maxout,
+              d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
+              g_compute, g_prev, g_next, pt, tlbc):
+    """Whether a run on the inputs of :func:`_channels` may simulate one channel at a time: stream c feeds channel c (the
     caller's promise, C_PERCH), an open loop (no caps, groups or page-table walks) and
     nothing recorded in global order (no burst record, no command log)."""
     C = cfg[C_CH]

@@ -108,11 +108,11 @@ def _engine_run(inputs: tuple, log_cap: int, threads: int) -> tuple:
     least loaded thread; the results are merged into exactly what one thread gives:
     counts add up, the end tick and the error flag take the maximum, every descriptor's
     completion comes from the thread that simulated its channel."""
-    cfg, first, last = inputs[0], inputs[16], inputs[17]
-    pa = (cfg, first, inputs[18], inputs[25], inputs[28], inputs[29])
-    compile_for(E._perch_ok, pa)
-    perch = bool(E._perch_ok(*pa))
+    cfg = inputs[0]
+    compile_for(E._perch_ok, inputs)
+    perch = bool(E._perch_ok(*inputs))
     if perch:
+        first, last = inputs[16], inputs[17]    # the streams' descriptor ranges
         load = (last - first).tolist()      # stream c feeds channel c
         groups = [[] for _ in range(min(threads, len(load)))]
         weight = [0] * len(groups)
@@ -123,8 +123,7 @@ def _engine_run(inputs: tuple, log_cap: int, threads: int) -> tuple:
         chans = [np.array(sorted(g), dtype=np.int64) for g in groups]
     else:
         chans = [np.zeros(0, dtype=np.int64)]   # all channels together
-    alloc_args = (cfg, inputs[1], first, last, inputs[20], inputs[21], inputs[23],
-                  inputs[25], inputs[29], log_cap)
+    alloc_args = (*inputs, log_cap)
     compile_for(E._alloc, alloc_args)
     states = [E._alloc(*alloc_args) for _ in chans]
     compile_for(E._channels, (*inputs, states[0], chans[0], 0, 0))

@@ -298,3 +298,14 @@ def test_bench_cli_json_and_errors():
     bad = subprocess.run([sys.executable, "-m", "dram_models.bench", "--standard", "lpddr9",
                           "--pattern", "seq"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "lpddr9" in bad.stderr
+
+
+def test_compile_key_of_a_state_tuple_follows_its_arrays():
+    """compile_for keys the engine state (a tuple of arrays) by its arrays' types, without
+    numba.typeof: equal types give one key, any array of another type a new one."""
+    from dram_models._jit import _type_key
+    a = (np.zeros(3, dtype=np.int64), np.zeros((2, 2), dtype=np.int64))
+    assert _type_key(a) == _type_key((np.ones(5, dtype=np.int64), np.ones((3, 2), dtype=np.int64)))
+    assert _type_key(a) != _type_key((np.zeros(3, dtype=np.uint64), a[1]))
+    assert _type_key(a) != _type_key((a[0], np.zeros((2, 2), dtype=np.int64, order="F")))
+    assert _type_key(a) != _type_key((a[0],))
