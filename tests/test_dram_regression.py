@@ -4,25 +4,17 @@ completion time or issued command; regenerate the golden file only for a deliber
 documented change of the model."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from scriptmod import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "engine_golden.json"
 
 
-def _load_corpus():
-    spec = importlib.util.spec_from_file_location("engine_regression",
-                                                  ROOT / "scripts" / "engine_regression.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-REG = _load_corpus()
+REG = load_script("engine_regression")
 CASES = REG.select(REG.corpus(), quick=True)
 
 

@@ -1,18 +1,14 @@
 """scripts/reproduce_ellm.py --json: one object with the gain at the longest setting and a
 table of every setting (quick mode, ~10 s)."""
-import importlib.util
 import json
 import os
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_ellm.py"
+from scriptmod import load_script
 
 
 def test_reproduce_ellm_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("H2M2SIM_CACHE", os.environ.get("H2M2SIM_CACHE", str(tmp_path / "c")))
-    spec = importlib.util.spec_from_file_location("reproduce_ellm", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("reproduce_ellm")
     assert mod.main(["--out", str(tmp_path / "o"), "--json", "--quick"]) == 0
     d = json.loads(capsys.readouterr().out)
     gain = d["decode_throughput_gain_longest"]

@@ -3,26 +3,16 @@ working tree, under their own package names (the timing itself is a benchmark, n
 test)."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("engine_ab", ROOT / "scripts" / "engine_ab.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from scriptmod import load_script
 
 
 @pytest.mark.parametrize("rev", [None, "HEAD"])
 def test_export_makes_an_importable_copy(tmp_path, rev):
-    ab = _load()
+    ab = load_script("engine_ab")
     dest = tmp_path / "ab_copy"
     ab._export(rev, dest)
     assert (dest / "engine.py").is_file() and not (dest / "__pycache__").exists()

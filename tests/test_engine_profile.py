@@ -3,22 +3,11 @@ profile, on small synthetic objdump / perf / source texts (the profiling itself 
 perf and a debug-info compile, so it is a tool, not a test)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from scriptmod import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("engine_profile",
-                                                  ROOT / "scripts" / "engine_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ep = _load()
+ep = load_script("engine_profile")
 
 ENGINE = "/src/dram_models/engine.py"
 
@@ -103,7 +92,7 @@ def test_function_ranges_and_loop_sections():
 
 
 def test_real_engine_loop_has_sections():
-    src = (ROOT / "dram_models" / "engine.py").read_text()
+    src = ep.ENGINE_PY.read_text()
     (first, last), = [(f, l) for n, f, l in ep.function_ranges(src) if n == "_loop"]
     sections = ep.loop_sections(src, first, last)
     assert sections and sections[0][1].startswith("1.")
