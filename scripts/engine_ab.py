@@ -90,6 +90,15 @@ def _worker(work: Path, pkgs: list[str], cases: list[str], n: int, reps: int) ->
                           "mreq_s": [n / min(t) / 1e6 for t in times]}), flush=True)
 
 
+def _spawn(work: Path, n: int, reps: int, cases: list[str], pkgs: list[str]) -> str:
+    """Run :func:`_worker` in a new process (``reps`` = 0: only fill the caches); its
+    output."""
+    return subprocess.run(
+        [sys.executable, __file__, "--workdir", str(work), "--n", str(n), "--reps",
+         str(reps), "--cases", *cases, "--worker", *pkgs],
+        check=True, capture_output=True, text=True).stdout
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", default="HEAD", help="git revision to compare against")
@@ -117,15 +126,10 @@ def main(argv=None) -> int:
         # cache (its _channels calls the separately compiled _loop; found with
         # scripts/engine_profile.py). Timed in the compiling process, one change measured
         # 0.82-0.92, and 0.96-1.08 in the next run, which loaded both from the cache.
-        subprocess.run([sys.executable, __file__, "--workdir", str(work), "--n", "1000",
-                        "--reps", "0", "--cases", *a.cases, "--worker",
-                        f"ab_base_{k}", f"ab_head_{k}"], check=True, capture_output=True)
+        _spawn(work, 1000, 0, a.cases, [f"ab_base_{k}", f"ab_head_{k}"])
         both = {}
         for pkgs in ([f"ab_base_{k}", f"ab_head_{k}"], [f"ab_head_{k}", f"ab_base_{k}"]):
-            out = subprocess.run(
-                [sys.executable, __file__, "--workdir", str(work), "--n", str(a.n),
-                 "--reps", str(a.reps), "--cases", *a.cases, "--worker", *pkgs],
-                check=True, capture_output=True, text=True).stdout
+            out = _spawn(work, a.n, a.reps, a.cases, pkgs)
             for line in out.splitlines():
                 d = json.loads(line)
                 # ratio = time(first) / time(second): the second's speed over the first's
