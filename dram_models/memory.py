@@ -98,22 +98,22 @@ class RunResult:
     deadlock: bool
 
 
-def _engine_run(inputs: tuple, log_cap: int, threads: int) -> tuple:
-    """Run the engine on its input arrays (the arguments of ``engine._channels`` before the
-    state) and return what ``engine._collect`` returns. Allocates the state, then runs all
-    channels together, or, for an open-loop trace (``engine._perch_ok``), one channel at
-    a time in two rounds (each to its own end, then the early ones to the common end).
-    Those channels are spread over up to ``threads`` threads (the engine releases the
-    GIL), each with its own state, dealt out by request count, largest first, to the
-    least loaded thread; the results are merged into exactly what one thread gives:
-    counts add up, the end tick and the error flag take the maximum, every descriptor's
-    completion comes from the thread that simulated its channel."""
+def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> tuple:
+    """Run the engine on its input arrays (the arguments of ``engine._channels`` before
+    the state) and return what ``engine._collect`` returns; ``load`` is the number of
+    descriptors of each stream. Allocates the state, then runs all channels together,
+    or, for an open-loop trace (``engine._perch_ok``), one channel at a time in two
+    rounds (each to its own end, then the early ones to the common end). Those channels
+    are spread over up to ``threads`` threads (the engine releases the GIL), each with
+    its own state, dealt out by request count, largest first, to the least loaded
+    thread; the results are merged into exactly what one thread gives: counts add up,
+    the end tick and the error flag take the maximum, every descriptor's completion
+    comes from the thread that simulated its channel."""
     cfg = inputs[0]
     compile_for(E._perch_ok, inputs)
     perch = bool(E._perch_ok(*inputs))
     if perch:
-        first, last = inputs[16], inputs[17]    # the streams' descriptor ranges
-        load = (last - first).tolist()      # stream c feeds channel c
+        # stream c feeds channel c: deal the channels out by load
         groups = [[] for _ in range(min(threads, len(load)))]
         weight = [0] * len(groups)
         for c in sorted(range(len(load)), key=lambda c: (-load[c], c)):
@@ -298,8 +298,9 @@ class MemorySystem:
                   r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
                   first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
                   prev, nxt, pt, tl)
+        load = (last - first).tolist()
         while True:
-            out = _engine_run(inputs, log_cap, threads)
+            out = _engine_run(inputs, load, log_cap, threads)
             if out[0][E.S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room
