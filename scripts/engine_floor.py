@@ -50,50 +50,48 @@ N_OUT = 7                               # end tick, ACT, PRE, RD, hits, misses, 
 
 
 @njit(nogil=True)
-def reference(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qcap, cap,
-              tfaw, tcl, tbl, out, lat):
+def reference(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, qcap, cap, tfaw,
+              tcl, tbl, out, lat):
     """Simulate reads to (``bank``, ``row``) (bank = bank group x B + bank, NB banks)
-    through one rank, with a read queue of ``qcap`` entries (``QB``: a power of two >=
-    qcap). Fills ``out`` (:data:`N_OUT` counts; ticks) and ``lat[i]``, the read latency
+    through one rank, with a read queue of ``qcap`` entries. Fills ``out`` (:data:`N_OUT` counts; ticks) and ``lat[i]``, the read latency
     of request i (completion minus enqueue tick)."""
-    _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qcap, cap,
-              tfaw, tcl, tbl, out, lat)
+    _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, qcap, cap, tfaw,
+              tcl, tbl, out, lat)
 
 
 _SPECIALIZED = {}
 
 
-def specialized(NB: int, B: int, QB: int):
-    """:func:`reference` compiled for one organization: NB, B and QB are compile-time
+def specialized(NB: int, B: int, qcap: int):
+    """:func:`reference` compiled for one organization: NB, B and qcap are compile-time
     constants (closure variables) and the arguments of the same names are ignored.
     Measures what a constant organization is worth."""
-    key = (NB, B, QB)
+    key = (NB, B, qcap)
     if key not in _SPECIALIZED:
         @njit(nogil=True)
-        def run(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, _NB, _B, _QB, qcap,
-                cap, tfaw, tcl, tbl, out, lat):
-            _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qcap,
-                      cap, tfaw, tcl, tbl, out, lat)
+        def run(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, _NB, _B, _qcap, cap,
+                tfaw, tcl, tbl, out, lat):
+            _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, qcap, cap,
+                      tfaw, tcl, tbl, out, lat)
         _SPECIALIZED[key] = run
     return _SPECIALIZED[key]
 
 
 @njit(inline="always", nogil=True)
-def _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qcap, cap,
-              tfaw, tcl, tbl, out, lat):
+def _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, qcap, cap, tfaw,
+              tcl, tbl, out, lat):
     """The body of :func:`reference`."""
     n = bank.shape[0]
-    # per bank, its queued requests in age order at slots [qh, qt) (modulo QB; a removal
-    # closes the gap, so qh stays 0 and the slots never wrap)
-    r_seq = np.zeros(NB * QB, dtype=np.int64)       # request index = age
-    r_row = np.zeros(NB * QB, dtype=np.int64)
-    r_enq = np.zeros(NB * QB, dtype=np.int64)
-    r_flag = np.zeros(NB * QB, dtype=np.int64)      # 1: its ACT issued, 2: its PRE
-    qh = np.zeros(NB, dtype=np.int64)
-    qt = np.zeros(NB, dtype=np.int64)
+    # per bank, its queued requests in age order at slots [0, cnt) of its qcap slots (a
+    # removal closes the gap)
+    r_seq = np.zeros(NB * qcap, dtype=np.int64)       # request index = age
+    r_row = np.zeros(NB * qcap, dtype=np.int64)
+    r_enq = np.zeros(NB * qcap, dtype=np.int64)
+    r_flag = np.zeros(NB * qcap, dtype=np.int64)    # 1: its ACT issued, 2: its PRE
+    cnt = np.zeros(NB, dtype=np.int64)
     orow = np.full(NB, -1, dtype=np.int64)
     hits = np.zeros(NB, dtype=np.int64)             # column commands since the ACT
-    hit_at = np.full(NB, -1, dtype=np.int64)        # ring position of the oldest hit
+    hit_at = np.full(NB, -1, dtype=np.int64)        # slot of the oldest hit
     conf_at = np.full(NB, -1, dtype=np.int64)       # ... of the oldest conflict
     cand = np.full(3 * NB, BIG, dtype=np.int64)     # per kind and bank: its candidate's age
     nxt_ok = np.zeros(E.NCMD * NB, dtype=np.int64)  # bank-level next-allowed tick
@@ -112,27 +110,27 @@ def _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qca
         # enqueue while the read queue has room
         while queued < qcap and nx < n:
             b = bank[nx]
-            p = b * QB + (qt[b] & (QB - 1))
+            p = b * qcap + cnt[b]
             r_seq[p] = nx
             r_row[p] = row[nx]
             r_enq[p] = now
             r_flag[p] = 0
-            qt[b] += 1
+            cnt[b] += 1
             queued += 1
             nx += 1
             # bank b's candidates change only if the newcomer is its first hit, first
             # request (closed bank) or first conflict
             if orow[b] == row[nx - 1]:
                 if hit_at[b] < 0:
-                    hit_at[b] = qt[b] - 1
+                    hit_at[b] = cnt[b] - 1
                     cand[b] = nx - 1
                     if hits[b] < cap:
                         cand[2 * NB + b] = BIG      # the hits go first
             elif orow[b] < 0:
-                if qt[b] - qh[b] == 1:
+                if cnt[b] == 1:
                     cand[NB + b] = nx - 1
             elif conf_at[b] < 0:
-                conf_at[b] = qt[b] - 1
+                conf_at[b] = cnt[b] - 1
                 if hit_at[b] < 0 or hits[b] >= cap:
                     cand[2 * NB + b] = nx - 1
         # the exact earliest tick at which a candidate can issue
@@ -183,18 +181,18 @@ def _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qca
             v = faw[faw_i] + tfaw       # the fourth-latest ACT opens the window
             if rank_ok[E.ACT] < v:
                 rank_ok[E.ACT] = v
-            p = b * QB + (qh[b] & (QB - 1))
+            p = b * qcap
             orow[b] = r_row[p]
             r_flag[p] |= 1
             hits[b] = 0
         elif cmd == E.PRE:
             out[2] += 1
-            r_flag[b * QB + (conf_at[b] & (QB - 1))] |= 2
+            r_flag[b * qcap + conf_at[b]] |= 2
             orow[b] = -1
         else:
             out[3] += 1
             j = hit_at[b]
-            p = b * QB + (j & (QB - 1))
+            p = b * qcap + j
             tc = t + tcl + tbl
             lat[r_seq[p]] = tc - r_enq[p]
             if r_flag[p] & 2:
@@ -205,19 +203,17 @@ def _simulate(bank, row, r_off, r_lvl, r_next, r_lat, slots, off, NB, B, QB, qca
                 out[4] += 1
             if tc > out[0]:
                 out[0] = tc
-            while j + 1 < qt[b]:        # close the gap: later entries move down one
-                p = b * QB + (j & (QB - 1))
-                q = b * QB + ((j + 1) & (QB - 1))
+            for p in range(b * qcap + j, b * qcap + cnt[b] - 1):
+                q = p + 1                   # close the gap: later entries move down one
                 r_seq[p] = r_seq[q]
                 r_row[p] = r_row[q]
                 r_enq[p] = r_enq[q]
                 r_flag[p] = r_flag[q]
-                j += 1
-            qt[b] -= 1
+            cnt[b] -= 1
             queued -= 1
             done += 1
             hits[b] += 1
-        _candidates(b, QB, orow, hits, cap, qh, qt, r_row, r_seq, hit_at, conf_at, cand, NB)
+        _candidates(b, qcap, orow, hits, cap, cnt, r_row, r_seq, hit_at, conf_at, cand, NB)
 
 
 @njit(inline="always", nogil=True)
@@ -233,7 +229,8 @@ def _pass(cand, nxt_ok, off, NB, lim, lb0, lb1, lb2):
     rank-level bounds are ``lb0..2``): per kind, the smallest key (age << 8 | bank) of
     the candidates that can issue by tick ``lim`` (BIG if none) and the earliest tick at
     which any candidate can issue (BIG if none). Unsigned indices spare the wrap-around
-    fix-up of signed ones, so the loop vectorizes."""
+    fix-up of signed ones, so the loop vectorizes. (The engine's ``_ready_min3`` has the
+    same shape; it is not reused so that the reference shares no engine code.)"""
     r0 = BIG
     r1 = BIG
     r2 = BIG
@@ -271,23 +268,23 @@ def _pass(cand, nxt_ok, off, NB, lim, lb0, lb1, lb2):
 
 
 @njit(inline="always", nogil=True)
-def _candidates(b, QB, orow, hits, cap, qh, qt, r_row, r_seq, hit_at, conf_at, cand, NB):
+def _candidates(b, qcap, orow, hits, cap, cnt, r_row, r_seq, hit_at, conf_at, cand, NB):
     """Bank b's candidate of each kind from its ring: the oldest hit (column command),
     the oldest request if the bank is closed (ACT), the oldest conflict (PRE) unless
     queued hits are still owed their turn (fewer than ``cap`` since the ACT)."""
     hit_at[b] = -1
     conf_at[b] = -1
-    for j in range(qh[b], qt[b]):
-        if orow[b] >= 0 and r_row[b * QB + (j & (QB - 1))] == orow[b]:
+    for j in range(cnt[b]):
+        if orow[b] >= 0 and r_row[b * qcap + j] == orow[b]:
             if hit_at[b] < 0:
                 hit_at[b] = j
         elif conf_at[b] < 0:
             conf_at[b] = j
-    cand[b] = BIG if hit_at[b] < 0 else r_seq[b * QB + (hit_at[b] & (QB - 1))]
-    closed = orow[b] < 0 and qt[b] > qh[b]
-    cand[NB + b] = r_seq[b * QB + (qh[b] & (QB - 1))] if closed else BIG
+    cand[b] = BIG if hit_at[b] < 0 else r_seq[b * qcap + hit_at[b]]
+    closed = orow[b] < 0 and cnt[b] > 0
+    cand[NB + b] = r_seq[b * qcap] if closed else BIG
     pre = orow[b] >= 0 and conf_at[b] >= 0 and (hit_at[b] < 0 or hits[b] >= cap)
-    cand[2 * NB + b] = r_seq[b * QB + (conf_at[b] & (QB - 1))] if pre else BIG
+    cand[2 * NB + b] = r_seq[b * qcap + conf_at[b]] if pre else BIG
 
 
 def memory(standard: str, queue_depth: int | None = None) -> MemorySystem:
@@ -305,24 +302,24 @@ def memory(standard: str, queue_depth: int | None = None) -> MemorySystem:
     return ms
 
 
+def organization(ms: MemorySystem) -> tuple[int, int, int]:
+    """Banks of the rank, banks per bank group, read-queue entries: the values
+    :func:`specialized` compiles in."""
+    c = ms.cfg
+    return int(c[E.C_BG] * c[E.C_BA]), int(c[E.C_BA]), int(c[E.C_RQ])
+
+
 def reference_args(ms: MemorySystem, addr: np.ndarray) -> tuple:
     """The arguments of :func:`reference` (before ``out`` and ``lat``) for byte addresses
     ``addr`` on ``ms``."""
+    NB, B, qcap = organization(ms)
     d = ms.mapping.decode(addr)
-    c = ms.cfg
-    B = int(c[E.C_BA])
     bank = (d["bank_group"] * B + d["bank"]).astype(np.int64)
     row = d["row"].astype(np.int64)
     r_off, r_lvl, r_next, r_lat = ms.rules
-    qcap = int(c[E.C_RQ])
-    QB = 1 << (qcap - 1).bit_length()
-    return (bank, row, r_off, r_lvl, r_next, r_lat, ms.slots, ms.off,
-            int(c[E.C_BG]) * B, B, QB, qcap, int(c[E.C_CAP]), int(ms.tim[E.T_FAW]),
-            int(ms.tim[E.T_CL]), int(ms.tim[E.T_BL]))
-
-
-def _specialized_for(args: tuple):
-    return specialized(*args[8:11])     # NB, B, QB
+    return (bank, row, r_off, r_lvl, r_next, r_lat, ms.slots, ms.off, NB, B, qcap,
+            int(ms.cfg[E.C_CAP]), int(ms.tim[E.T_FAW]), int(ms.tim[E.T_CL]),
+            int(ms.tim[E.T_BL]))
 
 
 def run_reference(ms: MemorySystem, addr: np.ndarray, constant_org: bool = False) -> dict:
@@ -331,7 +328,7 @@ def run_reference(ms: MemorySystem, addr: np.ndarray, constant_org: bool = False
     args = reference_args(ms, addr)
     out = np.zeros(N_OUT, dtype=np.int64)
     lat = np.zeros(len(addr), dtype=np.int64)
-    (_specialized_for(args) if constant_org else reference)(*args, out, lat)
+    (specialized(*organization(ms)) if constant_org else reference)(*args, out, lat)
     hist = np.bincount(np.minimum(lat, E.LAT_BINS - 1), minlength=E.LAT_BINS)
     return {"sim_ticks": int(out[0]), "ACT": int(out[1]), "PRE": int(out[2]),
             "RD": int(out[3]), "row_hits": int(out[4]), "row_misses": int(out[5]),
@@ -369,7 +366,7 @@ def measure(standard: str, pattern: str, n: int, reps: int) -> dict:
     agree = run_reference(ms, warm) == engine_results(ms, warm) == \
         run_reference(ms, warm, constant_org=True)
     args = reference_args(ms, addr)
-    spec = _specialized_for(args)
+    spec = specialized(*organization(ms))
     out = np.zeros(N_OUT, dtype=np.int64)
     lat = np.zeros(n, dtype=np.int64)
     ref = _best_rate(lambda: reference(*args, out, lat), n, reps)
