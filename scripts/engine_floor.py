@@ -12,8 +12,8 @@ oldest ready ACT or PRE; a bank's conflicting request may close the row only aft
 ``row_hit_cap`` hits or when no hit is queued; the next decision at the exact earliest
 tick at which any command can issue. It takes the timing rules the engine compiles from
 the preset (``MemorySystem.rules``), but none of the engine's code or data structures:
-per-bank rings of queued requests instead of linked entries, kind masks and dense
-candidate tables; no streams, trees, refresh, write queue or statistics beyond what it
+per-bank arrays of queued requests in age order instead of linked entries, kind masks
+and dense candidate tables; no streams, trees, refresh, write queue or statistics beyond what it
 returns. The address decode is the mapping's vectorized NumPy decode, done before the
 run. It is compiled in the process that runs it (no disk cache: the script is loaded
 outside any package, where Numba's cache cannot always find it again).
@@ -269,7 +269,7 @@ def _pass(cand, nxt_ok, off, NB, lim, lb0, lb1, lb2):
 
 @njit(inline="always", nogil=True)
 def _candidates(b, qcap, orow, hits, cap, cnt, r_row, r_seq, hit_at, conf_at, cand, NB):
-    """Bank b's candidate of each kind from its ring: the oldest hit (column command),
+    """Bank b's candidate of each kind from its queued requests: the oldest hit (column command),
     the oldest request if the bank is closed (ACT), the oldest conflict (PRE) unless
     queued hits are still owed their turn (fewer than ``cap`` since the ACT)."""
     hit_at[b] = -1
