@@ -48,19 +48,20 @@ def memory_from_args(args) -> MemorySystem:
     return MemorySystem(spec, ctrl or None, channels=args.channels)
 
 
-def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1) -> tuple[dict, float]:
+def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1) -> tuple[dict, float, str]:
     """Run once on a small trace (to load or compile the Numba engine), then time the real
-    run. Returns the statistics and the wall time of the real run."""
+    run. Returns the statistics, the wall time of the real run and the controller that
+    ran it ("engine" or "lean", see :mod:`dram_models.lean`)."""
     ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
                                  * np.uint64(ms.spec.burst_bytes)), threads=threads)
     t0 = time.perf_counter()
     res = ms.run_trace(trace, threads=threads)
     wall = time.perf_counter() - t0
-    return res.stats.as_dict(), wall
+    return res.stats.as_dict(), wall, res.controller
 
 
 def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wall: float,
-           as_json: bool, threads: int = 1) -> None:
+           as_json: bool, threads: int = 1, controller: str = "engine") -> None:
     out = {"standard": ms.spec.name, label_key: label, "requests": n,
            "channels": ms.channels, "mapping": ms.controller.mapping,
            "queue_depth": ms.controller.read_queue, "refresh": ms.controller.refresh,
@@ -75,7 +76,7 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
            "row_misses": stats["row_misses"], "row_conflicts": stats["row_conflicts"],
            "commands": stats["commands"], "reads": stats["reads"], "writes": stats["writes"],
            "wall_s": wall, "requests_per_s": n / wall if wall > 0 else None,
-           "threads": threads}
+           "threads": threads, "controller": controller}
     if as_json:
         print(json.dumps(out))
         return
@@ -92,7 +93,7 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
           f"{stats['row_misses']} misses, {stats['row_conflicts']} conflicts)")
     print("  commands       " + ", ".join(f"{k} {v}" for k, v in stats["commands"].items() if v))
     print(f"  simulator      {wall:.3f} s wall, {n / wall / 1e6:.2f} M requests/s"
-          + (f" ({threads} threads)" if threads > 1 else ""))
+          + (f" ({threads} threads)" if threads > 1 else "") + f", {controller} controller")
 
 
 def main_guard(fn, argv=None) -> int:

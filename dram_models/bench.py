@@ -30,9 +30,9 @@ def _main(argv=None) -> int:
     args = parser().parse_args(argv)
     ms = memory_from_args(args)
     trace = make(args.pattern, args.requests, ms.spec.burst_bytes, args.seed)
-    stats, wall = timed_run(ms, trace, args.threads)
+    stats, wall, controller = timed_run(ms, trace, args.threads)
     report(ms, "pattern", args.pattern, len(trace), stats, wall, args.json,
-           args.threads)
+           args.threads, controller)
     return 0
 
 

@@ -358,17 +358,25 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, s
                 rl[k * NCMD + ACT] = v
     cmdc[ch * NCMD + cmd] += 1
     if logon:
-        n = nlog[0]
-        if n < log.shape[0]:
-            log[n, 0] = t
-            log[n, 1] = cmd
-            log[n, 2] = ch
-            log[n, 3] = pcn
-            log[n, 4] = rkn
-            log[n, 5] = bgn
-            log[n, 6] = bank
-            log[n, 7] = row
-        nlog[0] = n + 1
+        _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row)
+
+
+@njit(inline="always", _nrt=False)
+def _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row):
+    """Append one command to the command log (columns: tick, command, channel,
+    pseudo-channel, rank, bank group and bank node, row); ``nlog[0]`` counts past the
+    end when the log is full, so the caller can retry with more room."""
+    n = nlog[0]
+    if n < log.shape[0]:
+        log[n, 0] = t
+        log[n, 1] = cmd
+        log[n, 2] = ch
+        log[n, 3] = pcn
+        log[n, 4] = rkn
+        log[n, 5] = bgn
+        log[n, 6] = bank
+        log[n, 7] = row
+    nlog[0] = n + 1
 
 
 @njit(inline="always", _nrt=False)

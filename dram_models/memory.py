@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import engine as E
+from . import lean as L
 from ._jit import compile_for
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
@@ -96,6 +97,55 @@ class RunResult:
     command_log: np.ndarray
     stream_tlb_stall: np.ndarray
     deadlock: bool
+    controller: str = "engine"      # which controller ran: "engine" or "lean"
+
+
+def _column(x, n: int, fill: int, dtype=np.int64) -> np.ndarray:
+    """An optional per-descriptor array as a contiguous array of ``dtype`` (``fill``
+    everywhere if not given)."""
+    return np.full(n, fill, dtype=dtype) if x is None else \
+        np.ascontiguousarray(x, dtype=dtype)
+
+
+def _deal(load: list[int], threads: int) -> list[np.ndarray]:
+    """Channels (stream c feeds channel c, ``load[c]`` descriptors) dealt out to up to
+    ``threads`` threads: by load, largest first, to the least loaded thread."""
+    groups = [[] for _ in range(min(threads, len(load)))]
+    weight = [0] * len(groups)
+    for c in sorted(range(len(load)), key=lambda c: (-load[c], c)):
+        t = weight.index(min(weight))
+        groups[t].append(c)
+        weight[t] += load[c]
+    return [np.array(sorted(g), dtype=np.int64) for g in groups]
+
+
+def _on_threads(fn, n: int) -> None:
+    """``fn(i)`` for i in range(n), on n threads if n > 1 (the engine releases the
+    GIL)."""
+    if n == 1:
+        fn(0)
+    else:
+        with ThreadPoolExecutor(n) as pool:
+            list(pool.map(fn, range(n)))
+
+
+def _merge(outs: list[tuple]) -> tuple:
+    """The results of threads that simulated disjoint sets of channels, merged into what
+    one thread gives: counts add up, the end tick and the error flag take the maximum,
+    every descriptor's completion comes from the thread that simulated its channel
+    (-1 elsewhere); groups, bursts and the log are those of thread 0 (runs split over
+    threads have none)."""
+    if len(outs) == 1:
+        return outs[0]
+    stat = np.sum([o[0] for o in outs], axis=0)
+    for k in (E.S_END, E.S_DEADLOCK):
+        stat[k] = max(o[0][k] for o in outs)
+    d_done = outs[0][3].copy()
+    for o in outs[1:]:
+        np.maximum(d_done, o[3], out=d_done)
+    o0 = outs[0]
+    return (stat, np.sum([o[1] for o in outs], axis=0), np.sum([o[2] for o in outs], axis=0),
+            d_done, o0[4], o0[5], o0[6], o0[7], o0[8], np.sum([o[9] for o in outs], axis=0))
 
 
 def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> tuple:
@@ -104,23 +154,13 @@ def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> t
     descriptors of each stream. Allocates the state, then runs all channels together,
     or, for an open-loop trace (``engine._perch_ok``), one channel at a time in two
     rounds (each to its own end, then the early ones to the common end). Those channels
-    are spread over up to ``threads`` threads (the engine releases the GIL), each with
-    its own state, dealt out by request count, largest first, to the least loaded
-    thread; the results are merged into exactly what one thread gives: counts add up,
-    the end tick and the error flag take the maximum, every descriptor's completion
-    comes from the thread that simulated its channel."""
+    are spread over up to ``threads`` threads (:func:`_deal`), each with its own state;
+    the results do not depend on the thread count (:func:`_merge`)."""
     cfg = inputs[0]
     compile_for(E._perch_ok, inputs)
     perch = bool(E._perch_ok(*inputs))
     if perch:
-        # stream c feeds channel c: deal the channels out by load
-        groups = [[] for _ in range(min(threads, len(load)))]
-        weight = [0] * len(groups)
-        for c in sorted(range(len(load)), key=lambda c: (-load[c], c)):
-            t = weight.index(min(weight))
-            groups[t].append(c)
-            weight[t] += load[c]
-        chans = [np.array(sorted(g), dtype=np.int64) for g in groups]
+        chans = _deal(load, threads)
     else:
         chans = [np.zeros(0, dtype=np.int64)]   # all channels together
     alloc_args = (*inputs, log_cap)
@@ -130,29 +170,64 @@ def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> t
     compile_for(E._collect, (cfg, states[0]))
 
     def run_round(rnd: int, end: int) -> None:
-        def one(i):
-            E._channels(*inputs, states[i], chans[i], rnd, end)
-        if len(chans) == 1:
-            one(0)
-        else:
-            with ThreadPoolExecutor(len(chans)) as pool:
-                list(pool.map(one, range(len(chans))))
+        _on_threads(lambda i: E._channels(*inputs, states[i], chans[i], rnd, end),
+                    len(chans))
 
     run_round(0, 0)
     if perch:
         run_round(1, max(int(st[E.ST_ENDS].max()) for st in states))
-    outs = [E._collect(cfg, st) for st in states]
-    if len(outs) == 1:
-        return outs[0]
-    stat = np.sum([o[0] for o in outs], axis=0)
-    for k in (E.S_END, E.S_DEADLOCK):
-        stat[k] = max(o[0][k] for o in outs)
-    d_done = outs[0][3].copy()
-    for o in outs[1:]:
-        np.maximum(d_done, o[3], out=d_done)        # -1 where another thread's channel
-    o0 = outs[0]
-    return (stat, np.sum([o[1] for o in outs], axis=0), np.sum([o[2] for o in outs], axis=0),
-            d_done, o0[4], o0[5], o0[6], o0[7], o0[8], np.sum([o[9] for o in outs], axis=0))
+    return _merge([E._collect(cfg, st) for st in states])
+
+
+def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: list[int],
+              record: bool, log_cap: int, threads: int) -> tuple:
+    """:func:`_engine_run` on the lean controller (:mod:`dram_models.lean`; the caller
+    has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
+    descriptor arrays of its streams: one channel at a time in the same two rounds, on
+    up to ``threads`` threads, with the results in ``engine._collect``'s form."""
+    tim, slots, off = ms.tim, ms.slots, ms.off
+    r_off, r_lvl, r_next, r_lat = ms.rules
+    m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
+    m_chunk, m_pos = ms.chunk_tables
+    C = int(cfg[E.C_CH])
+    S = len(first)
+    # a command log (ordered by tick, then channel: one command per channel and tick on
+    # one bus) comes from one thread
+    chans = _deal(load, 1 if log_cap else threads)
+    compile_for(L.alloc, (cfg, tim))
+    state = L.alloc(cfg, tim)
+    cmdc = np.zeros((C, E.NCMD), dtype=np.int64)
+    d_left = nb.copy()
+    d_done = np.full(len(nb), -1, dtype=np.int64)
+    total = int(nb.sum()) if record else 0
+    b_done = np.full(total, -1, dtype=np.int64)
+    b_cnt = np.zeros(total, dtype=np.int64)
+    stats = [np.zeros(E.NSTAT, dtype=np.int64) for _ in chans]
+    hists = [np.zeros(E.LAT_BINS, dtype=np.int64) for _ in chans]
+    log = np.zeros((log_cap, 8), dtype=np.int64)
+    nlog = np.zeros(1, dtype=np.int64)
+
+    def args(i: int, floor: int) -> tuple:
+        return (cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat, m_field, m_radix,
+                m_log2, m_dst, m_sizes, m_chunk, m_pos, first, last, addr, nb, arrival,
+                state, chans[i], floor, stats[i], cmdc, hists[i], d_left, d_done, b_done,
+                b_cnt, log, nlog)
+
+    compile_for(L.run_channels, args(0, 0))
+    _on_threads(lambda i: L.run_channels(*args(i, 0)), len(chans))
+    end = int(state[-1][:, L.SC_END].max())
+    if end > 0:
+        _on_threads(lambda i: L.run_channels(*args(i, end)), len(chans))
+    g_ready = np.zeros(1, dtype=np.int64)       # (no groups: the engine's one slot)
+    g_end = np.full(1, -1, dtype=np.int64)
+    if nlog[0] > log_cap:
+        stats[0][E.S_DEADLOCK] = 2      # the log overflowed: the caller retries
+    log = log[:min(int(nlog[0]), log_cap)]
+    log = log[np.lexsort((log[:, 2], log[:, 0]))]
+    outs = [(stats[i], cmdc if i == 0 else np.zeros_like(cmdc), hists[i], d_done, g_ready,
+             g_end, b_done, b_cnt, log, np.zeros(S, dtype=np.int64))
+            for i in range(len(chans))]
+    return _merge(outs)
 
 
 class MemorySystem:
@@ -226,14 +301,18 @@ class MemorySystem:
     # ------------------------------------------------------------------ runs
     def run(self, streams: Streams, translation: Translation | None = None,
             record: bool = False, log: bool = False, *,
-            stream_per_channel: bool = False, threads: int = 1) -> RunResult:
+            stream_per_channel: bool = False, threads: int = 1,
+            lean: bool | None = None) -> RunResult:
         """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
         every burst (in issue order); ``log`` keeps the issued command log for the
         checker. ``stream_per_channel`` promises that stream c addresses only channel c
         (as :meth:`trace_streams` builds them): an open-loop run without ``record`` or
         ``log`` then simulates the channels one at a time, with identical results, and
         ``threads`` > 1 spreads those channels over that many threads (the results do not
-        depend on the thread count; other runs ignore it)."""
+        depend on the thread count; other runs ignore it). Such a run takes the lean
+        controller (:mod:`dram_models.lean`, identical results) when it is in its scope
+        (:func:`dram_models.lean.out_of_scope`) unless ``lean`` is False; ``lean=True``
+        requires it (an error names what is out of scope)."""
         if not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ConfigError("threads", f"must be an integer >= 1, got {threads!r}")
         n = streams.n_desc
@@ -242,21 +321,64 @@ class MemorySystem:
         nbytes = np.asarray(streams.nbytes, dtype=np.int64)
         if n and (nbytes <= 0).any():
             raise ConfigError("streams.nbytes", "every descriptor needs at least one byte")
-        first_burst = addr // np.uint64(bb)
-        last_burst = (addr + nbytes.astype(np.uint64) - np.uint64(1)) // np.uint64(bb)
-        nb = (last_burst - first_burst).astype(np.int64) + 1
-
-        def arr(x, fill, dtype=np.int64):
-            return np.full(n, fill, dtype=dtype) if x is None else \
-                np.ascontiguousarray(x, dtype=dtype)
-
-        arrival = arr(streams.arrival, -1)
-        group = arr(streams.group, -1)
-        gate = arr(streams.gate, -1)
-        is_write = arr(streams.is_write, 0, np.uint8)
+        # (bursts are a power of two bytes long, the engine's shift)
+        sh = np.uint64(self.cfg[E.C_SHIFT])
+        first_burst = addr >> sh
+        nb = ((addr + nbytes.astype(np.uint64) - np.uint64(1)) >> sh).astype(np.int64)
+        nb -= first_burst.astype(np.int64) - 1
+        arrival = _column(streams.arrival, n, -1)
+        is_write = _column(streams.is_write, n, 0, np.uint8)
         S = len(streams.first)
         maxout = np.zeros(S, dtype=np.int64) if streams.max_outstanding is None else \
             np.ascontiguousarray(streams.max_outstanding, dtype=np.int64)
+        ng = 0 if streams.compute is None else len(streams.compute)
+        cfg = self.cfg.copy()
+        cfg[E.C_LOG] = log
+        cfg[E.C_REC] = record
+        cfg[E.C_PERCH] = stream_per_channel and S == self.channels and \
+            self._bursts_stay(first_burst, nb)
+        total = int(nb.sum())
+        log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
+        if log:
+            # room for refresh commands: one per domain per interval, generously
+            log_cap += int(total * 0.5) + 100000
+        first = np.ascontiguousarray(streams.first, dtype=np.int64)
+        last = np.ascontiguousarray(streams.last, dtype=np.int64)
+        load = (last - first).tolist()
+        why = L.out_of_scope(cfg, bool(cfg[E.C_PERCH]) or S == self.channels == 1,
+                             bool(is_write.any()), translation is not None,
+                             ng > 0 or streams.group is not None or streams.gate is not None,
+                             bool((maxout > 0).any()), record)
+        if lean and why:
+            raise ConfigError("lean", f"this run is outside the lean controller's scope: "
+                              f"{why}")
+        use_lean = lean is not False and not why
+        if use_lean:
+            run_once = lambda cap: _lean_run(  # noqa: E731
+                self, cfg, first, last, addr, nb, arrival, load, record, cap if log else 0,
+                threads)
+        else:
+            inputs = self._engine_inputs(cfg, streams, translation, first, last, maxout,
+                                         addr, nb, is_write, arrival)
+            run_once = lambda cap: _engine_run(inputs, load, cap, threads)  # noqa: E731
+        while True:
+            out = run_once(log_cap)
+            if out[0][E.S_DEADLOCK] != 2:
+                break
+            log_cap *= 4        # the command log overflowed: run again with more room
+        stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, cmdlog, s_tlb = out
+        stats = summarize(self.spec, self.controller.mapping, stat, cmdc, lat_hist,
+                          self.tick_ns)
+        return RunResult(stats, self.tick_ns, d_done, g_ready, g_end, b_done, b_cnt, cmdlog,
+                         s_tlb, bool(stat[E.S_DEADLOCK]), "lean" if use_lean else "engine")
+
+    def _engine_inputs(self, cfg, streams: Streams, translation: Translation | None,
+                       first, last, maxout, addr, nb, is_write, arrival) -> tuple:
+        """The engine's input arrays (the arguments of ``engine._channels`` before the
+        state) for a run of ``streams``."""
+        n = streams.n_desc
+        group = _column(streams.group, n, -1)
+        gate = _column(streams.gate, n, -1)
         ng = 0 if streams.compute is None else len(streams.compute)
         compute = np.zeros(ng, dtype=np.int64) if streams.compute is None else \
             np.ascontiguousarray(streams.compute, dtype=np.int64)
@@ -281,34 +403,25 @@ class MemorySystem:
             tl[E.TL_MISS] = translation.miss_ticks
             tl[E.TL_WALK] = translation.walk
             tl[E.TL_PTE] = translation.pte_base
-        cfg = self.cfg.copy()
-        cfg[E.C_LOG] = log
-        cfg[E.C_REC] = record
-        cfg[E.C_PERCH] = stream_per_channel and len(streams.first) == self.channels
-        total = int(nb.sum())
-        log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
-        if log:
-            # room for refresh commands: one per domain per interval, generously
-            log_cap += int(total * 0.5) + 100000
         m_field, m_radix, m_log2, m_dst, m_sizes = self.map_tables
         r_off, r_lvl, r_next, r_lat = self.rules
-        first = np.ascontiguousarray(streams.first, dtype=np.int64)
-        last = np.ascontiguousarray(streams.last, dtype=np.int64)
-        inputs = (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
-                  r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
-                  first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
-                  prev, nxt, pt, tl)
-        load = (last - first).tolist()
-        while True:
-            out = _engine_run(inputs, load, log_cap, threads)
-            if out[0][E.S_DEADLOCK] != 2:
-                break
-            log_cap *= 4        # the command log overflowed: run again with more room
-        stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, cmdlog, s_tlb = out
-        stats = summarize(self.spec, self.controller.mapping, stat, cmdc, lat_hist,
-                          self.tick_ns)
-        return RunResult(stats, self.tick_ns, d_done, g_ready, g_end, b_done, b_cnt, cmdlog,
-                         s_tlb, bool(stat[E.S_DEADLOCK]))
+        return (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
+                r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
+                first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
+                prev, nxt, pt, tl)
+
+    def _bursts_stay(self, first_burst: np.ndarray, nb: np.ndarray) -> bool:
+        """Whether every descriptor's bursts lie in the channel of its first burst (then a
+        stream that starts in one channel stays there; a trace request that is not
+        burst-aligned spans two bursts, which may sit in two channels)."""
+        if self.channels == 1 or (nb == 1).all():
+            return True
+        multi = nb > 1
+        if (nb > 2).any():
+            return False            # (trace streams have at most two bursts each)
+        bb = np.uint64(self.spec.burst_bytes)
+        first = first_burst[multi] * bb
+        return bool((self.channel_of(first) == self.channel_of(first + bb)).all())
 
     def channel_of(self, addr: np.ndarray) -> np.ndarray:
         return self._partition(addr)[0]
@@ -336,10 +449,10 @@ class MemorySystem:
         return streams, order
 
     def run_trace(self, trace: Trace, record: bool = False, log: bool = False,
-                  threads: int = 1) -> RunResult:
+                  threads: int = 1, lean: bool | None = None) -> RunResult:
         """Simulate a trace (see module docstring). Its channels are simulated one at a
         time, on ``threads`` threads, unless ``record`` or ``log`` asks for results in
         global order."""
         streams, _ = self.trace_streams(trace)
         return self.run(streams, record=record, log=log, stream_per_channel=True,
-                        threads=threads)
+                        threads=threads, lean=lean)

@@ -19,6 +19,8 @@ stall (as lists when short, else digests). Every case also runs without ``record
 ``log``; its statistics and completion times must equal the recorded run's, because
 recording must not change what is simulated.
 
+``--controller auto`` runs every case on the lean controller where it is in scope (the
+golden results are the engine's, so this checks the lean controller against them).
 ``--check`` compares exactly (floats included) and prints every difference; it exits 1
 when anything differs. Cases marked quick form the subset run by
 ``tests/test_dram_regression.py``.
@@ -26,6 +28,7 @@ when anything differs. Cases marked quick form the subset run by
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import hashlib
 import json
 import sys
@@ -40,6 +43,7 @@ from dram_models.spec import list_standards, load_standard
 from dram_models.trace import Trace
 
 PATTERNS = ("seq", "random", "stride:8192", "paged:4096", "mixed:2:1")
+RUNS_BY_CONTROLLER: Counter = Counter()   # runs made so far by each controller
 LIST_MAX = 64           # arrays up to this length are stored in full, longer ones hashed
 
 
@@ -59,16 +63,19 @@ def _summary(res) -> dict:
             "group_end": _arr(res.group_end), "tlb_stall": _arr(res.stream_tlb_stall)}
 
 
-def _execute(ms: MemorySystem, what) -> dict:
-    """Run one case twice (recording / plain) and return its record."""
+def _execute(ms: MemorySystem, what, lean: bool | None = False) -> dict:
+    """Run one case twice (recording / plain) and return its record; ``lean`` as
+    :meth:`MemorySystem.run` takes it (False: the engine only; None: the lean controller
+    where the run is in its scope)."""
     kind, payload, translation = what
     if kind == "trace":
-        full = ms.run_trace(payload, record=True, log=True)
-        plain = ms.run_trace(payload)
+        full = ms.run_trace(payload, record=True, log=True, lean=lean)
+        plain = ms.run_trace(payload, lean=lean)
     else:
-        full = ms.run(payload, translation=translation, record=True, log=True)
-        plain = ms.run(payload, translation=translation)
+        full = ms.run(payload, translation=translation, record=True, log=True, lean=lean)
+        plain = ms.run(payload, translation=translation, lean=lean)
     out = _summary(full)
+    RUNS_BY_CONTROLLER.update((full.controller, plain.controller))
     if _summary(plain) != out:
         out["plain_run_differs"] = True     # recording changed the simulation: a bug
     out["burst_done"] = _digest(full.burst_done)
@@ -303,12 +310,12 @@ def select(cases, quick: bool = False, only: list[str] | None = None):
     return out
 
 
-def run_cases(cases, verbose: bool = False) -> dict:
+def run_cases(cases, verbose: bool = False, lean: bool | None = False) -> dict:
     results = {}
     for name, _, build in cases:
         t0 = time.perf_counter()
         ms, what = build()
-        results[name] = _execute(ms, what)
+        results[name] = _execute(ms, what, lean)
         if verbose:
             print(f"{name}: {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return results
@@ -346,6 +353,10 @@ def main(argv=None) -> int:
     p.add_argument("--only", action="append", help="only cases whose name contains this")
     p.add_argument("--list", action="store_true", help="list the selected cases and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="time of each case")
+    p.add_argument("--controller", choices=("engine", "auto"), default="engine",
+                   help="engine: the engine only (default); auto: the lean controller "
+                        "where a run is in its scope (dram_models/lean.py), the engine "
+                        "elsewhere")
     args = p.parse_args(argv)
     cases = select(corpus(), args.quick, args.only)
     if args.list:
@@ -353,7 +364,7 @@ def main(argv=None) -> int:
             print(("quick " if q else "      ") + name)
         return 0
     t0 = time.perf_counter()
-    results = run_cases(cases, args.verbose)
+    results = run_cases(cases, args.verbose, False if args.controller == "engine" else None)
     took = time.perf_counter() - t0
     if args.write:
         if args.quick or args.only:
@@ -371,7 +382,8 @@ def main(argv=None) -> int:
     diffs = compare(golden, results)
     for line in diffs:
         print(line)
-    print(f"{len(results)} cases, {len(diffs)} differences ({took:.1f} s)")
+    runs = ", ".join(f"{k} {v}" for k, v in sorted(RUNS_BY_CONTROLLER.items()))
+    print(f"{len(results)} cases, {len(diffs)} differences ({took:.1f} s; runs: {runs})")
     return 1 if diffs else 0
 
 

@@ -33,6 +33,15 @@ def test_engine_matches_golden(case, golden):
     assert REG.compare(golden, results) == []
 
 
+def test_lean_controller_matches_golden(golden):
+    # the runs in the lean controller's scope (dram_models/lean.py) take it, the others
+    # the engine; the golden results are the engine's
+    before = REG.RUNS_BY_CONTROLLER["lean"]
+    results = REG.run_cases(CASES, lean=None)
+    assert REG.compare(golden, results) == []
+    assert REG.RUNS_BY_CONTROLLER["lean"] - before >= 50
+
+
 def test_stream_woken_while_waiting_on_a_gate_does_not_drop_other_waiters():
     """A stream blocked on a closed gate with its outstanding cap reached is woken by a
     completion; it must not re-link itself into the gate's wait list (that dropped the

@@ -1,0 +1,468 @@
+"""The lean controller: the engine's controller model for open-loop trace runs of one
+rank per channel, written for speed.
+
+:mod:`dram_models.engine` is general: request streams with descriptors, gates, tile
+groups, outstanding caps and address translation feed any number of channels, ranks,
+pseudo-channels and command buses, all in one event loop. A plain trace run (bench,
+replay) needs none of the front-end and, on the LPDDR4/5/5X presets, only one rank on one
+command bus. For that case this module simulates each channel on its own with the same
+model and gives bit-identical results (statistics, command counts, latency histogram,
+per-descriptor and per-burst completion ticks, the command log): ``tests/test_dram_lean.py`` checks that
+against the engine on every preset and pattern in scope, with refresh, both page
+policies, the row-hit cap, arrival times and several queue depths.
+
+What it models, per channel (as the engine does; see there for the rules):
+
+* a read queue of ``read_queue`` entries, filled in trace order as soon as it has room
+  (or at a request's arrival tick, if later);
+* FR-FCFS: the oldest ready row hit, else the oldest ready ACT or PRE; a bank's
+  conflicting request may close the row only after ``row_hit_cap`` column commands since
+  the ACT or when no queued request hits it; closed page issues RDA when no other queued
+  request hits the row;
+* every timing rule of the compiled rule table (:func:`dram_models.rules.compile_rules`)
+  per bank and for the rank, the four-activate window, the command bus (LPDDR5's
+  two-slot ACT);
+* all-bank or per-bank refresh (the engine's staggered schedule: a due refresh blocks its
+  rank or bank, closes it with PREA or PRE, then refreshes).
+
+How it differs from the engine (the reasons it is faster): no streams, trees or events;
+per bank, the queued requests sit in a small array in age order (a removal closes the
+gap), with the age of its candidate of each kind; a decision is one branch-free pass over
+the banks that finds the exact earliest tick at which a command can issue, and a second
+at that tick that picks it, so no decision falls on a tick where nothing can happen;
+a completion is accounted when
+its column command issues (nothing waits for data in an open loop).
+
+Scope (:func:`out_of_scope`): reads only, one rank and one command bus per channel, open
+loop (arrival ticks allowed), and the per-burst record only with one channel. Everything
+else runs on the engine.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import engine as E
+
+BIG = E.BIG
+# scalar state of a channel (sc[...])
+(SC_NOW, SC_LAST, SC_BUS, SC_FAWI, SC_QUEUED, SC_D, SC_K, SC_SEQ, SC_DONE, SC_END,
+ SC_DUE, SC_PEND, SC_PBPTR) = range(13)
+NSC = 13
+
+
+def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: bool,
+                 groups: bool, capped: bool, record: bool) -> str:
+    """Why a run with the engine configuration ``cfg`` cannot take the lean controller
+    ("" if it can): it needs one stream per channel (a trace run), one rank and one
+    command bus per channel, reads only, an open loop, and a per-burst
+    record only with one channel (the record is in enqueue order)."""
+    NLR = int(cfg[E.C_PC] * cfg[E.C_RK])
+    for bad, why in ((not per_channel, "not one stream per channel"),
+                     (NLR != 1, f"{NLR} ranks (pseudo-channels x ranks) per channel"),
+                     (bool(cfg[E.C_SPLIT]), "separate row and column command buses"),
+                     (writes, "writes"), (translation, "address translation"),
+                     (groups, "tile groups"), (capped, "outstanding caps"),
+                     (record and int(cfg[E.C_CH]) > 1, "a burst record of several "
+                      "channels")):
+        if bad:
+            return why
+    return ""
+
+
+@njit(cache=True, nogil=True)
+def alloc(cfg, tim):
+    """The state of every channel (leading index): per queue slot (age, row, enqueue
+    tick, flag: 1 its ACT issued, 2 its PRE; descriptor), per bank (queued count, open
+    row, column commands since the ACT, slot of the oldest hit, of the oldest conflict,
+    number of hits), candidates (per kind and bank: the candidate's age, BIG if none),
+    bank-level and rank-level next-allowed ticks, the four-activate window, scalars
+    (``SC_*``)."""
+    C = cfg[E.C_CH]
+    NB = cfg[E.C_BG] * cfg[E.C_BA]
+    Q = cfg[E.C_RQ]
+    slot = np.zeros((C, 5, NB * Q), dtype=np.int64)
+    bank = np.zeros((C, 6, NB), dtype=np.int64)
+    cand = np.full((C, 3 * NB), BIG, dtype=np.int64)
+    nxt_ok = np.zeros((C, E.NCMD * NB), dtype=np.int64)
+    rank_ok = np.zeros((C, E.NCMD), dtype=np.int64)
+    faw = np.full((C, 4), -E.INF // 2, dtype=np.int64)
+    sc = np.zeros((C, NSC), dtype=np.int64)
+    refmode = cfg[E.C_REFMODE]
+    for c in range(C):
+        for b in range(NB):
+            bank[c, 1, b] = -1
+            bank[c, 3, b] = -1
+            bank[c, 4, b] = -1
+        sc[c, SC_LAST] = -1
+        # the engine's stagger: domain c of C refreshes first at (c + 1) / C of tREFI;
+        # per-bank refresh (one domain per channel) after tREFIpb
+        if refmode == 1:
+            sc[c, SC_DUE] = tim[E.T_REFI] * (c + 1) // C
+        elif refmode == 2:
+            sc[c, SC_DUE] = tim[E.T_REFIPB]
+        else:
+            sc[c, SC_DUE] = BIG
+    return slot, bank, cand, nxt_ok, rank_ok, faw, sc
+
+
+@njit(inline="always", _nrt=False)
+def _rank_bound(cmd, rank_ok, off, bus):
+    """Earliest issue tick of ``cmd`` as far as the rank's rules and the bus go."""
+    t = rank_ok[cmd] - off[cmd]
+    return bus if bus > t else t
+
+
+@njit(inline="always", _nrt=False)
+def _pass(cand, nxt_ok, off, colc, NB, refb, lim, lb0, lb1, lb2):
+    """One branch-free pass over the banks for the three kinds (column command ``colc``,
+    ACT, PRE; rank-level bounds ``lb0..2``), bank ``refb`` excluded (it waits for its
+    refresh): per kind, the smallest key (age << 8 | bank) among the candidates that can
+    issue by tick ``lim`` (BIG if none) and the earliest tick at which any candidate can
+    issue (BIG if none). The engine's pass (:func:`dram_models.engine._ready_min3`) over
+    this controller's arrays; it works in reference-slot ticks, hence the offsets."""
+    o0 = off[colc]
+    o1 = off[E.ACT]
+    o2 = off[E.PRE]
+    r0, m0, r1, m1, r2, m2 = E._ready_min3(
+        cand, 0, NB, nxt_ok, colc * NB, E.ACT * NB, E.PRE * NB, NB, refb, lim + o0,
+        lim + o1, lim + o2, lb0 + o0, lb1 + o1, lb2 + o2)
+    return (r0, m0 - o0 if m0 < BIG else BIG, r1, m1 - o1 if m1 < BIG else BIG, r2,
+            m2 - o2 if m2 < BIG else BIG)
+
+
+@njit(inline="always", _nrt=False)
+def _candidates(b, Q, NB, cap, slot, bank, cand):
+    """Bank b's candidates from its queued requests: the oldest hit (column command), the
+    oldest request if the bank is closed (ACT), the oldest conflict (PRE) unless queued
+    hits are still owed their turn (fewer than ``cap`` column commands since the ACT);
+    also its oldest hit, oldest conflict and number of hits."""
+    orow = bank[1, b]
+    hit = -1
+    conf = -1
+    nh = 0
+    p0 = b * Q
+    n = bank[0, b]
+    if orow >= 0:
+        for j in range(n):
+            if slot[1, p0 + j] == orow:
+                if hit < 0:
+                    hit = j
+                nh += 1
+            elif conf < 0:
+                conf = j
+    bank[3, b] = hit
+    bank[4, b] = conf
+    bank[5, b] = nh
+    cand[b] = BIG if hit < 0 else slot[0, p0 + hit]
+    cand[NB + b] = slot[0, p0] if (orow < 0 and n > 0) else BIG
+    pre = conf >= 0 and (hit < 0 or bank[2, b] >= cap)
+    cand[2 * NB + b] = slot[0, p0 + conf] if pre else BIG
+
+
+@njit(inline="always", _nrt=False)
+def _issue(cmd, now, b, row, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok, rank_ok,
+           faw, sc, tfaw, cmdc, c, log, nlog):
+    """Issue ``cmd`` to bank b (``row``; -1 for refresh) of channel c at tick ``now``:
+    raise the next-allowed ticks of the bank, its bank group and the rank (the one rank
+    covers channel, data-bus and rank rules; there are no sibling ranks), the
+    four-activate window; count it and, if ``log`` has rows, log it as the engine does
+    (global pseudo-channel, rank, bank group and bank numbers)."""
+    t = now + off[cmd]
+    for r in range(r_off[cmd], r_off[cmd + 1]):
+        lvl = r_lvl[r]
+        nc = r_next[r]
+        v = t + r_lat[r]
+        if lvl == E.L_BK:
+            i = nc * NB + b
+            if nxt_ok[i] < v:
+                nxt_ok[i] = v
+        elif lvl == E.L_BG:
+            g0 = nc * NB + (b // B) * B
+            for i in range(g0, g0 + B):
+                if nxt_ok[i] < v:
+                    nxt_ok[i] = v
+        elif lvl != E.L_SIB:
+            if rank_ok[nc] < v:
+                rank_ok[nc] = v
+    if cmd == E.ACT:
+        fi = sc[SC_FAWI]
+        faw[fi] = t
+        fi = (fi + 1) & 3
+        sc[SC_FAWI] = fi
+        v = faw[fi] + tfaw              # the fourth-latest ACT opens the window
+        if rank_ok[E.ACT] < v:
+            rank_ok[E.ACT] = v
+    cmdc[cmd] += 1
+    if log.shape[0] > 0:
+        E._log_cmd(log, nlog, now, cmd, c, c, c, (c * NB + b) // B, c * NB + b, row)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
+                m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
+                d_addr, d_nb, d_arrival, d0, d1, c,
+                slot, bank, cand, nxt_ok, rank_ok, faw, sc,
+                floor, stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, fields, log,
+                nlog):
+    """Simulate one channel's requests (the bursts of descriptors ``d0..d1``, all on this
+    channel) from the state left by :func:`alloc` or an earlier call, until its last
+    completion and up to tick ``floor`` (later calls with a larger floor go on from
+    there, so that a channel that finished early sees the refreshes of the whole run).
+    Adds to ``stat``, ``cmdc`` (this channel's row), ``lat_hist``; sets ``d_done`` and,
+    if ``b_done`` is not empty, the completion of every burst in enqueue order."""
+    B = cfg[E.C_BA]
+    NB = cfg[E.C_BG] * B
+    Q = cfg[E.C_RQ]
+    cap = cfg[E.C_CAP]
+    closed = cfg[E.C_CLOSED] != 0
+    refmode = cfg[E.C_REFMODE]
+    shift = np.uint64(cfg[E.C_SHIFT])
+    xor = cfg[E.C_XOR] != 0
+    gbits = 0
+    while (1 << gbits) < m_sizes[3]:
+        gbits += 1
+    gmask = m_sizes[3] - 1
+    bmask = m_sizes[4] - 1
+    tcl = tim[E.T_CL]
+    tbl = tim[E.T_BL]
+    tfaw = tim[E.T_FAW]
+    rec = b_done.shape[0] > 0
+    now = sc[SC_NOW]
+    last = sc[SC_LAST]
+    bus = sc[SC_BUS]
+    queued = sc[SC_QUEUED]
+    d = sc[SC_D]
+    if d < d0:
+        d = d0
+    k = sc[SC_K]
+    seq = sc[SC_SEQ]
+    done = sc[SC_DONE]
+    end = sc[SC_END]
+    total = 0
+    for i in range(d0, d1):
+        total += d_nb[i]
+    decisions = 0
+    while True:
+        # enqueue, in trace order, what has arrived while the queue has room
+        while queued < Q and d < d1 and d_arrival[d] <= now:
+            addr = (d_addr[d] >> shift) + np.uint64(k)
+            E._decode(addr, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos, m_sizes, xor,
+                      gbits, gmask, bmask, fields)
+            b = fields[3] * B + fields[4]
+            row = fields[5]
+            n = bank[0, b]
+            p = b * Q + n
+            slot[0, p] = seq
+            slot[1, p] = row
+            slot[2, p] = now
+            slot[3, p] = 0
+            slot[4, p] = d
+            bank[0, b] = n + 1
+            # the bank's candidates change only if the newcomer is its first hit, its
+            # first request (closed bank) or its first conflict
+            orow = bank[1, b]
+            if orow == row:
+                bank[5, b] += 1
+                if bank[3, b] < 0:
+                    bank[3, b] = n
+                    cand[b] = seq
+                    if bank[2, b] < cap:
+                        cand[2 * NB + b] = BIG      # the hits go first
+            elif orow < 0:
+                if n == 0:
+                    cand[NB + b] = seq
+            elif bank[4, b] < 0:
+                bank[4, b] = n
+                if bank[3, b] < 0 or bank[2, b] >= cap:
+                    cand[2 * NB + b] = seq
+            seq += 1
+            queued += 1
+            k += 1
+            if k >= d_nb[d]:
+                k = 0
+                d += 1
+        # the exact earliest tick at which something can happen: a refresh falls due or
+        # its command can issue, a candidate can issue, a request arrives
+        pend = sc[SC_PEND]
+        refb = -1
+        tref = BIG
+        rcmd = -1
+        rb = 0
+        if refmode != 0:
+            if pend == 0:
+                tref = sc[SC_DUE]
+            else:
+                if refmode == 1:
+                    refb = -2
+                    rcmd = E.REF
+                    for i in range(NB):
+                        if bank[1, i] >= 0:
+                            rcmd = E.PREA
+                            break
+                else:
+                    rb = sc[SC_PBPTR]
+                    refb = rb
+                    rcmd = E.PRE if bank[1, rb] >= 0 else E.REFPB
+                tref = _rank_bound(rcmd, rank_ok, off, bus)
+                v = nxt_ok[rcmd * NB + rb] - off[rcmd]
+                if v > tref:
+                    tref = v
+        lb0 = _rank_bound(E.RD, rank_ok, off, bus)
+        lb1 = _rank_bound(E.ACT, rank_ok, off, bus)
+        lb2 = _rank_bound(E.PRE, rank_ok, off, bus)
+        m = tref
+        if queued > 0 and refb != -2:
+            _, m0, _, m1, _, m2 = _pass(cand, nxt_ok, off, E.RD, NB, refb, BIG, lb0, lb1,
+                                        lb2)
+            m = min(m, m0, m1, m2)
+        # not before this tick (a pending refresh re-plans at the tick it fell due) and
+        # after a tick that issued (whose command holds the bus anyway)
+        if m < now:
+            m = now
+        if m <= last:
+            m = last + 1
+        if queued < Q and d < d1 and d_arrival[d] <= m:
+            now = d_arrival[d]          # requests enter before the tick's decision
+            continue
+        if done == total and m > end and m > floor:
+            break
+        if m >= BIG:
+            stat[E.S_DEADLOCK] = 1
+            break
+        now = m
+        decisions += 1
+        if refmode != 0:
+            if pend == 0:
+                if sc[SC_DUE] <= now:
+                    sc[SC_PEND] = 1
+                    continue            # the refresh is pending from this tick: re-plan
+            elif tref <= now:
+                last = now
+                _issue(rcmd, now, rb, -1, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok,
+                       rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
+                bus = now + slots[rcmd]
+                if rcmd == E.PREA:
+                    for i in range(NB):
+                        if bank[1, i] >= 0:
+                            bank[1, i] = -1
+                            _candidates(i, Q, NB, cap, slot, bank, cand)
+                elif rcmd == E.PRE:
+                    bank[1, rb] = -1
+                    _candidates(rb, Q, NB, cap, slot, bank, cand)
+                elif rcmd == E.REF:
+                    sc[SC_PEND] = 0
+                    sc[SC_DUE] += tim[E.T_REFI]
+                else:
+                    sc[SC_PEND] = 0
+                    sc[SC_DUE] += tim[E.T_REFIPB]
+                    sc[SC_PBPTR] = (rb + 1) % NB
+                continue
+        if refb == -2 or queued == 0:
+            continue
+        # FR-FCFS: the oldest ready hit, else the oldest ready ACT or PRE
+        k0, _, k1, _, k2, _ = _pass(cand, nxt_ok, off, E.RD, NB, refb, now, lb0, lb1, lb2)
+        if k0 < BIG:
+            cmd = E.RD
+            b = k0 & E.LANE_MASK
+        elif k1 < k2:
+            cmd = E.ACT
+            b = k1 & E.LANE_MASK
+        elif k2 < BIG:
+            cmd = E.PRE
+            b = k2 & E.LANE_MASK
+        else:
+            continue
+        last = now
+        p0 = b * Q
+        j = bank[3, b]
+        auto = cmd == E.RD and closed and bank[5, b] == 1
+        if auto:
+            cmd = E.RDA
+        if cmd == E.ACT:
+            rrow = slot[1, p0]
+        elif cmd == E.PRE:
+            rrow = slot[1, p0 + bank[4, b]]
+        else:
+            rrow = slot[1, p0 + j]
+        _issue(cmd, now, b, rrow, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok,
+               rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
+        bus = now + slots[cmd]
+        if cmd == E.ACT:
+            bank[1, b] = slot[1, p0]
+            slot[3, p0] |= 1
+            bank[2, b] = 0
+        elif cmd == E.PRE:
+            slot[3, p0 + bank[4, b]] |= 2
+            bank[1, b] = -1
+        else:
+            p = p0 + j
+            tc = now + off[cmd] + tcl + tbl
+            lat = tc - slot[2, p]
+            stat[E.S_READS] += 1
+            stat[E.S_LATSUM] += lat
+            lat_hist[lat if lat < E.LAT_BINS else E.LAT_BINS - 1] += 1
+            fl = slot[3, p]
+            if fl & 2:
+                stat[E.S_CONFLICTS] += 1
+            elif fl & 1:
+                stat[E.S_MISSES] += 1
+            else:
+                stat[E.S_HITS] += 1
+            if tc > end:
+                end = tc
+            dd = slot[4, p]
+            d_left[dd] -= 1
+            if d_left[dd] == 0:
+                d_done[dd] = tc
+            if rec:
+                b_done[slot[0, p]] = tc
+                b_cnt[slot[0, p]] += 1
+            n = bank[0, b] - 1
+            for q in range(p, p0 + n):      # close the gap: later entries move down one
+                slot[0, q] = slot[0, q + 1]
+                slot[1, q] = slot[1, q + 1]
+                slot[2, q] = slot[2, q + 1]
+                slot[3, q] = slot[3, q + 1]
+                slot[4, q] = slot[4, q + 1]
+            bank[0, b] = n
+            queued -= 1
+            done += 1
+            bank[2, b] += 1
+            if auto:
+                bank[1, b] = -1
+        _candidates(b, Q, NB, cap, slot, bank, cand)
+    sc[SC_NOW] = now
+    sc[SC_LAST] = last
+    sc[SC_BUS] = bus
+    sc[SC_QUEUED] = queued
+    sc[SC_D] = d
+    sc[SC_K] = k
+    sc[SC_SEQ] = seq
+    sc[SC_DONE] = done
+    sc[SC_END] = end
+    stat[E.S_DECISIONS] += decisions
+    if end > stat[E.S_END]:
+        stat[E.S_END] = end
+
+
+@njit(cache=True, nogil=True)
+def run_channels(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
+                 m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
+                 first, last, d_addr, d_nb, d_arrival, state, chans, floor,
+                 stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, log, nlog):
+    """:func:`run_channel` for each channel of ``chans`` (stream c = descriptors
+    ``first[c]..last[c]``). With ``floor`` > 0, only the channels whose last completion
+    is earlier go on, up to ``floor``."""
+    slot, bank, cand, nxt_ok, rank_ok, faw, sc = state
+    fields = np.zeros(7, dtype=np.int64)
+    for i in range(chans.shape[0]):
+        c = chans[i]
+        if floor > 0 and sc[c, SC_END] >= floor:
+            continue
+        run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
+                    m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
+                    d_addr, d_nb, d_arrival, first[c], last[c], c,
+                    slot[c], bank[c], cand[c], nxt_ok[c], rank_ok[c], faw[c], sc[c],
+                    floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done, b_cnt, fields,
+                    log, nlog)
