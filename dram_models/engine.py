@@ -394,6 +394,18 @@ def _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR, NBR, refmode):
 
 
 @njit(inline="always", _nrt=False)
+def _first_refresh(refmode, tim, d, ND, NDC):
+    """Tick at which refresh domain d (of ND; NDC per channel) first falls due: staggered
+    so that the domains do not all stall at once (all-bank: d + 1 of ND parts of tREFI;
+    per-bank: the channel's domains spread over tREFIpb); INF without refresh."""
+    if refmode == 1:
+        return tim[T_REFI] * (d + 1) // ND
+    if refmode == 2:
+        return tim[T_REFIPB] * (d % NDC + 1) // NDC
+    return INF
+
+
+@njit(inline="always", _nrt=False)
 def _setbit(km, i, b, on):
     """Set or clear bit b of the multi-word mask starting at km[i]."""
     w = i + (b >> 6)
@@ -1411,12 +1423,7 @@ def _alloc(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     pb_ptr = np.zeros(ND, dtype=np.int64)
     for d in range(ND):
         # stagger the refresh of the domains so they do not all stall at once
-        if refmode == 1:
-            ref_due[d] = tim[T_REFI] * (d + 1) // ND
-        elif refmode == 2:
-            ref_due[d] = tim[T_REFIPB] * (d % NDC + 1) // NDC
-        else:
-            ref_due[d] = INF
+        ref_due[d] = _first_refresh(refmode, tim, d, ND, NDC)
     ref_sum = np.zeros(2 * C, dtype=np.int64)     # per channel: min due (not pending), pending
     for c in range(C):
         ref_sum[2 * c] = INF

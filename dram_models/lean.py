@@ -49,6 +49,12 @@ BIG = E.BIG
 (SC_NOW, SC_LAST, SC_BUS, SC_FAWI, SC_QUEUED, SC_D, SC_K, SC_SEQ, SC_DONE, SC_END,
  SC_DUE, SC_PEND, SC_PBPTR) = range(13)
 NSC = 13
+# per queue slot (slot[...]): the request's age (enqueue order), row, enqueue tick, flag
+# (1: its ACT issued, 2: its PRE), descriptor
+SL_SEQ, SL_ROW, SL_ENQ, SL_FLAG, SL_DESC = range(5)
+# per bank (bank[...]): queued requests, open row (-1 closed), column commands since the
+# ACT, slot of the oldest hit and of the oldest conflict (-1 none), number of hits
+BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT = range(6)
 
 
 def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: bool,
@@ -72,17 +78,15 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
 
 @njit(cache=True, nogil=True)
 def alloc(cfg, tim):
-    """The state of every channel (leading index): per queue slot (age, row, enqueue
-    tick, flag: 1 its ACT issued, 2 its PRE; descriptor), per bank (queued count, open
-    row, column commands since the ACT, slot of the oldest hit, of the oldest conflict,
-    number of hits), candidates (per kind and bank: the candidate's age, BIG if none),
+    """The state of every channel (leading index): per queue slot (``SL_*``), per bank
+    (``BK_*``), candidates (per kind and bank: the candidate's age, BIG if none),
     bank-level and rank-level next-allowed ticks, the four-activate window, scalars
     (``SC_*``)."""
     C = cfg[E.C_CH]
     NB = cfg[E.C_BG] * cfg[E.C_BA]
     Q = cfg[E.C_RQ]
-    slot = np.zeros((C, 5, NB * Q), dtype=np.int64)
-    bank = np.zeros((C, 6, NB), dtype=np.int64)
+    slot = np.zeros((C, SL_DESC + 1, NB * Q), dtype=np.int64)
+    bank = np.zeros((C, BK_NHIT + 1, NB), dtype=np.int64)
     cand = np.full((C, 3 * NB), BIG, dtype=np.int64)
     nxt_ok = np.zeros((C, E.NCMD * NB), dtype=np.int64)
     rank_ok = np.zeros((C, E.NCMD), dtype=np.int64)
@@ -91,18 +95,11 @@ def alloc(cfg, tim):
     refmode = cfg[E.C_REFMODE]
     for c in range(C):
         for b in range(NB):
-            bank[c, 1, b] = -1
-            bank[c, 3, b] = -1
-            bank[c, 4, b] = -1
+            bank[c, BK_ROW, b] = -1
+            bank[c, BK_HIT, b] = -1
+            bank[c, BK_CONF, b] = -1
         sc[c, SC_LAST] = -1
-        # the engine's stagger: domain c of C refreshes first at (c + 1) / C of tREFI;
-        # per-bank refresh (one domain per channel) after tREFIpb
-        if refmode == 1:
-            sc[c, SC_DUE] = tim[E.T_REFI] * (c + 1) // C
-        elif refmode == 2:
-            sc[c, SC_DUE] = tim[E.T_REFIPB]
-        else:
-            sc[c, SC_DUE] = BIG
+        sc[c, SC_DUE] = E._first_refresh(refmode, tim, c, C, 1)    # one domain: the rank
     return slot, bank, cand, nxt_ok, rank_ok, faw, sc
 
 
@@ -137,27 +134,27 @@ def _candidates(b, Q, NB, cap, slot, bank, cand):
     oldest request if the bank is closed (ACT), the oldest conflict (PRE) unless queued
     hits are still owed their turn (fewer than ``cap`` column commands since the ACT);
     also its oldest hit, oldest conflict and number of hits."""
-    orow = bank[1, b]
+    orow = bank[BK_ROW, b]
     hit = -1
     conf = -1
     nh = 0
     p0 = b * Q
-    n = bank[0, b]
+    n = bank[BK_CNT, b]
     if orow >= 0:
         for j in range(n):
-            if slot[1, p0 + j] == orow:
+            if slot[SL_ROW, p0 + j] == orow:
                 if hit < 0:
                     hit = j
                 nh += 1
             elif conf < 0:
                 conf = j
-    bank[3, b] = hit
-    bank[4, b] = conf
-    bank[5, b] = nh
-    cand[b] = BIG if hit < 0 else slot[0, p0 + hit]
-    cand[NB + b] = slot[0, p0] if (orow < 0 and n > 0) else BIG
-    pre = conf >= 0 and (hit < 0 or bank[2, b] >= cap)
-    cand[2 * NB + b] = slot[0, p0 + conf] if pre else BIG
+    bank[BK_HIT, b] = hit
+    bank[BK_CONF, b] = conf
+    bank[BK_NHIT, b] = nh
+    cand[b] = BIG if hit < 0 else slot[SL_SEQ, p0 + hit]
+    cand[NB + b] = slot[SL_SEQ, p0] if (orow < 0 and n > 0) else BIG
+    pre = conf >= 0 and (hit < 0 or bank[BK_HITS, b] >= cap)
+    cand[2 * NB + b] = slot[SL_SEQ, p0 + conf] if pre else BIG
 
 
 @njit(inline="always", _nrt=False)
@@ -251,30 +248,30 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
                       gbits, gmask, bmask, fields)
             b = fields[3] * B + fields[4]
             row = fields[5]
-            n = bank[0, b]
+            n = bank[BK_CNT, b]
             p = b * Q + n
-            slot[0, p] = seq
-            slot[1, p] = row
-            slot[2, p] = now
-            slot[3, p] = 0
-            slot[4, p] = d
-            bank[0, b] = n + 1
+            slot[SL_SEQ, p] = seq
+            slot[SL_ROW, p] = row
+            slot[SL_ENQ, p] = now
+            slot[SL_FLAG, p] = 0
+            slot[SL_DESC, p] = d
+            bank[BK_CNT, b] = n + 1
             # the bank's candidates change only if the newcomer is its first hit, its
             # first request (closed bank) or its first conflict
-            orow = bank[1, b]
+            orow = bank[BK_ROW, b]
             if orow == row:
-                bank[5, b] += 1
-                if bank[3, b] < 0:
-                    bank[3, b] = n
+                bank[BK_NHIT, b] += 1
+                if bank[BK_HIT, b] < 0:
+                    bank[BK_HIT, b] = n
                     cand[b] = seq
-                    if bank[2, b] < cap:
+                    if bank[BK_HITS, b] < cap:
                         cand[2 * NB + b] = BIG      # the hits go first
             elif orow < 0:
                 if n == 0:
                     cand[NB + b] = seq
-            elif bank[4, b] < 0:
-                bank[4, b] = n
-                if bank[3, b] < 0 or bank[2, b] >= cap:
+            elif bank[BK_CONF, b] < 0:
+                bank[BK_CONF, b] = n
+                if bank[BK_HIT, b] < 0 or bank[BK_HITS, b] >= cap:
                     cand[2 * NB + b] = seq
             seq += 1
             queued += 1
@@ -297,13 +294,13 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
                     refb = -2
                     rcmd = E.REF
                     for i in range(NB):
-                        if bank[1, i] >= 0:
+                        if bank[BK_ROW, i] >= 0:
                             rcmd = E.PREA
                             break
                 else:
                     rb = sc[SC_PBPTR]
                     refb = rb
-                    rcmd = E.PRE if bank[1, rb] >= 0 else E.REFPB
+                    rcmd = E.PRE if bank[BK_ROW, rb] >= 0 else E.REFPB
                 tref = _rank_bound(rcmd, rank_ok, off, bus)
                 v = nxt_ok[rcmd * NB + rb] - off[rcmd]
                 if v > tref:
@@ -344,11 +341,11 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
                 bus = now + slots[rcmd]
                 if rcmd == E.PREA:
                     for i in range(NB):
-                        if bank[1, i] >= 0:
-                            bank[1, i] = -1
+                        if bank[BK_ROW, i] >= 0:
+                            bank[BK_ROW, i] = -1
                             _candidates(i, Q, NB, cap, slot, bank, cand)
                 elif rcmd == E.PRE:
-                    bank[1, rb] = -1
+                    bank[BK_ROW, rb] = -1
                     _candidates(rb, Q, NB, cap, slot, bank, cand)
                 elif rcmd == E.REF:
                     sc[SC_PEND] = 0
@@ -375,34 +372,34 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
             continue
         last = now
         p0 = b * Q
-        j = bank[3, b]
-        auto = cmd == E.RD and closed and bank[5, b] == 1
+        j = bank[BK_HIT, b]
+        auto = cmd == E.RD and closed and bank[BK_NHIT, b] == 1
         if auto:
             cmd = E.RDA
         if cmd == E.ACT:
-            rrow = slot[1, p0]
+            rrow = slot[SL_ROW, p0]
         elif cmd == E.PRE:
-            rrow = slot[1, p0 + bank[4, b]]
+            rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
         else:
-            rrow = slot[1, p0 + j]
+            rrow = slot[SL_ROW, p0 + j]
         _issue(cmd, now, b, rrow, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok,
                rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
         bus = now + slots[cmd]
         if cmd == E.ACT:
-            bank[1, b] = slot[1, p0]
-            slot[3, p0] |= 1
-            bank[2, b] = 0
+            bank[BK_ROW, b] = slot[SL_ROW, p0]
+            slot[SL_FLAG, p0] |= 1
+            bank[BK_HITS, b] = 0
         elif cmd == E.PRE:
-            slot[3, p0 + bank[4, b]] |= 2
-            bank[1, b] = -1
+            slot[SL_FLAG, p0 + bank[BK_CONF, b]] |= 2
+            bank[BK_ROW, b] = -1
         else:
             p = p0 + j
             tc = now + off[cmd] + tcl + tbl
-            lat = tc - slot[2, p]
+            lat = tc - slot[SL_ENQ, p]
             stat[E.S_READS] += 1
             stat[E.S_LATSUM] += lat
             lat_hist[lat if lat < E.LAT_BINS else E.LAT_BINS - 1] += 1
-            fl = slot[3, p]
+            fl = slot[SL_FLAG, p]
             if fl & 2:
                 stat[E.S_CONFLICTS] += 1
             elif fl & 1:
@@ -411,26 +408,26 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
                 stat[E.S_HITS] += 1
             if tc > end:
                 end = tc
-            dd = slot[4, p]
+            dd = slot[SL_DESC, p]
             d_left[dd] -= 1
             if d_left[dd] == 0:
                 d_done[dd] = tc
             if rec:
-                b_done[slot[0, p]] = tc
-                b_cnt[slot[0, p]] += 1
-            n = bank[0, b] - 1
+                b_done[slot[SL_SEQ, p]] = tc
+                b_cnt[slot[SL_SEQ, p]] += 1
+            n = bank[BK_CNT, b] - 1
             for q in range(p, p0 + n):      # close the gap: later entries move down one
-                slot[0, q] = slot[0, q + 1]
-                slot[1, q] = slot[1, q + 1]
-                slot[2, q] = slot[2, q + 1]
-                slot[3, q] = slot[3, q + 1]
-                slot[4, q] = slot[4, q + 1]
-            bank[0, b] = n
+                slot[SL_SEQ, q] = slot[SL_SEQ, q + 1]
+                slot[SL_ROW, q] = slot[SL_ROW, q + 1]
+                slot[SL_ENQ, q] = slot[SL_ENQ, q + 1]
+                slot[SL_FLAG, q] = slot[SL_FLAG, q + 1]
+                slot[SL_DESC, q] = slot[SL_DESC, q + 1]
+            bank[BK_CNT, b] = n
             queued -= 1
             done += 1
-            bank[2, b] += 1
+            bank[BK_HITS, b] += 1
             if auto:
-                bank[1, b] = -1
+                bank[BK_ROW, b] = -1
         _candidates(b, Q, NB, cap, slot, bank, cand)
     sc[SC_NOW] = now
     sc[SC_LAST] = last

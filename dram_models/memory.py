@@ -129,17 +129,24 @@ def _on_threads(fn, n: int) -> None:
             list(pool.map(fn, range(n)))
 
 
+def _merge_stats(stats: list[np.ndarray]) -> np.ndarray:
+    """Statistics (``engine.S_*``) of threads that simulated disjoint sets of channels,
+    as one thread gives them: counts add up, the end tick and the error flag take the
+    maximum."""
+    stat = np.sum(stats, axis=0)
+    for k in (E.S_END, E.S_DEADLOCK):
+        stat[k] = max(st[k] for st in stats)
+    return stat
+
+
 def _merge(outs: list[tuple]) -> tuple:
     """The results of threads that simulated disjoint sets of channels, merged into what
-    one thread gives: counts add up, the end tick and the error flag take the maximum,
-    every descriptor's completion comes from the thread that simulated its channel
-    (-1 elsewhere); groups, bursts and the log are those of thread 0 (runs split over
-    threads have none)."""
+    one thread gives (:func:`_merge_stats`; every descriptor's completion comes from the
+    thread that simulated its channel, -1 elsewhere); groups, bursts and the log are
+    those of thread 0 (runs split over threads have none)."""
     if len(outs) == 1:
         return outs[0]
-    stat = np.sum([o[0] for o in outs], axis=0)
-    for k in (E.S_END, E.S_DEADLOCK):
-        stat[k] = max(o[0][k] for o in outs)
+    stat = _merge_stats([o[0] for o in outs])
     d_done = outs[0][3].copy()
     for o in outs[1:]:
         np.maximum(d_done, o[3], out=d_done)
@@ -190,7 +197,6 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
     m_chunk, m_pos = ms.chunk_tables
     C = int(cfg[E.C_CH])
-    S = len(first)
     # a command log (ordered by tick, then channel: one command per channel and tick on
     # one bus) comes from one thread
     chans = _deal(load, 1 if log_cap else threads)
@@ -218,16 +224,15 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     end = int(state[-1][:, L.SC_END].max())
     if end > 0:
         _on_threads(lambda i: L.run_channels(*args(i, end)), len(chans))
-    g_ready = np.zeros(1, dtype=np.int64)       # (no groups: the engine's one slot)
-    g_end = np.full(1, -1, dtype=np.int64)
+    stat = _merge_stats(stats)
     if nlog[0] > log_cap:
-        stats[0][E.S_DEADLOCK] = 2      # the log overflowed: the caller retries
+        stat[E.S_DEADLOCK] = 2          # the log overflowed: the caller retries
     log = log[:min(int(nlog[0]), log_cap)]
     log = log[np.lexsort((log[:, 2], log[:, 0]))]
-    outs = [(stats[i], cmdc if i == 0 else np.zeros_like(cmdc), hists[i], d_done, g_ready,
-             g_end, b_done, b_cnt, log, np.zeros(S, dtype=np.int64))
-            for i in range(len(chans))]
-    return _merge(outs)
+    # (no groups: the engine's one slot of group times; no TLB)
+    return (stat, cmdc, np.sum(hists, axis=0), d_done, np.zeros(1, dtype=np.int64),
+            np.full(1, -1, dtype=np.int64), b_done, b_cnt, log,
+            np.zeros(len(first), dtype=np.int64))
 
 
 class MemorySystem:
@@ -353,16 +358,15 @@ class MemorySystem:
             raise ConfigError("lean", f"this run is outside the lean controller's scope: "
                               f"{why}")
         use_lean = lean is not False and not why
-        if use_lean:
-            run_once = lambda cap: _lean_run(  # noqa: E731
-                self, cfg, first, last, addr, nb, arrival, load, record, cap if log else 0,
-                threads)
-        else:
+        if not use_lean:
             inputs = self._engine_inputs(cfg, streams, translation, first, last, maxout,
                                          addr, nb, is_write, arrival)
-            run_once = lambda cap: _engine_run(inputs, load, cap, threads)  # noqa: E731
         while True:
-            out = run_once(log_cap)
+            if use_lean:
+                out = _lean_run(self, cfg, first, last, addr, nb, arrival, load, record,
+                                log_cap if log else 0, threads)
+            else:
+                out = _engine_run(inputs, load, log_cap, threads)
             if out[0][E.S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room

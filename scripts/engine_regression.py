@@ -43,7 +43,6 @@ from dram_models.spec import list_standards, load_standard
 from dram_models.trace import Trace
 
 PATTERNS = ("seq", "random", "stride:8192", "paged:4096", "mixed:2:1")
-RUNS_BY_CONTROLLER: Counter = Counter()   # runs made so far by each controller
 LIST_MAX = 64           # arrays up to this length are stored in full, longer ones hashed
 
 
@@ -63,10 +62,11 @@ def _summary(res) -> dict:
             "group_end": _arr(res.group_end), "tlb_stall": _arr(res.stream_tlb_stall)}
 
 
-def _execute(ms: MemorySystem, what, lean: bool | None = False) -> dict:
+def _execute(ms: MemorySystem, what, lean: bool | None = False,
+             runs: Counter | None = None) -> dict:
     """Run one case twice (recording / plain) and return its record; ``lean`` as
     :meth:`MemorySystem.run` takes it (False: the engine only; None: the lean controller
-    where the run is in its scope)."""
+    where the run is in its scope); ``runs`` counts the runs of each controller."""
     kind, payload, translation = what
     if kind == "trace":
         full = ms.run_trace(payload, record=True, log=True, lean=lean)
@@ -75,7 +75,8 @@ def _execute(ms: MemorySystem, what, lean: bool | None = False) -> dict:
         full = ms.run(payload, translation=translation, record=True, log=True, lean=lean)
         plain = ms.run(payload, translation=translation, lean=lean)
     out = _summary(full)
-    RUNS_BY_CONTROLLER.update((full.controller, plain.controller))
+    if runs is not None:
+        runs.update((full.controller, plain.controller))
     if _summary(plain) != out:
         out["plain_run_differs"] = True     # recording changed the simulation: a bug
     out["burst_done"] = _digest(full.burst_done)
@@ -310,12 +311,13 @@ def select(cases, quick: bool = False, only: list[str] | None = None):
     return out
 
 
-def run_cases(cases, verbose: bool = False, lean: bool | None = False) -> dict:
+def run_cases(cases, verbose: bool = False, lean: bool | None = False,
+              runs: Counter | None = None) -> dict:
     results = {}
     for name, _, build in cases:
         t0 = time.perf_counter()
         ms, what = build()
-        results[name] = _execute(ms, what, lean)
+        results[name] = _execute(ms, what, lean, runs)
         if verbose:
             print(f"{name}: {time.perf_counter() - t0:.2f} s", file=sys.stderr)
     return results
@@ -364,7 +366,9 @@ def main(argv=None) -> int:
             print(("quick " if q else "      ") + name)
         return 0
     t0 = time.perf_counter()
-    results = run_cases(cases, args.verbose, False if args.controller == "engine" else None)
+    runs = Counter()
+    results = run_cases(cases, args.verbose, False if args.controller == "engine" else None,
+                        runs)
     took = time.perf_counter() - t0
     if args.write:
         if args.quick or args.only:
@@ -382,8 +386,8 @@ def main(argv=None) -> int:
     diffs = compare(golden, results)
     for line in diffs:
         print(line)
-    runs = ", ".join(f"{k} {v}" for k, v in sorted(RUNS_BY_CONTROLLER.items()))
-    print(f"{len(results)} cases, {len(diffs)} differences ({took:.1f} s; runs: {runs})")
+    per = ", ".join(f"{k} {v}" for k, v in sorted(runs.items()))
+    print(f"{len(results)} cases, {len(diffs)} differences ({took:.1f} s; runs: {per})")
     return 1 if diffs else 0
 
 
