@@ -27,11 +27,11 @@ What it models, per channel (as the engine does; see there for the rules):
 
 How it differs from the engine (the reasons it is faster): no streams, trees or events;
 per bank, the queued requests sit in a small array in age order (a removal closes the
-gap), with the age of its candidate of each kind; a decision is one branch-free pass over
-the banks that finds the exact earliest tick at which a command can issue, and a second
-at that tick that picks it, so no decision falls on a tick where nothing can happen;
-a completion is accounted when
-its column command issues (nothing waits for data in an open loop).
+gap), with the age of its candidate of each kind; one branch-free (vectorized) pass over
+the banks finds, per kind, the earliest tick at which a candidate can issue and the
+oldest candidate that can issue then (one packed key), so a decision is one pass and no
+decision falls on a tick where nothing can happen; a completion is accounted when its
+column command issues (nothing waits for data in an open loop).
 
 Scope (:func:`out_of_scope`): reads only, one rank and one command bus per channel, open
 loop (arrival ticks allowed), and the per-burst record only with one channel. Everything
@@ -53,16 +53,22 @@ NSC = 13
 # (1: its ACT issued, 2: its PRE), descriptor
 SL_SEQ, SL_ROW, SL_ENQ, SL_FLAG, SL_DESC = range(5)
 # per bank (bank[...]): queued requests, open row (-1 closed), column commands since the
-# ACT, slot of the oldest hit and of the oldest conflict (-1 none), number of hits
-BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT = range(6)
+# ACT, slot of the oldest hit and of the oldest conflict (-1 none), number of hits, first
+# bank of its bank group (a lookup: a division per command costs more than the rest)
+BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT, BK_GRP = range(7)
+# a scan key (see _scan): ticks after the floor (capped at DCAP) << 44 | age << 8 | bank
+D_SHIFT = 44
+DCAP = (1 << 17) - 1                # keys stay below BIG = 2**62
+AGE_LIMIT = 1 << (D_SHIFT - E.LANE_BITS)
 
 
 def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: bool,
-                 groups: bool, capped: bool, record: bool) -> str:
+                 groups: bool, capped: bool, record: bool, bursts: int) -> str:
     """Why a run with the engine configuration ``cfg`` cannot take the lean controller
     ("" if it can): it needs one stream per channel (a trace run), one rank and one
     command bus per channel, reads only, an open loop, and a per-burst
-    record only with one channel (the record is in enqueue order)."""
+    record only with one channel (the record is in enqueue order), and fewer than
+    AGE_LIMIT (2**36) bursts, so that a burst's age fits its scan key."""
     NLR = int(cfg[E.C_PC] * cfg[E.C_RK])
     for bad, why in ((not per_channel, "not one stream per channel"),
                      (NLR != 1, f"{NLR} ranks (pseudo-channels x ranks) per channel"),
@@ -70,7 +76,8 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
                      (writes, "writes"), (translation, "address translation"),
                      (groups, "tile groups"), (capped, "outstanding caps"),
                      (record and int(cfg[E.C_CH]) > 1, "a burst record of several "
-                      "channels")):
+                      "channels"), (bursts >= AGE_LIMIT, f"{bursts} bursts (the limit is "
+                                    f"{AGE_LIMIT})")):
         if bad:
             return why
     return ""
@@ -86,7 +93,7 @@ def alloc(cfg, tim):
     NB = cfg[E.C_BG] * cfg[E.C_BA]
     Q = cfg[E.C_RQ]
     slot = np.zeros((C, SL_DESC + 1, NB * Q), dtype=np.int64)
-    bank = np.zeros((C, BK_NHIT + 1, NB), dtype=np.int64)
+    bank = np.zeros((C, BK_GRP + 1, NB), dtype=np.int64)
     cand = np.full((C, 3 * NB), BIG, dtype=np.int64)
     nxt_ok = np.zeros((C, E.NCMD * NB), dtype=np.int64)
     rank_ok = np.zeros((C, E.NCMD), dtype=np.int64)
@@ -98,6 +105,7 @@ def alloc(cfg, tim):
             bank[c, BK_ROW, b] = -1
             bank[c, BK_HIT, b] = -1
             bank[c, BK_CONF, b] = -1
+            bank[c, BK_GRP, b] = b - b % cfg[E.C_BA]
         sc[c, SC_LAST] = -1
         sc[c, SC_DUE] = E._first_refresh(refmode, tim, c, C, 1)    # one domain: the rank
     return slot, bank, cand, nxt_ok, rank_ok, faw, sc
@@ -111,21 +119,56 @@ def _rank_bound(cmd, rank_ok, off, bus):
 
 
 @njit(inline="always", _nrt=False)
-def _pass(cand, nxt_ok, off, colc, NB, refb, lim, lb0, lb1, lb2):
+def _scan(cand, nxt_ok, off, colc, NB, refb, f, lb0, lb1, lb2):
     """One branch-free pass over the banks for the three kinds (column command ``colc``,
     ACT, PRE; rank-level bounds ``lb0..2``), bank ``refb`` excluded (it waits for its
-    refresh): per kind, the smallest key (age << 8 | bank) among the candidates that can
-    issue by tick ``lim`` (BIG if none) and the earliest tick at which any candidate can
-    issue (BIG if none). The engine's pass (:func:`dram_models.engine._ready_min3`) over
-    this controller's arrays; it works in reference-slot ticks, hence the offsets."""
+    refresh): per kind, the smallest key (d << 44 | age << 8 | bank) over its candidates,
+    where d is how many ticks after ``f`` (the earliest tick a decision may take) the
+    candidate can issue (0 if it could earlier), capped at DCAP; BIG if none. The
+    smallest key therefore names both the earliest tick at which a candidate of that kind
+    can issue and the oldest candidate that can issue then, so one pass does what the
+    engine does in two (:func:`dram_models.engine._ready_min3` for the tick, then again
+    for the oldest ready). Bank parts are in reference-slot ticks, hence the offsets."""
     o0 = off[colc]
     o1 = off[E.ACT]
     o2 = off[E.PRE]
-    r0, m0, r1, m1, r2, m2 = E._ready_min3(
-        cand, 0, NB, nxt_ok, colc * NB, E.ACT * NB, E.PRE * NB, NB, refb, lim + o0,
-        lim + o1, lim + o2, lb0 + o0, lb1 + o1, lb2 + o2)
-    return (r0, m0 - o0 if m0 < BIG else BIG, r1, m1 - o1 if m1 < BIG else BIG, r2,
-            m2 - o2 if m2 < BIG else BIG)
+    f0 = max(f, lb0) + o0
+    f1 = max(f, lb1) + o1
+    f2 = max(f, lb2) + o2
+    g0 = f + o0
+    g1 = f + o1
+    g2 = f + o2
+    b0 = colc * NB
+    b1 = E.ACT * NB
+    b2 = E.PRE * NB
+    r0 = BIG
+    r1 = BIG
+    r2 = BIG
+    for i in range(NB):
+        li = np.int64(i)
+        refl = li == refb
+        s0 = cand[i]
+        s1 = cand[NB + i]
+        s2 = cand[2 * NB + i]
+        v0 = nxt_ok[b0 + i]
+        v1 = nxt_ok[b1 + i]
+        v2 = nxt_ok[b2 + i]
+        v0 = min((f0 if v0 < f0 else v0) - g0, DCAP)
+        v1 = min((f1 if v1 < f1 else v1) - g1, DCAP)
+        v2 = min((f2 if v2 < f2 else v2) - g2, DCAP)
+        k0 = BIG if (s0 >= BIG or refl) else (v0 << D_SHIFT) | (s0 << E.LANE_BITS) | li
+        k1 = BIG if (s1 >= BIG or refl) else (v1 << D_SHIFT) | (s1 << E.LANE_BITS) | li
+        k2 = BIG if (s2 >= BIG or refl) else (v2 << D_SHIFT) | (s2 << E.LANE_BITS) | li
+        r0 = k0 if k0 < r0 else r0
+        r1 = k1 if k1 < r1 else r1
+        r2 = k2 if k2 < r2 else r2
+    return r0, r1, r2
+
+
+@njit(inline="always", _nrt=False)
+def _tick(key, f):
+    """The issue tick a scan key names (BIG if none)."""
+    return BIG if key >= BIG else f + (key >> D_SHIFT)
 
 
 @njit(inline="always", _nrt=False)
@@ -158,12 +201,13 @@ def _candidates(b, Q, NB, cap, slot, bank, cand):
 
 
 @njit(inline="always", _nrt=False)
-def _issue(cmd, now, b, row, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok, rank_ok,
-           faw, sc, tfaw, cmdc, c, log, nlog):
-    """Issue ``cmd`` to bank b (``row``; -1 for refresh) of channel c at tick ``now``:
-    raise the next-allowed ticks of the bank, its bank group and the rank (the one rank
-    covers channel, data-bus and rank rules; there are no sibling ranks), the
-    four-activate window; count it and, if ``log`` has rows, log it as the engine does
+def _issue(cmd, now, b, grp, row, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok,
+           rank_ok, faw, sc, tfaw, cmdc, c, log, nlog):
+    """Issue ``cmd`` to bank b (``grp``: the first bank of its group; ``row``: -1 for
+    refresh) of channel c at tick ``now``: raise the next-allowed ticks of the bank, its
+    bank group and the rank (the one rank covers channel, data-bus and rank rules; there
+    are no sibling ranks), the four-activate window; count it and, if ``log`` has rows,
+    log it as the engine does
     (global pseudo-channel, rank, bank group and bank numbers)."""
     t = now + off[cmd]
     for r in range(r_off[cmd], r_off[cmd + 1]):
@@ -175,7 +219,7 @@ def _issue(cmd, now, b, row, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok, ra
             if nxt_ok[i] < v:
                 nxt_ok[i] = v
         elif lvl == E.L_BG:
-            g0 = nc * NB + (b // B) * B
+            g0 = nc * NB + grp
             for i in range(g0, g0 + B):
                 if nxt_ok[i] < v:
                     nxt_ok[i] = v
@@ -308,17 +352,16 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
         lb0 = _rank_bound(E.RD, rank_ok, off, bus)
         lb1 = _rank_bound(E.ACT, rank_ok, off, bus)
         lb2 = _rank_bound(E.PRE, rank_ok, off, bus)
-        m = tref
-        if queued > 0 and refb != -2:
-            _, m0, _, m1, _, m2 = _pass(cand, nxt_ok, off, E.RD, NB, refb, BIG, lb0, lb1,
-                                        lb2)
-            m = min(m, m0, m1, m2)
         # not before this tick (a pending refresh re-plans at the tick it fell due) and
         # after a tick that issued (whose command holds the bus anyway)
-        if m < now:
-            m = now
-        if m <= last:
-            m = last + 1
+        f = now if now > last else last + 1
+        m = tref if tref > f else f
+        k0 = BIG
+        k1 = BIG
+        k2 = BIG
+        if queued > 0 and refb != -2:
+            k0, k1, k2 = _scan(cand, nxt_ok, off, E.RD, NB, refb, f, lb0, lb1, lb2)
+            m = min(m, _tick(k0, f), _tick(k1, f), _tick(k2, f))
         if queued < Q and d < d1 and d_arrival[d] <= m:
             now = d_arrival[d]          # requests enter before the tick's decision
             continue
@@ -336,8 +379,8 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
                     continue            # the refresh is pending from this tick: re-plan
             elif tref <= now:
                 last = now
-                _issue(rcmd, now, rb, -1, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok,
-                       rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
+                _issue(rcmd, now, rb, bank[BK_GRP, rb], -1, B, NB, r_off, r_lvl, r_next,
+                       r_lat, off, nxt_ok, rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
                 bus = now + slots[rcmd]
                 if rcmd == E.PREA:
                     for i in range(NB):
@@ -355,17 +398,20 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
                     sc[SC_DUE] += tim[E.T_REFIPB]
                     sc[SC_PBPTR] = (rb + 1) % NB
                 continue
-        if refb == -2 or queued == 0:
+        # FR-FCFS: the oldest ready hit, else the oldest ready ACT or PRE. A kind's
+        # candidates ready now are those whose key names this tick; a capped key (DCAP)
+        # names only a lower bound, so nothing issues and the next pass looks again.
+        dm = (now - f) << D_SHIFT
+        lim = dm | ((1 << D_SHIFT) - 1)
+        if now - f >= DCAP:
             continue
-        # FR-FCFS: the oldest ready hit, else the oldest ready ACT or PRE
-        k0, _, k1, _, k2, _ = _pass(cand, nxt_ok, off, E.RD, NB, refb, now, lb0, lb1, lb2)
-        if k0 < BIG:
+        if k0 <= lim:
             cmd = E.RD
             b = k0 & E.LANE_MASK
-        elif k1 < k2:
+        elif k1 <= lim and k1 < k2:
             cmd = E.ACT
             b = k1 & E.LANE_MASK
-        elif k2 < BIG:
+        elif k2 <= lim:
             cmd = E.PRE
             b = k2 & E.LANE_MASK
         else:
@@ -382,8 +428,8 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
             rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
         else:
             rrow = slot[SL_ROW, p0 + j]
-        _issue(cmd, now, b, rrow, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_ok,
-               rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
+        _issue(cmd, now, b, bank[BK_GRP, b], rrow, B, NB, r_off, r_lvl, r_next, r_lat, off,
+               nxt_ok, rank_ok, faw, sc, tfaw, cmdc, c, log, nlog)
         bus = now + slots[cmd]
         if cmd == E.ACT:
             bank[BK_ROW, b] = slot[SL_ROW, p0]

@@ -353,7 +353,7 @@ class MemorySystem:
         why = L.out_of_scope(cfg, bool(cfg[E.C_PERCH]) or S == self.channels == 1,
                              bool(is_write.any()), translation is not None,
                              ng > 0 or streams.group is not None or streams.gate is not None,
-                             bool((maxout > 0).any()), record)
+                             bool((maxout > 0).any()), record, total)
         if lean and why:
             raise ConfigError("lean", f"this run is outside the lean controller's scope: "
                               f"{why}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dram_models import lean as L
 from dram_models.checker import check
 from dram_models.errors import ConfigError
 from dram_models.memory import MemorySystem
@@ -122,6 +123,19 @@ def _scattered(n, aligned, seed=11):
         addr &= ~np.uint64(31)
     arrival = np.cumsum(rng.choice([0, 0, 0, 1, 3, 40], n))
     return Trace(addr=addr, is_write=np.zeros(n, dtype=bool), arrival=arrival)
+
+
+def test_waits_longer_than_a_scan_key_holds():
+    # a refresh cycle of 140,000 CK blocks every ACT for longer than a scan key's tick
+    # field holds (lean.DCAP), so the lean controller must find such a wait in steps
+    ms = MemorySystem(load_standard("lpddr5-6400", {"timing": {"tRFC": 140_000,
+                                                               "tREFI": 150_000}}),
+                      {"refresh": "all_bank"}, channels=1)
+    trace = make("random", 60_000, 32, seed=5)
+    eng, lean = _both(ms, trace, record=True, log=True)
+    _assert_same(eng, lean)
+    assert lean.stats.commands["REF"] >= 2
+    assert L.DCAP < 140_000
 
 
 @pytest.mark.parametrize("channels,aligned", [(1, False), (1, True), (2, True)])
