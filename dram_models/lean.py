@@ -54,7 +54,7 @@ NSC = 13
 SL_SEQ, SL_ROW, SL_ENQ, SL_FLAG, SL_DESC = range(5)
 # per bank (bank[...]): queued requests, open row (-1 closed), column commands since the
 # ACT, slot of the oldest hit and of the oldest conflict (-1 none), number of hits, first
-# bank of its bank group (a lookup: a division per command costs more than the rest)
+# bank of its bank group (a lookup instead of a division per command)
 BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT, BK_GRP = range(7)
 # a scan key (see _scan): ticks after the floor (capped at DCAP) << 44 | age << 8 | bank
 D_SHIFT = 44
@@ -207,8 +207,8 @@ def _issue(cmd, now, b, grp, row, B, NB, r_off, r_lvl, r_next, r_lat, off, nxt_o
     refresh) of channel c at tick ``now``: raise the next-allowed ticks of the bank, its
     bank group and the rank (the one rank covers channel, data-bus and rank rules; there
     are no sibling ranks), the four-activate window; count it and, if ``log`` has rows,
-    log it as the engine does
-    (global pseudo-channel, rank, bank group and bank numbers)."""
+    log it as the engine does (global pseudo-channel, rank, bank group and bank
+    numbers)."""
     t = now + off[cmd]
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
@@ -401,10 +401,9 @@ def run_channel(cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat,
         # FR-FCFS: the oldest ready hit, else the oldest ready ACT or PRE. A kind's
         # candidates ready now are those whose key names this tick; a capped key (DCAP)
         # names only a lower bound, so nothing issues and the next pass looks again.
-        dm = (now - f) << D_SHIFT
-        lim = dm | ((1 << D_SHIFT) - 1)
         if now - f >= DCAP:
             continue
+        lim = ((now - f) << D_SHIFT) | ((1 << D_SHIFT) - 1)
         if k0 <= lim:
             cmd = E.RD
             b = k0 & E.LANE_MASK
