@@ -321,7 +321,6 @@ class MemorySystem:
         if not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ConfigError("threads", f"must be an integer >= 1, got {threads!r}")
         n = streams.n_desc
-        bb = self.spec.burst_bytes
         addr = np.ascontiguousarray(streams.addr, dtype=np.uint64)
         nbytes = np.asarray(streams.nbytes, dtype=np.int64)
         if n and (nbytes <= 0).any():

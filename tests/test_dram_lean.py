@@ -188,6 +188,16 @@ def test_out_of_scope_runs_take_the_engine(standard, pattern, why):
         ms.run_trace(trace, lean=True)
 
 
+def test_runs_too_long_for_the_scan_key_age_take_the_engine():
+    # a burst's age has 36 bits in the scan key; such a run cannot be simulated here,
+    # so the scope rule itself is checked
+    cfg = _memory("lpddr5-6400").cfg
+    assert L.out_of_scope(cfg, True, False, False, False, False, False,
+                          L.AGE_LIMIT - 1) == ""
+    assert "bursts" in L.out_of_scope(cfg, True, False, False, False, False, False,
+                                      L.AGE_LIMIT)
+
+
 def test_burst_record_of_several_channels_takes_the_engine():
     # the record is in global enqueue order, which only the joint run knows
     ms = _memory("lpddr5-6400", channels=2)
