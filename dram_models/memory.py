@@ -192,7 +192,7 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
     descriptor arrays of its streams: one channel at a time in the same two rounds, on
     up to ``threads`` threads, with the results in ``engine._collect``'s form."""
-    tim, slots, off = ms.tim, ms.slots, ms.off
+    tim, slots, busid, off = ms.tim, ms.slots, ms.busid, ms.off
     r_off, r_lvl, r_next, r_lat = ms.rules
     m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
     m_chunk, m_pos = ms.chunk_tables
@@ -214,7 +214,7 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     nlog = np.zeros(1, dtype=np.int64)
 
     def args(i: int, floor: int) -> tuple:
-        return (cfg, tim, slots, off, r_off, r_lvl, r_next, r_lat, m_field, m_radix,
+        return (cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat, m_field, m_radix,
                 m_log2, m_dst, m_sizes, m_chunk, m_pos, first, last, addr, nb, arrival,
                 state, chans[i], floor, stats[i], cmdc, hists[i], d_left, d_done, b_done,
                 b_cnt, log, nlog)
