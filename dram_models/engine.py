@@ -305,19 +305,16 @@ def _pending_min(cs, bs, bp, bt, NBR, refb, lim, s1, s2):
 
 
 @njit(inline="always", _nrt=False)
-def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, slots,
-           busfree, busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
-    """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times (per
-    bank in ``bp``; per rank in ``rl``, where channel and data-bus rules reach every rank
-    they cover, and so does the four-activate window of the activation domain). (At most
-    30 arguments: Python passes more as a tuple, which Numba cannot inline.)"""
-    R = cfg[C_RK]
-    NLR = cfg[C_PC] * R
-    B = cfg[C_BA]
-    NBANK = cfg[C_CH] * NLR * cfg[C_BG] * B
-    apc = cfg[C_APC] != 0
-    ref = t + off[cmd]
-    busfree[ch * 2 + busid[cmd]] = t + slots[cmd]
+def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_lvl,
+           r_next, r_lat, bp, rl, faw, faw_i, dom, tfaw):
+    """The timing rules of ``cmd`` with reference slot at tick ``ref`` to ``bank`` (whose
+    bank group starts at bank ``grp``) of rank ``rkn`` and pseudo-channel ``pcn``:
+    raise the next-allowed ticks per bank in ``bp`` (``NBANK`` banks per command) and per
+    rank in ``rl``, where channel rules reach the ``NLR`` ranks from ``rk0``, data-bus
+    rules the ``R`` ranks of the pseudo-channel and rank-switch rules the others of
+    them; and the four-activate window of activation domain ``dom`` (its ranks: the
+    pseudo-channel's if ``apc``, else the rank). Shared by the engine and the lean
+    controller, which index their own arrays."""
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
         nc = r_next[r]
@@ -328,7 +325,7 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, s
                 bp[i] = v
             continue
         if lvl == L_BG:
-            i = nc * NBANK + bgn * B
+            i = nc * NBANK + grp
             for b in range(i, i + B):
                 if bp[b] < v:
                     bp[b] = v
@@ -337,7 +334,7 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, s
             k0 = rkn
             k1 = rkn + 1
         elif lvl == L_CH:
-            k0 = ch * NLR
+            k0 = rk0
             k1 = k0 + NLR
         else:                           # data bus (D) or its other ranks (SIB)
             k0 = pcn * R
@@ -351,11 +348,27 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, s
     if cmd == ACT:
         faw[dom * 4 + faw_i[dom]] = ref
         faw_i[dom] = (faw_i[dom] + 1) & 3
-        v = faw[dom * 4 + faw_i[dom]] + tim[T_FAW]  # the fourth-latest ACT opens it
+        v = faw[dom * 4 + faw_i[dom]] + tfaw    # the fourth-latest ACT opens it
         k0 = pcn * R if apc else rkn
         for k in range(k0, k0 + (R if apc else 1)):
             if rl[k * NCMD + ACT] < v:
                 rl[k * NCMD + ACT] = v
+
+
+@njit(inline="always", _nrt=False)
+def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, slots,
+           busfree, busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
+    """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times
+    (:func:`_raise`, on the global bank and rank numbers). (At most 30 arguments: Python
+    passes more as a tuple, which Numba cannot inline.)"""
+    R = cfg[C_RK]
+    NLR = cfg[C_PC] * R
+    B = cfg[C_BA]
+    NBANK = cfg[C_CH] * NLR * cfg[C_BG] * B
+    busfree[ch * 2 + busid[cmd]] = t + slots[cmd]
+    _raise(cmd, t + off[cmd], bank, bgn * B, rkn, pcn, ch * NLR, NBANK, B, R, NLR,
+           cfg[C_APC] != 0, r_off, r_lvl, r_next, r_lat, bp, rl, faw, faw_i, dom,
+           tim[T_FAW])
     cmdc[ch * NCMD + cmd] += 1
     if logon:
         _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row)
@@ -391,6 +404,21 @@ def _refresh_block(rkn, LR, apc, ref_pend, pb_ptr, NBD, LNBR, NBR, refmode):
         return -2
     rb = dom * NBD + pb_ptr[dom]
     return rb & (NBR - 1) if rb >> LNBR == rkn else -1
+
+
+@njit(inline="always", _nrt=False)
+def _refresh_cmd(b0, NBD, refmode, open_row, ptr):
+    """The next command of a pending refresh of the domain whose ``NBD`` banks start at
+    ``b0`` (``open_row``: -1 closed), and its bank: all-bank, PREA while a bank is open,
+    then REF (both at b0); per-bank (the domain's bank ``ptr`` is next), PRE if it is
+    open, then REFPB."""
+    if refmode == 1:
+        for b in range(b0, b0 + NBD):
+            if open_row[b] >= 0:
+                return PREA, b0
+        return REF, b0
+    tb = b0 + ptr
+    return (PRE if open_row[tb] >= 0 else REFPB), tb
 
 
 @njit(inline="always", _nrt=False)
@@ -867,17 +895,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                         pcn = dom >> LR
                         rkn = dom
                     b0 = dom * NBD
-                    if refmode == 1:
-                        anyopen = False
-                        for b in range(b0, b0 + NBD):
-                            if open_row[b] >= 0:
-                                anyopen = True
-                                break
-                        cmd = PREA if anyopen else REF
-                        tb = b0
-                    else:
-                        tb = b0 + pb_ptr[dom]
-                        cmd = PRE if open_row[tb] >= 0 else REFPB
+                    cmd, tb = _refresh_cmd(b0, NBD, refmode, open_row, pb_ptr[dom])
                     bgn = tb >> LB
                     t = _rank_lb(cmd, ch, rkn, rl, off, busfree, busid)
                     v = _bank_part(cmd, tb, bp, NBANK, off)

@@ -49,12 +49,12 @@ from . import engine as E
 
 BIG = E.BIG
 # scalar state of a channel (sc[...]): the current tick, the tick of the last decision
-# that issued, the release of the row (or only) command bus and of the column bus,
-# queued requests, the next descriptor and burst in it, the next age, completions, the
-# last completion, refresh domains pending, the earliest refresh due when none is
-SC_NOW, SC_LAST, SC_BUS, SC_CBUS, SC_QUEUED, SC_D, SC_K, SC_SEQ, SC_DONE, SC_END, \
-    SC_NPEND, SC_DUEMIN = range(12)
-NSC = 12
+# that issued, queued requests, the next descriptor and burst in it, the next age,
+# completions, the last completion, refresh domains pending, the earliest refresh due
+# when none is
+SC_NOW, SC_LAST, SC_QUEUED, SC_D, SC_K, SC_SEQ, SC_DONE, SC_END, SC_NPEND, \
+    SC_DUEMIN = range(10)
+NSC = 10
 # per queue slot (slot[...]): the request's age (enqueue order), row, enqueue tick, flag
 # (1: its ACT issued, 2: its PRE), descriptor
 SL_SEQ, SL_ROW, SL_ENQ, SL_FLAG, SL_DESC = range(5)
@@ -63,7 +63,8 @@ SL_SEQ, SL_ROW, SL_ENQ, SL_FLAG, SL_DESC = range(5)
 # bank of its bank group (a lookup instead of a division per command)
 BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT, BK_GRP = range(7)
 # per refresh and activation domain (dom[...]): refresh due tick, pending flag, next bank
-# of per-bank refresh, position in the four-activate window
+# of per-bank refresh, position in the four-activate window (rows of one array, each
+# laid out as the engine's per-domain arrays, so that its helpers take them)
 DM_DUE, DM_PEND, DM_PTR, DM_FAWI = range(4)
 # a scan key (see _scan): ticks after the floor (capped at DCAP) << 44 | age << 8 | bank
 D_SHIFT = 44
@@ -97,7 +98,8 @@ def alloc(cfg, tim):
     """The state of every channel (leading index): per queue slot (``SL_*``), per bank
     (``BK_*``), candidates (per kind and bank: the candidate's age, BIG if none),
     bank-level and rank-level next-allowed ticks, the four-activate windows, per domain
-    (``DM_*``), scalars (``SC_*``)."""
+    (``DM_*``), the release ticks of the row (or only) and column command buses, scalars
+    (``SC_*``). Channel-local versions of the engine's arrays of the same names."""
     C = cfg[E.C_CH]
     NLR = cfg[E.C_PC] * cfg[E.C_RK]
     NBC = NLR * cfg[E.C_BG] * cfg[E.C_BA]
@@ -110,6 +112,7 @@ def alloc(cfg, tim):
     rank_ok = np.zeros((C, NLR * E.NCMD), dtype=np.int64)
     faw = np.full((C, NDC * 4), -E.INF // 2, dtype=np.int64)
     dom = np.zeros((C, DM_FAWI + 1, NDC), dtype=np.int64)
+    bus = np.zeros((C, 2), dtype=np.int64)
     sc = np.zeros((C, NSC), dtype=np.int64)
     refmode = cfg[E.C_REFMODE]
     for c in range(C):
@@ -125,16 +128,7 @@ def alloc(cfg, tim):
             dom[c, DM_DUE, dd] = v
             if v < sc[c, SC_DUEMIN]:
                 sc[c, SC_DUEMIN] = v
-    return slot, bank, cand, nxt_ok, rank_ok, faw, dom, sc
-
-
-@njit(inline="always", _nrt=False)
-def _rank_bound(cmd, lr, rank_ok, off, busid, bus0, bus1):
-    """Earliest issue tick of ``cmd`` to local rank ``lr`` as far as the channel, data
-    bus, rank and four-activate rules and its command bus go."""
-    t = rank_ok[lr * E.NCMD + cmd] - off[cmd]
-    b = bus1 if busid[cmd] != 0 else bus0
-    return b if b > t else t
+    return slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc
 
 
 @njit(inline="always", _nrt=False)
@@ -190,23 +184,21 @@ def _scan(cand, nxt_ok, off, colc, NBC, base, NBR, refb, f, lb0, lb1, lb2):
 
 
 @njit(inline="always", _nrt=False)
-def _scan_rank(lr, f, LD, LNBR, NBR, NBD, NBC, refmode, npend, dom, cand, nxt_ok, rank_ok,
-               off, busid, bus0, bus1):
+def _scan_rank(lr, f, LR, apc, LNBR, NBR, NBD, NBC, refmode, npend, dom, cand, nxt_ok,
+               rank_ok, off, bus, busid):
     """:func:`_scan` of local rank ``lr`` with its rank-level bounds and its bank that
     waits for a pending per-bank refresh excluded; all BIG if the whole rank waits for
     its domain's all-bank refresh."""
     refb = -1
-    dd = lr >> LD
-    if npend > 0 and dom[DM_PEND, dd] != 0:
-        if refmode == 1:
+    if npend > 0:
+        refb = E._refresh_block(lr, LR, apc, dom[DM_PEND], dom[DM_PTR], NBD, LNBR, NBR,
+                                refmode)
+        if refb == -2:
             return BIG, BIG, BIG
-        rb = dd * NBD + dom[DM_PTR, dd]
-        if rb >> LNBR == lr:
-            refb = rb & (NBR - 1)
     return _scan(cand, nxt_ok, off, E.RD, NBC, lr << LNBR, NBR, refb, f,
-                 _rank_bound(E.RD, lr, rank_ok, off, busid, bus0, bus1),
-                 _rank_bound(E.ACT, lr, rank_ok, off, busid, bus0, bus1),
-                 _rank_bound(E.PRE, lr, rank_ok, off, busid, bus0, bus1))
+                 E._rank_lb(E.RD, 0, lr, rank_ok, off, bus, busid),
+                 E._rank_lb(E.ACT, 0, lr, rank_ok, off, bus, busid),
+                 E._rank_lb(E.PRE, 0, lr, rank_ok, off, bus, busid))
 
 
 @njit(inline="always", _nrt=False)
@@ -246,57 +238,18 @@ def _candidates(b, Q, NBC, cap, slot, bank, cand):
 
 @njit(inline="always", _nrt=False)
 def _issue(cmd, now, b, lr, pc, dd, row, geo, apc, r_off, r_lvl, r_next, r_lat, off,
-           nxt_ok, rank_ok, faw, dom, tfaw, cmdc, c, bank, log, nlog):
+           slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw, cmdc, c, bank, log, nlog):
     """Issue ``cmd`` to bank b (``row``: -1 for refresh) of local rank ``lr``,
     pseudo-channel ``pc`` and activation domain ``dd`` of channel c at tick ``now``:
-    raise the next-allowed ticks of the bank, its bank group, its rank and the ranks the
-    channel, data-bus and rank-switch rules reach, and the four-activate window of its
-    domain; count it and, if ``log`` has rows, log it as the engine does (global
-    pseudo-channel, rank, bank group and bank numbers). ``geo`` = (banks per group,
-    banks per channel, ranks per pseudo-channel, ranks per channel, pseudo-channels)."""
+    occupy its command bus, raise the next-allowed ticks (:func:`engine._raise` on the
+    channel's own arrays); count it and, if ``log`` has rows, log it as the engine does
+    (global pseudo-channel, rank, bank group and bank numbers). ``geo`` = (banks per
+    group, banks per channel, ranks per pseudo-channel, ranks per channel,
+    pseudo-channels)."""
     B, NBC, R, NLR, P = geo
-    t = now + off[cmd]
-    for r in range(r_off[cmd], r_off[cmd + 1]):
-        lvl = r_lvl[r]
-        nc = r_next[r]
-        v = t + r_lat[r]
-        if lvl == E.L_BK:
-            i = nc * NBC + b
-            if nxt_ok[i] < v:
-                nxt_ok[i] = v
-        elif lvl == E.L_BG:
-            g0 = nc * NBC + bank[BK_GRP, b]
-            for i in range(g0, g0 + B):
-                if nxt_ok[i] < v:
-                    nxt_ok[i] = v
-        elif lvl == E.L_K:
-            i = lr * E.NCMD + nc
-            if rank_ok[i] < v:
-                rank_ok[i] = v
-        else:
-            if lvl == E.L_CH:
-                k0 = 0
-                k1 = NLR
-            else:                       # data bus (D) or its other ranks (SIB)
-                k0 = pc * R
-                k1 = k0 + R
-            for k in range(k0, k1):
-                if lvl == E.L_SIB and k == lr:
-                    continue
-                i = k * E.NCMD + nc
-                if rank_ok[i] < v:
-                    rank_ok[i] = v
-    if cmd == E.ACT:
-        fi = dom[DM_FAWI, dd]
-        faw[dd * 4 + fi] = t
-        fi = (fi + 1) & 3
-        dom[DM_FAWI, dd] = fi
-        v = faw[dd * 4 + fi] + tfaw     # the fourth-latest ACT opens the window
-        k0 = pc * R if apc else lr
-        for k in range(k0, k0 + (R if apc else 1)):
-            i = k * E.NCMD + E.ACT
-            if rank_ok[i] < v:
-                rank_ok[i] = v
+    bus[busid[cmd]] = now + slots[cmd]
+    E._raise(cmd, now + off[cmd], b, bank[BK_GRP, b], lr, pc, 0, NBC, B, R, NLR, apc,
+             r_off, r_lvl, r_next, r_lat, nxt_ok, rank_ok, faw, dom[DM_FAWI], dd, tfaw)
     cmdc[cmd] += 1
     if log.shape[0] > 0:
         E._log_cmd(log, nlog, now, cmd, c, c * P + pc, c * NLR + lr, (c * NBC + b) // B,
@@ -304,24 +257,12 @@ def _issue(cmd, now, b, lr, pc, dd, row, geo, apc, r_off, r_lvl, r_next, r_lat, 
 
 
 @njit(inline="always", _nrt=False)
-def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, busid, bus0,
-                  bus1):
-    """The next command of domain dd's pending refresh, its bank (the domain's first
-    bank for PREA and REF) and the earliest tick it can issue: PREA while a bank of the
-    domain is open, then REF (all-bank); PRE of the bank to refresh if it is open, then
-    REFPB (per-bank). Its rank is the domain's first (as in the engine)."""
-    b0 = dd * NBD
-    if refmode == 1:
-        cmd = E.REF
-        tb = b0
-        for i in range(b0, b0 + NBD):
-            if bank[BK_ROW, i] >= 0:
-                cmd = E.PREA
-                break
-    else:
-        tb = b0 + dom[DM_PTR, dd]
-        cmd = E.PRE if bank[BK_ROW, tb] >= 0 else E.REFPB
-    t = _rank_bound(cmd, dd << LD, rank_ok, off, busid, bus0, bus1)
+def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bus, busid):
+    """The next command of domain dd's pending refresh, its bank
+    (:func:`engine._refresh_cmd`) and the earliest tick it can issue. Its rank is the
+    domain's first (as in the engine)."""
+    cmd, tb = E._refresh_cmd(dd * NBD, NBD, refmode, bank[BK_ROW], dom[DM_PTR, dd])
+    t = E._rank_lb(cmd, 0, dd << LD, rank_ok, off, bus, busid)
     v = nxt_ok[cmd * NBC + tb] - off[cmd]
     return cmd, tb, (v if v > t else t)
 
@@ -330,7 +271,7 @@ def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bu
 def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                 d_addr, d_nb, d_arrival, d0, d1, c,
-                slot, bank, cand, nxt_ok, rank_ok, faw, dom, sc,
+                slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc,
                 floor, stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, fields, log,
                 nlog):
     """Simulate one channel's requests (the bursts of descriptors ``d0..d1``, all on this
@@ -374,8 +315,6 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     rec = b_done.shape[0] > 0
     now = sc[SC_NOW]
     last = sc[SC_LAST]
-    bus0 = sc[SC_BUS]
-    bus1 = sc[SC_CBUS]
     queued = sc[SC_QUEUED]
     d = sc[SC_D]
     if d < d0:
@@ -430,7 +369,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     cand[2 * NBC + b] = seq
             if split and now == last and orow != row:
                 cmd = E.ACT if orow < 0 else E.PRE
-                te = _rank_bound(cmd, lr, rank_ok, off, busid, bus0, bus1)
+                te = E._rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)
                 if nxt_ok[cmd * NBC + b] - off[cmd] <= now and te <= now:
                     again = True
             seq += 1
@@ -457,7 +396,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             tdue = dom[DM_DUE, dd]
                         continue
                     _, _, t = _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC,
-                                            rank_ok, off, busid, bus0, bus1)
+                                            rank_ok, off, bus, busid)
                     tref = t if t < tref else tref
         m = tdue if tdue < tref else tref
         m = m if m > f else f
@@ -467,11 +406,11 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         if queued > 0:
             # rank 0 outside the loop: with one rank (LPDDR) the pass is then not
             # nested in a loop, which compiles to faster code (measured)
-            k0, k1, k2 = _scan_rank(0, f, LD, LNBR, NBR, NBD, NBC, refmode, npend, dom, cand,
-                                    nxt_ok, rank_ok, off, busid, bus0, bus1)
+            k0, k1, k2 = _scan_rank(0, f, LR, apc, LNBR, NBR, NBD, NBC, refmode, npend, dom,
+                                    cand, nxt_ok, rank_ok, off, bus, busid)
             for lr in range(1, NLR):
-                a0, a1, a2 = _scan_rank(lr, f, LD, LNBR, NBR, NBD, NBC, refmode, npend, dom,
-                                        cand, nxt_ok, rank_ok, off, busid, bus0, bus1)
+                a0, a1, a2 = _scan_rank(lr, f, LR, apc, LNBR, NBR, NBD, NBC, refmode, npend,
+                                        dom, cand, nxt_ok, rank_ok, off, bus, busid)
                 k0 = min(k0, a0)
                 k1 = min(k1, a1)
                 k2 = min(k2, a2)
@@ -499,14 +438,14 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 if dom[DM_PEND, dd] == 0:
                     continue
                 rcmd, tb, t = _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC,
-                                            rank_ok, off, busid, bus0, bus1)
+                                            rank_ok, off, bus, busid)
                 if t <= now:
                     break
             rl = dd << LD
             last = now
             _issue(rcmd, now, tb, rl, rl >> LR, dd, -1, geo, apc, r_off, r_lvl, r_next,
-                   r_lat, off, nxt_ok, rank_ok, faw, dom, tfaw, cmdc, c, bank, log, nlog)
-            bus0 = now + slots[rcmd]
+                   r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw, cmdc, c,
+                   bank, log, nlog)
             if rcmd == E.PREA:
                 for i in range(dd * NBD, (dd + 1) * NBD):
                     if bank[BK_ROW, i] >= 0:
@@ -559,9 +498,8 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             else:
                 rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
             _issue(rcmd, now, b, lr, lr >> LR, lr >> LD, rrow, geo, apc, r_off, r_lvl,
-                   r_next, r_lat, off, nxt_ok, rank_ok, faw, dom, tfaw, cmdc, c, bank, log,
-                   nlog)
-            bus0 = now + slots[rcmd]
+                   r_next, r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw,
+                   cmdc, c, bank, log, nlog)
             if rcmd == E.ACT:
                 bank[BK_ROW, b] = rrow
                 slot[SL_FLAG, p0] |= 1
@@ -579,12 +517,8 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             auto = closed and bank[BK_NHIT, b] == 1
             cmd = E.RDA if auto else E.RD
             _issue(cmd, now, b, lr, lr >> LR, lr >> LD, slot[SL_ROW, p], geo, apc, r_off,
-                   r_lvl, r_next, r_lat, off, nxt_ok, rank_ok, faw, dom, tfaw, cmdc, c,
-                   bank, log, nlog)
-            if split:
-                bus1 = now + slots[cmd]
-            else:
-                bus0 = now + slots[cmd]
+                   r_lvl, r_next, r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus,
+                   tfaw, cmdc, c, bank, log, nlog)
             tc = now + off[cmd] + tcl + tbl
             lat = tc - slot[SL_ENQ, p]
             stat[E.S_READS] += 1
@@ -622,8 +556,6 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             _candidates(b, Q, NBC, cap, slot, bank, cand)
     sc[SC_NOW] = now
     sc[SC_LAST] = last
-    sc[SC_BUS] = bus0
-    sc[SC_CBUS] = bus1
     sc[SC_QUEUED] = queued
     sc[SC_D] = d
     sc[SC_K] = k
@@ -644,7 +576,7 @@ def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     """:func:`run_channel` for each channel of ``chans`` (stream c = descriptors
     ``first[c]..last[c]``). With ``floor`` > 0, only the channels whose last completion
     is earlier go on, up to ``floor``."""
-    slot, bank, cand, nxt_ok, rank_ok, faw, dom, sc = state
+    slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc = state
     fields = np.zeros(7, dtype=np.int64)
     for i in range(chans.shape[0]):
         c = chans[i]
@@ -653,6 +585,6 @@ def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                     d_addr, d_nb, d_arrival, first[c], last[c], c,
-                    slot[c], bank[c], cand[c], nxt_ok[c], rank_ok[c], faw[c], dom[c], sc[c],
-                    floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done, b_cnt, fields,
+                    slot[c], bank[c], cand[c], nxt_ok[c], rank_ok[c], faw[c], dom[c], bus[c],
+                    sc[c], floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done, b_cnt, fields,
                     log, nlog)
