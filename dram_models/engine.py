@@ -305,8 +305,18 @@ def _pending_min(cs, bs, bp, bt, NBR, refb, lim, s1, s2):
 
 
 @njit(inline="always", _nrt=False)
+def _fold(bp, nc, NBANK, k, fold, v):
+    """Raise command ``nc``'s next-allowed ticks of the ``fold`` banks of rank k in
+    ``bp`` to at least v, if nc is one the lean controller's pass looks at."""
+    if fold > 0 and (nc == RD or nc == ACT or nc == PRE):
+        i = nc * NBANK + k * fold
+        for b in range(i, i + fold):
+            bp[b] = v if bp[b] < v else bp[b]
+
+
+@njit(inline="always", _nrt=False)
 def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_lvl,
-           r_next, r_lat, bp, rl, faw, faw_i, dom, tfaw):
+           r_next, r_lat, bp, rl, faw, faw_i, dom, tfaw, fold):
     """The timing rules of ``cmd`` with reference slot at tick ``ref`` to ``bank`` (whose
     bank group starts at bank ``grp``) of rank ``rkn`` and pseudo-channel ``pcn``:
     raise the next-allowed ticks per bank in ``bp`` (``NBANK`` banks per command) and per
@@ -314,7 +324,11 @@ def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_l
     rules the ``R`` ranks of the pseudo-channel and rank-switch rules the others of
     them; and the four-activate window of activation domain ``dom`` (its ranks: the
     pseudo-channel's if ``apc``, else the rank). Shared by the engine and the lean
-    controller, which index their own arrays."""
+    controller, which index their own arrays. With ``fold`` > 0 (the lean controller:
+    banks per rank, local rank numbers), a rank-level raise of the next-allowed tick of
+    a column read, ACT or PRE also raises that of each bank of the rank in ``bp``
+    (:func:`_fold`), so that a bank's tick there includes its rank's; the engine passes
+    0 and the compiler drops it."""
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
         nc = r_next[r]
@@ -345,6 +359,7 @@ def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_l
             i = k * NCMD + nc
             if rl[i] < v:
                 rl[i] = v
+                _fold(bp, nc, NBANK, k, fold, v)
     if cmd == ACT:
         faw[dom * 4 + faw_i[dom]] = ref
         faw_i[dom] = (faw_i[dom] + 1) & 3
@@ -353,6 +368,7 @@ def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_l
         for k in range(k0, k0 + (R if apc else 1)):
             if rl[k * NCMD + ACT] < v:
                 rl[k * NCMD + ACT] = v
+                _fold(bp, ACT, NBANK, k, fold, v)
 
 
 @njit(inline="always", _nrt=False)
@@ -368,7 +384,7 @@ def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, s
     busfree[ch * 2 + busid[cmd]] = t + slots[cmd]
     _raise(cmd, t + off[cmd], bank, bgn * B, rkn, pcn, ch * NLR, NBANK, B, R, NLR,
            cfg[C_APC] != 0, r_off, r_lvl, r_next, r_lat, bp, rl, faw, faw_i, dom,
-           tim[T_FAW])
+           tim[T_FAW], 0)
     cmdc[ch * NCMD + cmd] += 1
     if logon:
         _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row)

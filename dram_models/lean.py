@@ -30,11 +30,13 @@ What it models, per channel (as the engine does; see there for the rules):
 
 How it differs from the engine (the reasons it is faster): no streams, trees or events;
 per bank, the queued requests sit in a small array in age order (a removal closes the
-gap), with the age of its candidate of each kind; one branch-free (vectorized) pass per
-rank over its banks finds, per kind, the earliest tick at which a candidate can issue
-and the oldest candidate that can issue then (one packed key), so a decision is one pass
-and no decision falls on a tick where nothing can happen; a completion is accounted when
-its column command issues (nothing waits for data in an open loop).
+gap), with the age of its candidate of each kind; one branch-free (vectorized) pass
+over the channel's banks finds, per kind, the earliest tick at which a candidate can
+issue and the oldest candidate that can issue then (one packed key), so a decision is
+one pass and no decision falls on a tick where nothing can happen (with several ranks,
+a rank-level timing rule raises the next-allowed tick of each bank of the rank as well,
+so that the pass needs no bound per rank); a completion is accounted when its column
+command issues (nothing waits for data in an open loop).
 
 Scope (:func:`out_of_scope`): reads only, open loop (arrival ticks allowed), at most 256
 banks per channel, and the per-burst record only with one channel. Everything else runs
@@ -66,10 +68,12 @@ BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT, BK_GRP = range(7)
 # of per-bank refresh, position in the four-activate window (rows of one array, each
 # laid out as the engine's per-domain arrays, so that its helpers take them)
 DM_DUE, DM_PEND, DM_PTR, DM_FAWI = range(4)
-# a scan key (see _scan): ticks after the floor (capped at DCAP) << 44 | age << 8 | bank
+# a scan key (see _scan): ticks after the origin (capped at DCAP) << 44 | age << 8 | bank
 D_SHIFT = 44
 DCAP = (1 << 17) - 1                # keys stay below BIG = 2**62
 AGE_LIMIT = 1 << (D_SHIFT - E.LANE_BITS)
+# the age of "no candidate": its key is at least BIG, whatever its tick and bank
+NONE = BIG >> E.LANE_BITS
 
 
 def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: bool,
@@ -96,7 +100,8 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
 @njit(cache=True, nogil=True)
 def alloc(cfg, tim):
     """The state of every channel (leading index): per queue slot (``SL_*``), per bank
-    (``BK_*``), candidates (per kind and bank: the candidate's age, BIG if none),
+    (``BK_*``), candidates (per kind and bank: the candidate's age, NONE if none),
+    the candidates a pass must not see (:func:`_hide`),
     bank-level and rank-level next-allowed ticks, the four-activate windows, per domain
     (``DM_*``), the release ticks of the row (or only) and column command buses, scalars
     (``SC_*``). Channel-local versions of the engine's arrays of the same names."""
@@ -107,7 +112,8 @@ def alloc(cfg, tim):
     Q = cfg[E.C_RQ]
     slot = np.zeros((C, SL_DESC + 1, NBC * Q), dtype=np.int64)
     bank = np.zeros((C, BK_GRP + 1, NBC), dtype=np.int64)
-    cand = np.full((C, 3 * NBC), BIG, dtype=np.int64)
+    cand = np.full((C, 3 * NBC), NONE, dtype=np.int64)
+    held = np.zeros((C, 3 * NBC), dtype=np.int64)
     nxt_ok = np.zeros((C, E.NCMD * NBC), dtype=np.int64)
     rank_ok = np.zeros((C, NLR * E.NCMD), dtype=np.int64)
     faw = np.full((C, NDC * 4), -E.INF // 2, dtype=np.int64)
@@ -128,77 +134,67 @@ def alloc(cfg, tim):
             dom[c, DM_DUE, dd] = v
             if v < sc[c, SC_DUEMIN]:
                 sc[c, SC_DUEMIN] = v
-    return slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc
+    return slot, bank, cand, held, nxt_ok, rank_ok, faw, dom, bus, sc
 
 
 @njit(inline="always", _nrt=False)
-def _scan(cand, nxt_ok, off, colc, NBC, base, NBR, refb, f, lb0, lb1, lb2):
-    """One branch-free pass over the ``NBR`` banks of a rank (channel banks ``base``..)
-    for the three kinds (column command ``colc``, ACT, PRE; rank-level bounds
-    ``lb0..2``), bank ``refb`` of the rank excluded (it waits for its refresh): per kind,
-    the smallest key (d << 44 | age << 8 | bank) over its candidates, where d is how
-    many ticks after ``f`` (the earliest tick a decision may take) the candidate can
-    issue (0 if it could earlier), capped at DCAP; BIG if none.
+def _hide(hide, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held):
+    """Hide from a pass the candidates of the banks that wait for a pending refresh (the
+    bank of a per-bank refresh; every bank of the ranks of an all-bank one): keep them in
+    ``held`` and put NONE in their place; or (``hide`` False) put them back."""
+    for lr in range(NLR):
+        refb = E._refresh_block(lr, LR, apc, dom[DM_PEND], dom[DM_PTR], NBD, LNBR, NBR,
+                                refmode)
+        if refb == -1:
+            continue
+        a = lr << LNBR
+        z = a + NBR
+        if refb >= 0:
+            a += refb
+            z = a + 1
+        for j in range(0, 3 * NBC, NBC):
+            for i in range(j + a, j + z):
+                if hide:
+                    held[i] = cand[i]
+                    cand[i] = NONE
+                else:
+                    cand[i] = held[i]
+
+
+@njit(inline="always", _nrt=False)
+def _scan(cand, nxt_ok, colc, NBC, f0, f1, f2, g0, g1, g2):
+    """One branch-free pass over the channel's banks for the three kinds (column command
+    ``colc``, ACT, PRE): per kind, the smallest key (d << 44 | age << 8 | bank) over its
+    candidates, where d is how many ticks after the origin ``g0..2`` (f in the kind's
+    reference-slot ticks) the candidate can issue: its bank's next-allowed tick (which
+    includes its rank's, :func:`dram_models.engine._fold`) raised to the floor ``f0..2``
+    (the origin raised to the command bus's release), capped at DCAP; at least BIG if
+    none (an age of NONE).
     The smallest key therefore names both the earliest tick at which a candidate of that
     kind can issue and the oldest candidate that can issue then, so one pass does what
     the engine does in two (:func:`dram_models.engine._ready_min3` for the tick, then
-    again for the oldest ready). Bank parts are in reference-slot ticks, hence the
-    offsets."""
-    o0 = off[colc]
-    o1 = off[E.ACT]
-    o2 = off[E.PRE]
-    f0 = max(f, lb0) + o0
-    f1 = max(f, lb1) + o1
-    f2 = max(f, lb2) + o2
-    g0 = f + o0
-    g1 = f + o1
-    g2 = f + o2
-    b0 = colc * NBC + base
-    b1 = E.ACT * NBC + base
-    b2 = E.PRE * NBC + base
-    c1 = NBC + base
-    c2 = 2 * NBC + base
+    again for the oldest ready)."""
+    b0 = colc * NBC
+    b1 = E.ACT * NBC
+    b2 = E.PRE * NBC
+    c0 = g0 + DCAP
+    c1 = g1 + DCAP
+    c2 = g2 + DCAP
     r0 = BIG
     r1 = BIG
     r2 = BIG
-    for i in range(NBR):
-        li = np.int64(i)
-        refl = li == refb
-        lane = base + li
-        s0 = cand[base + i]
-        s1 = cand[c1 + i]
-        s2 = cand[c2 + i]
-        v0 = nxt_ok[b0 + i]
-        v1 = nxt_ok[b1 + i]
-        v2 = nxt_ok[b2 + i]
-        v0 = min((f0 if v0 < f0 else v0) - g0, DCAP)
-        v1 = min((f1 if v1 < f1 else v1) - g1, DCAP)
-        v2 = min((f2 if v2 < f2 else v2) - g2, DCAP)
-        k0 = BIG if (s0 >= BIG or refl) else (v0 << D_SHIFT) | (s0 << E.LANE_BITS) | lane
-        k1 = BIG if (s1 >= BIG or refl) else (v1 << D_SHIFT) | (s1 << E.LANE_BITS) | lane
-        k2 = BIG if (s2 >= BIG or refl) else (v2 << D_SHIFT) | (s2 << E.LANE_BITS) | lane
+    for i in range(NBC):
+        lane = np.int64(i)
+        v0 = min(max(nxt_ok[b0 + i], f0), c0) - g0
+        v1 = min(max(nxt_ok[b1 + i], f1), c1) - g1
+        v2 = min(max(nxt_ok[b2 + i], f2), c2) - g2
+        k0 = (v0 << D_SHIFT) | (cand[i] << E.LANE_BITS) | lane
+        k1 = (v1 << D_SHIFT) | (cand[NBC + i] << E.LANE_BITS) | lane
+        k2 = (v2 << D_SHIFT) | (cand[2 * NBC + i] << E.LANE_BITS) | lane
         r0 = k0 if k0 < r0 else r0
         r1 = k1 if k1 < r1 else r1
         r2 = k2 if k2 < r2 else r2
     return r0, r1, r2
-
-
-@njit(inline="always", _nrt=False)
-def _scan_rank(lr, f, LR, apc, LNBR, NBR, NBD, NBC, refmode, npend, dom, cand, nxt_ok,
-               rank_ok, off, bus, busid):
-    """:func:`_scan` of local rank ``lr`` with its rank-level bounds and its bank that
-    waits for a pending per-bank refresh excluded; all BIG if the whole rank waits for
-    its domain's all-bank refresh."""
-    refb = -1
-    if npend > 0:
-        refb = E._refresh_block(lr, LR, apc, dom[DM_PEND], dom[DM_PTR], NBD, LNBR, NBR,
-                                refmode)
-        if refb == -2:
-            return BIG, BIG, BIG
-    return _scan(cand, nxt_ok, off, E.RD, NBC, lr << LNBR, NBR, refb, f,
-                 E._rank_lb(E.RD, 0, lr, rank_ok, off, bus, busid),
-                 E._rank_lb(E.ACT, 0, lr, rank_ok, off, bus, busid),
-                 E._rank_lb(E.PRE, 0, lr, rank_ok, off, bus, busid))
 
 
 @njit(inline="always", _nrt=False)
@@ -230,10 +226,10 @@ def _candidates(b, Q, NBC, cap, slot, bank, cand):
     bank[BK_HIT, b] = hit
     bank[BK_CONF, b] = conf
     bank[BK_NHIT, b] = nh
-    cand[b] = BIG if hit < 0 else slot[SL_SEQ, p0 + hit]
-    cand[NBC + b] = slot[SL_SEQ, p0] if (orow < 0 and n > 0) else BIG
+    cand[b] = NONE if hit < 0 else slot[SL_SEQ, p0 + hit]
+    cand[NBC + b] = slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE
     pre = conf >= 0 and (hit < 0 or bank[BK_HITS, b] >= cap)
-    cand[2 * NBC + b] = slot[SL_SEQ, p0 + conf] if pre else BIG
+    cand[2 * NBC + b] = slot[SL_SEQ, p0 + conf] if pre else NONE
 
 
 @njit(inline="always", _nrt=False)
@@ -245,11 +241,13 @@ def _issue(cmd, now, b, lr, pc, dd, row, geo, apc, r_off, r_lvl, r_next, r_lat, 
     channel's own arrays); count it and, if ``log`` has rows, log it as the engine does
     (global pseudo-channel, rank, bank group and bank numbers). ``geo`` = (banks per
     group, banks per channel, ranks per pseudo-channel, ranks per channel,
-    pseudo-channels)."""
-    B, NBC, R, NLR, P = geo
+    pseudo-channels, banks per rank if the ranks' bounds are folded into the banks' else
+    0)."""
+    B, NBC, R, NLR, P, fold = geo
     bus[busid[cmd]] = now + slots[cmd]
     E._raise(cmd, now + off[cmd], b, bank[BK_GRP, b], lr, pc, 0, NBC, B, R, NLR, apc,
-             r_off, r_lvl, r_next, r_lat, nxt_ok, rank_ok, faw, dom[DM_FAWI], dd, tfaw)
+             r_off, r_lvl, r_next, r_lat, nxt_ok, rank_ok, faw, dom[DM_FAWI], dd, tfaw,
+             fold)
     cmdc[cmd] += 1
     if log.shape[0] > 0:
         E._log_cmd(log, nlog, now, cmd, c, c * P + pc, c * NLR + lr, (c * NBC + b) // B,
@@ -271,7 +269,7 @@ def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bu
 def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                 d_addr, d_nb, d_arrival, d0, d1, c,
-                slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc,
+                slot, bank, cand, held, nxt_ok, rank_ok, faw, dom, bus, sc,
                 floor, stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, fields, log,
                 nlog):
     """Simulate one channel's requests (the bursts of descriptors ``d0..d1``, all on this
@@ -296,7 +294,10 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     NBD = NBR * R if apc else NBR   # banks per domain
     NDC = P if apc else NLR         # domains per channel
     LD = LR if apc else 0           # a rank's domain is lr >> LD
-    geo = (B, NBC, R, NLR, P)
+    # several ranks: their bounds are folded into the banks' next-allowed ticks
+    # (engine._fold), so that a pass needs no bound per rank
+    fold = NBR if NLR > 1 else 0
+    geo = (B, NBC, R, NLR, P, fold)
     Q = cfg[E.C_RQ]
     cap = cfg[E.C_CAP]
     closed = cfg[E.C_CLOSED] != 0
@@ -359,7 +360,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     bank[BK_HIT, b] = n
                     cand[b] = seq
                     if bank[BK_HITS, b] < cap:
-                        cand[2 * NBC + b] = BIG     # the hits go first
+                        cand[2 * NBC + b] = NONE    # the hits go first
             elif orow < 0:
                 if n == 0:
                     cand[NBC + b] = seq
@@ -404,16 +405,23 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         k1 = BIG
         k2 = BIG
         if queued > 0:
-            # rank 0 outside the loop: with one rank (LPDDR) the pass is then not
-            # nested in a loop, which compiles to faster code (measured)
-            k0, k1, k2 = _scan_rank(0, f, LR, apc, LNBR, NBR, NBD, NBC, refmode, npend, dom,
-                                    cand, nxt_ok, rank_ok, off, bus, busid)
-            for lr in range(1, NLR):
-                a0, a1, a2 = _scan_rank(lr, f, LR, apc, LNBR, NBR, NBD, NBC, refmode, npend,
-                                        dom, cand, nxt_ok, rank_ok, off, bus, busid)
-                k0 = min(k0, a0)
-                k1 = min(k1, a1)
-                k2 = min(k2, a2)
+            if npend > 0:
+                _hide(True, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held)
+            o0 = off[E.RD]
+            o1 = off[E.ACT]
+            o2 = off[E.PRE]
+            if fold > 0:
+                # the ranks' bounds are in the banks' ticks: the bus's release remains
+                f0 = max(f, bus[busid[E.RD]]) + o0
+                f1 = max(f, bus[busid[E.ACT]]) + o1
+                f2 = max(f, bus[busid[E.PRE]]) + o2
+            else:
+                f0 = max(f, E._rank_lb(E.RD, 0, 0, rank_ok, off, bus, busid)) + o0
+                f1 = max(f, E._rank_lb(E.ACT, 0, 0, rank_ok, off, bus, busid)) + o1
+                f2 = max(f, E._rank_lb(E.PRE, 0, 0, rank_ok, off, bus, busid)) + o2
+            k0, k1, k2 = _scan(cand, nxt_ok, E.RD, NBC, f0, f1, f2, f + o0, f + o1, f + o2)
+            if npend > 0:
+                _hide(False, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held)
             m = min(m, _tick(k0, f), _tick(k1, f), _tick(k2, f))
         if queued < Q and d < d1 and d_arrival[d] <= m:
             now = d_arrival[d]          # requests enter before the tick's decision
@@ -524,10 +532,10 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             stat[E.S_READS] += 1
             stat[E.S_LATSUM] += lat
             lat_hist[lat if lat < E.LAT_BINS else E.LAT_BINS - 1] += 1
-            fl = slot[SL_FLAG, p]
-            if fl & 2:
+            flag = slot[SL_FLAG, p]
+            if flag & 2:
                 stat[E.S_CONFLICTS] += 1
-            elif fl & 1:
+            elif flag & 1:
                 stat[E.S_MISSES] += 1
             else:
                 stat[E.S_HITS] += 1
@@ -576,7 +584,7 @@ def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     """:func:`run_channel` for each channel of ``chans`` (stream c = descriptors
     ``first[c]..last[c]``). With ``floor`` > 0, only the channels whose last completion
     is earlier go on, up to ``floor``."""
-    slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc = state
+    slot, bank, cand, held, nxt_ok, rank_ok, faw, dom, bus, sc = state
     fields = np.zeros(7, dtype=np.int64)
     for i in range(chans.shape[0]):
         c = chans[i]
@@ -585,6 +593,6 @@ def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                     d_addr, d_nb, d_arrival, first[c], last[c], c,
-                    slot[c], bank[c], cand[c], nxt_ok[c], rank_ok[c], faw[c], dom[c], bus[c],
-                    sc[c], floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done, b_cnt, fields,
-                    log, nlog)
+                    slot[c], bank[c], cand[c], held[c], nxt_ok[c], rank_ok[c], faw[c], dom[c],
+                    bus[c], sc[c], floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done,
+                    b_cnt, fields, log, nlog)
