@@ -1346,6 +1346,30 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
 
 
 @njit(cache=True, nogil=True)
+def _burst_counts(addr, nbytes, shift):
+    """Bursts of each descriptor (byte address ``addr``, ``nbytes`` bytes; bursts are
+    2**shift bytes), in one pass: the counts (0 for a descriptor of no byte), their
+    sum, their maximum and whether some descriptor has no byte."""
+    n = addr.shape[0]
+    nb = np.empty(n, dtype=np.int64)
+    sh = np.uint64(shift)
+    total = 0
+    most = 0
+    empty = False
+    for i in range(n):
+        if nbytes[i] <= 0:
+            nb[i] = 0
+            empty = True
+            continue
+        a = addr[i]
+        v = np.int64(((a + np.uint64(nbytes[i] - 1)) >> sh) - (a >> sh)) + 1
+        nb[i] = v
+        total += v
+        most = max(most, v)
+    return nb, total, most, empty
+
+
+@njit(cache=True, nogil=True)
 def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
     """Channel of every byte address (the channel digits of the mapping's decode; the
     bank XOR never touches them), the number of addresses per channel, and a stable

@@ -322,14 +322,13 @@ class MemorySystem:
             raise ConfigError("threads", f"must be an integer >= 1, got {threads!r}")
         n = streams.n_desc
         addr = np.ascontiguousarray(streams.addr, dtype=np.uint64)
-        nbytes = np.asarray(streams.nbytes, dtype=np.int64)
-        if n and (nbytes <= 0).any():
-            raise ConfigError("streams.nbytes", "every descriptor needs at least one byte")
+        nbytes = np.ascontiguousarray(streams.nbytes, dtype=np.int64)
         # (bursts are a power of two bytes long, the engine's shift)
-        sh = np.uint64(self.cfg[E.C_SHIFT])
-        first_burst = addr >> sh
-        nb = ((addr + nbytes.astype(np.uint64) - np.uint64(1)) >> sh).astype(np.int64)
-        nb -= first_burst.astype(np.int64) - 1
+        args = (addr, nbytes, int(self.cfg[E.C_SHIFT]))
+        compile_for(E._burst_counts, args)
+        nb, total, most, empty = E._burst_counts(*args)
+        if empty:
+            raise ConfigError("streams.nbytes", "every descriptor needs at least one byte")
         arrival = _column(streams.arrival, n, -1)
         is_write = _column(streams.is_write, n, 0, np.uint8)
         S = len(streams.first)
@@ -340,8 +339,7 @@ class MemorySystem:
         cfg[E.C_LOG] = log
         cfg[E.C_REC] = record
         cfg[E.C_PERCH] = stream_per_channel and S == self.channels and \
-            self._bursts_stay(first_burst, nb)
-        total = int(nb.sum())
+            self._bursts_stay(addr, nb, most)
         log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
         if log:
             # room for refresh commands: one per domain per interval, generously
@@ -413,17 +411,17 @@ class MemorySystem:
                 first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
                 prev, nxt, pt, tl)
 
-    def _bursts_stay(self, first_burst: np.ndarray, nb: np.ndarray) -> bool:
-        """Whether every descriptor's bursts lie in the channel of its first burst (then a
-        stream that starts in one channel stays there; a trace request that is not
-        burst-aligned spans two bursts, which may sit in two channels)."""
-        if self.channels == 1 or (nb == 1).all():
+    def _bursts_stay(self, addr: np.ndarray, nb: np.ndarray, most: int) -> bool:
+        """Whether every descriptor's bursts (``nb``, at most ``most`` per descriptor) lie
+        in the channel of its first burst (then a stream that starts in one channel stays
+        there; a trace request that is not burst-aligned spans two bursts, which may sit
+        in two channels)."""
+        if self.channels == 1 or most <= 1:
             return True
-        multi = nb > 1
-        if (nb > 2).any():
+        if most > 2:
             return False            # (trace streams have at most two bursts each)
         bb = np.uint64(self.spec.burst_bytes)
-        first = first_burst[multi] * bb
+        first = addr[nb > 1] // bb * bb
         return bool((self.channel_of(first) == self.channel_of(first + bb)).all())
 
     def channel_of(self, addr: np.ndarray) -> np.ndarray:
@@ -439,10 +437,15 @@ class MemorySystem:
     def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
         """Per-channel streams for a trace; also the permutation from stream order back
         to trace order."""
-        _, counts, order = self._partition(trace.addr)
+        if self.channels == 1:
+            counts, order = np.array([len(trace)]), np.arange(len(trace))
+        else:
+            _, counts, order = self._partition(trace.addr)
         last = np.cumsum(counts)
         first = last - counts
-        arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1)
+        # (an open-loop trace's arrivals are all -1 and are read, never written)
+        arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1) \
+            if trace.timed else trace.arrival
         addr, is_write = trace.addr, trace.is_write
         if self.channels > 1:       # one channel: the order is the identity
             arrival, addr, is_write = arrival[order], addr[order], is_write[order]
