@@ -101,7 +101,6 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
 def alloc(cfg, tim):
     """The state of every channel (leading index): per queue slot (``SL_*``), per bank
     (``BK_*``), candidates (per kind and bank: the candidate's age, NONE if none),
-    the candidates a pass must not see (:func:`_hide`),
     bank-level and rank-level next-allowed ticks, the four-activate windows, per domain
     (``DM_*``), the release ticks of the row (or only) and column command buses, scalars
     (``SC_*``). Channel-local versions of the engine's arrays of the same names."""
@@ -113,7 +112,6 @@ def alloc(cfg, tim):
     slot = np.zeros((C, SL_DESC + 1, NBC * Q), dtype=np.int64)
     bank = np.zeros((C, BK_GRP + 1, NBC), dtype=np.int64)
     cand = np.full((C, 3 * NBC), NONE, dtype=np.int64)
-    held = np.zeros((C, 3 * NBC), dtype=np.int64)
     nxt_ok = np.zeros((C, E.NCMD * NBC), dtype=np.int64)
     rank_ok = np.zeros((C, NLR * E.NCMD), dtype=np.int64)
     faw = np.full((C, NDC * 4), -E.INF // 2, dtype=np.int64)
@@ -134,14 +132,45 @@ def alloc(cfg, tim):
             dom[c, DM_DUE, dd] = v
             if v < sc[c, SC_DUEMIN]:
                 sc[c, SC_DUEMIN] = v
-    return slot, bank, cand, held, nxt_ok, rank_ok, faw, dom, bus, sc
+    return slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc
 
 
 @njit(inline="always", _nrt=False)
-def _hide(hide, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held):
+def _candidates(b, Q, NBC, cap, slot, bank, cand):
+    """Bank b's candidates from its queued requests: the oldest hit (column command), the
+    oldest request if the bank is closed (ACT), the oldest conflict (PRE) unless queued
+    hits are still owed their turn (fewer than ``cap`` column commands since the ACT);
+    also its oldest hit, oldest conflict and number of hits."""
+    orow = bank[BK_ROW, b]
+    hit = -1
+    conf = -1
+    nh = 0
+    p0 = b * Q
+    n = bank[BK_CNT, b]
+    if orow >= 0:
+        for j in range(n):
+            if slot[SL_ROW, p0 + j] == orow:
+                if hit < 0:
+                    hit = j
+                nh += 1
+            elif conf < 0:
+                conf = j
+    bank[BK_HIT, b] = hit
+    bank[BK_CONF, b] = conf
+    bank[BK_NHIT, b] = nh
+    cand[b] = NONE if hit < 0 else slot[SL_SEQ, p0 + hit]
+    cand[NBC + b] = slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE
+    pre = conf >= 0 and (hit < 0 or bank[BK_HITS, b] >= cap)
+    cand[2 * NBC + b] = slot[SL_SEQ, p0 + conf] if pre else NONE
+
+
+@njit(inline="always", _nrt=False)
+def _hide(hide, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom, slot, bank,
+          cand):
     """Hide from a pass the candidates of the banks that wait for a pending refresh (the
-    bank of a per-bank refresh; every bank of the ranks of an all-bank one): keep them in
-    ``held`` and put NONE in their place; or (``hide`` False) put them back."""
+    bank of a per-bank refresh; every bank of the ranks of an all-bank one): NONE in
+    their place; or (``hide`` False) give those banks their candidates back
+    (:func:`_candidates`, from their queued requests)."""
     for lr in range(NLR):
         refb = E._refresh_block(lr, LR, apc, dom[DM_PEND], dom[DM_PTR], NBD, LNBR, NBR,
                                 refmode)
@@ -152,13 +181,13 @@ def _hide(hide, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held):
         if refb >= 0:
             a += refb
             z = a + 1
-        for j in range(0, 3 * NBC, NBC):
-            for i in range(j + a, j + z):
-                if hide:
-                    held[i] = cand[i]
-                    cand[i] = NONE
-                else:
-                    cand[i] = held[i]
+        for b in range(a, z):
+            if hide:
+                cand[b] = NONE
+                cand[NBC + b] = NONE
+                cand[2 * NBC + b] = NONE
+            else:
+                _candidates(b, Q, NBC, cap, slot, bank, cand)
 
 
 @njit(inline="always", _nrt=False)
@@ -198,38 +227,18 @@ def _scan(cand, nxt_ok, colc, NBC, f0, f1, f2, g0, g1, g2):
 
 
 @njit(inline="always", _nrt=False)
-def _tick(key, f):
-    """The issue tick a scan key names (BIG if none)."""
-    return BIG if key >= BIG else f + (key >> D_SHIFT)
+def _floor(cmd, f, fold, rank_ok, off, bus, busid):
+    """A pass's floor for ``cmd`` (:func:`_scan`): tick f raised to the command bus's
+    release and, with one rank (``fold`` 0), to the rank's bound (with several, each
+    bank's tick includes its rank's), in reference-slot ticks."""
+    lb = bus[busid[cmd]] if fold > 0 else E._rank_lb(cmd, 0, 0, rank_ok, off, bus, busid)
+    return max(f, lb) + off[cmd]
 
 
 @njit(inline="always", _nrt=False)
-def _candidates(b, Q, NBC, cap, slot, bank, cand):
-    """Bank b's candidates from its queued requests: the oldest hit (column command), the
-    oldest request if the bank is closed (ACT), the oldest conflict (PRE) unless queued
-    hits are still owed their turn (fewer than ``cap`` column commands since the ACT);
-    also its oldest hit, oldest conflict and number of hits."""
-    orow = bank[BK_ROW, b]
-    hit = -1
-    conf = -1
-    nh = 0
-    p0 = b * Q
-    n = bank[BK_CNT, b]
-    if orow >= 0:
-        for j in range(n):
-            if slot[SL_ROW, p0 + j] == orow:
-                if hit < 0:
-                    hit = j
-                nh += 1
-            elif conf < 0:
-                conf = j
-    bank[BK_HIT, b] = hit
-    bank[BK_CONF, b] = conf
-    bank[BK_NHIT, b] = nh
-    cand[b] = NONE if hit < 0 else slot[SL_SEQ, p0 + hit]
-    cand[NBC + b] = slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE
-    pre = conf >= 0 and (hit < 0 or bank[BK_HITS, b] >= cap)
-    cand[2 * NBC + b] = slot[SL_SEQ, p0 + conf] if pre else NONE
+def _tick(key, f):
+    """The issue tick a scan key names (BIG if none)."""
+    return BIG if key >= BIG else f + (key >> D_SHIFT)
 
 
 @njit(inline="always", _nrt=False)
@@ -269,7 +278,7 @@ def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bu
 def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                 d_addr, d_nb, d_arrival, d0, d1, c,
-                slot, bank, cand, held, nxt_ok, rank_ok, faw, dom, bus, sc,
+                slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc,
                 floor, stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, fields, log,
                 nlog):
     """Simulate one channel's requests (the bursts of descriptors ``d0..d1``, all on this
@@ -406,22 +415,16 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         k2 = BIG
         if queued > 0:
             if npend > 0:
-                _hide(True, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held)
-            o0 = off[E.RD]
-            o1 = off[E.ACT]
-            o2 = off[E.PRE]
-            if fold > 0:
-                # the ranks' bounds are in the banks' ticks: the bus's release remains
-                f0 = max(f, bus[busid[E.RD]]) + o0
-                f1 = max(f, bus[busid[E.ACT]]) + o1
-                f2 = max(f, bus[busid[E.PRE]]) + o2
-            else:
-                f0 = max(f, E._rank_lb(E.RD, 0, 0, rank_ok, off, bus, busid)) + o0
-                f1 = max(f, E._rank_lb(E.ACT, 0, 0, rank_ok, off, bus, busid)) + o1
-                f2 = max(f, E._rank_lb(E.PRE, 0, 0, rank_ok, off, bus, busid)) + o2
-            k0, k1, k2 = _scan(cand, nxt_ok, E.RD, NBC, f0, f1, f2, f + o0, f + o1, f + o2)
+                _hide(True, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom, slot,
+                      bank, cand)
+            k0, k1, k2 = _scan(cand, nxt_ok, E.RD, NBC,
+                               _floor(E.RD, f, fold, rank_ok, off, bus, busid),
+                               _floor(E.ACT, f, fold, rank_ok, off, bus, busid),
+                               _floor(E.PRE, f, fold, rank_ok, off, bus, busid),
+                               f + off[E.RD], f + off[E.ACT], f + off[E.PRE])
             if npend > 0:
-                _hide(False, NLR, LR, apc, LNBR, NBR, NBD, NBC, refmode, dom, cand, held)
+                _hide(False, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom,
+                      slot, bank, cand)
             m = min(m, _tick(k0, f), _tick(k1, f), _tick(k2, f))
         if queued < Q and d < d1 and d_arrival[d] <= m:
             now = d_arrival[d]          # requests enter before the tick's decision
@@ -584,7 +587,7 @@ def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     """:func:`run_channel` for each channel of ``chans`` (stream c = descriptors
     ``first[c]..last[c]``). With ``floor`` > 0, only the channels whose last completion
     is earlier go on, up to ``floor``."""
-    slot, bank, cand, held, nxt_ok, rank_ok, faw, dom, bus, sc = state
+    slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc = state
     fields = np.zeros(7, dtype=np.int64)
     for i in range(chans.shape[0]):
         c = chans[i]
@@ -593,6 +596,6 @@ def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
                     d_addr, d_nb, d_arrival, first[c], last[c], c,
-                    slot[c], bank[c], cand[c], held[c], nxt_ok[c], rank_ok[c], faw[c], dom[c],
-                    bus[c], sc[c], floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done,
+                    slot[c], bank[c], cand[c], nxt_ok[c], rank_ok[c], faw[c], dom[c], bus[c],
+                    sc[c], floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done,
                     b_cnt, fields, log, nlog)

@@ -187,11 +187,12 @@ def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> t
 
 
 def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: list[int],
-              record: bool, log_cap: int, threads: int) -> tuple:
+              recorded: int, log_cap: int, threads: int) -> tuple:
     """:func:`_engine_run` on the lean controller (:mod:`dram_models.lean`; the caller
     has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
     descriptor arrays of its streams: one channel at a time in the same two rounds, on
-    up to ``threads`` threads, with the results in ``engine._collect``'s form."""
+    up to ``threads`` threads, with the results in ``engine._collect``'s form;
+    ``recorded`` bursts (all of them, or 0 without a per-burst record)."""
     tim, slots, busid, off = ms.tim, ms.slots, ms.busid, ms.off
     r_off, r_lvl, r_next, r_lat = ms.rules
     m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
@@ -205,9 +206,8 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     cmdc = np.zeros((C, E.NCMD), dtype=np.int64)
     d_left = nb.copy()
     d_done = np.full(len(nb), -1, dtype=np.int64)
-    total = int(nb.sum()) if record else 0
-    b_done = np.full(total, -1, dtype=np.int64)
-    b_cnt = np.zeros(total, dtype=np.int64)
+    b_done = np.full(recorded, -1, dtype=np.int64)
+    b_cnt = np.zeros(recorded, dtype=np.int64)
     stats = [np.zeros(E.NSTAT, dtype=np.int64) for _ in chans]
     hists = [np.zeros(E.LAT_BINS, dtype=np.int64) for _ in chans]
     log = np.zeros((log_cap, 8), dtype=np.int64)
@@ -360,8 +360,8 @@ class MemorySystem:
                                          addr, nb, is_write, arrival)
         while True:
             if use_lean:
-                out = _lean_run(self, cfg, first, last, addr, nb, arrival, load, record,
-                                log_cap if log else 0, threads)
+                out = _lean_run(self, cfg, first, last, addr, nb, arrival, load,
+                                total if record else 0, log_cap if log else 0, threads)
             else:
                 out = _engine_run(inputs, load, log_cap, threads)
             if out[0][E.S_DEADLOCK] != 2:
@@ -437,18 +437,17 @@ class MemorySystem:
     def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
         """Per-channel streams for a trace; also the permutation from stream order back
         to trace order."""
-        if self.channels == 1:
-            counts, order = np.array([len(trace)]), np.arange(len(trace))
-        else:
-            _, counts, order = self._partition(trace.addr)
-        last = np.cumsum(counts)
-        first = last - counts
         # (an open-loop trace's arrivals are all -1 and are read, never written)
         arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1) \
             if trace.timed else trace.arrival
         addr, is_write = trace.addr, trace.is_write
-        if self.channels > 1:       # one channel: the order is the identity
+        if self.channels == 1:      # the order is the identity
+            counts, order = np.array([len(trace)]), np.arange(len(trace))
+        else:
+            _, counts, order = self._partition(addr)
             arrival, addr, is_write = arrival[order], addr[order], is_write[order]
+        last = np.cumsum(counts)
+        first = last - counts
         streams = Streams(first=first, last=last, addr=addr,
                           nbytes=np.full(len(trace), self.spec.burst_bytes, dtype=np.int64),
                           is_write=is_write, arrival=arrival)
