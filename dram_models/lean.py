@@ -97,10 +97,27 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
     return ""
 
 
+def read_rules(rules: tuple, refmode: int) -> tuple:
+    """The rules of the compiled table ``rules`` (:func:`dram_models.rules.compile_rules`)
+    whose next-allowed tick the lean controller reads: those of RD (which RDA shares),
+    ACT and PRE, and of the refresh's commands (PREA and REF for all-bank refresh, mode
+    1; REFPB for per-bank, mode 2, whose PRE is among the first). A read-only channel
+    never asks when a write could issue, so raising those ticks is work without effect;
+    without it, issuing a command applies fewer rules and the results are the same."""
+    r_off, r_lvl, r_next, r_lat = rules
+    wanted = {E.RD, E.ACT, E.PRE}
+    wanted |= {1: {E.PREA, E.REF}, 2: {E.REFPB}}.get(int(refmode), set())
+    keep = np.isin(r_next, sorted(wanted))
+    counts = [int(keep[r_off[c]:r_off[c + 1]].sum()) for c in range(len(r_off) - 1)]
+    return (np.concatenate(([0], np.cumsum(counts))).astype(r_off.dtype), r_lvl[keep],
+            r_next[keep], r_lat[keep])
+
+
 @njit(cache=True, nogil=True)
 def alloc(cfg, tim):
     """The state of every channel (leading index): per queue slot (``SL_*``), per bank
-    (``BK_*``), candidates (per kind and bank: the candidate's age, NONE if none),
+    (``BK_*``), candidates (per kind and bank: the candidate's age, NONE if none; then,
+    per kind, how many banks have one),
     bank-level and rank-level next-allowed ticks, the four-activate windows, per domain
     (``DM_*``), the release ticks of the row (or only) and column command buses, scalars
     (``SC_*``). Channel-local versions of the engine's arrays of the same names."""
@@ -111,7 +128,8 @@ def alloc(cfg, tim):
     Q = cfg[E.C_RQ]
     slot = np.zeros((C, SL_DESC + 1, NBC * Q), dtype=np.int64)
     bank = np.zeros((C, BK_GRP + 1, NBC), dtype=np.int64)
-    cand = np.full((C, 3 * NBC), NONE, dtype=np.int64)
+    cand = np.full((C, 3 * NBC + 3), NONE, dtype=np.int64)
+    cand[:, 3 * NBC:] = 0
     nxt_ok = np.zeros((C, E.NCMD * NBC), dtype=np.int64)
     rank_ok = np.zeros((C, NLR * E.NCMD), dtype=np.int64)
     faw = np.full((C, NDC * 4), -E.INF // 2, dtype=np.int64)
@@ -133,6 +151,16 @@ def alloc(cfg, tim):
             if v < sc[c, SC_DUEMIN]:
                 sc[c, SC_DUEMIN] = v
     return slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc
+
+
+@njit(inline="always", _nrt=False)
+def _put(cand, NBC, kind, b, age):
+    """Make ``age`` (NONE: none) bank b's candidate of ``kind`` (0 column command, 1
+    ACT, 2 PRE), keeping the kind's count of banks with one (``cand[3 * NBC + kind]``)
+    up to date."""
+    i = kind * NBC + b
+    cand[3 * NBC + kind] += np.int64(age != NONE) - np.int64(cand[i] != NONE)
+    cand[i] = age
 
 
 @njit(inline="always", _nrt=False)
@@ -158,10 +186,10 @@ def _candidates(b, Q, NBC, cap, slot, bank, cand):
     bank[BK_HIT, b] = hit
     bank[BK_CONF, b] = conf
     bank[BK_NHIT, b] = nh
-    cand[b] = NONE if hit < 0 else slot[SL_SEQ, p0 + hit]
-    cand[NBC + b] = slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE
+    _put(cand, NBC, 0, b, NONE if hit < 0 else slot[SL_SEQ, p0 + hit])
+    _put(cand, NBC, 1, b, slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE)
     pre = conf >= 0 and (hit < 0 or bank[BK_HITS, b] >= cap)
-    cand[2 * NBC + b] = slot[SL_SEQ, p0 + conf] if pre else NONE
+    _put(cand, NBC, 2, b, slot[SL_SEQ, p0 + conf] if pre else NONE)
 
 
 @njit(inline="always", _nrt=False)
@@ -183,47 +211,46 @@ def _hide(hide, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom, slot, b
             z = a + 1
         for b in range(a, z):
             if hide:
-                cand[b] = NONE
-                cand[NBC + b] = NONE
-                cand[2 * NBC + b] = NONE
+                for kind in range(3):
+                    _put(cand, NBC, kind, b, NONE)
             else:
                 _candidates(b, Q, NBC, cap, slot, bank, cand)
 
 
 @njit(inline="always", _nrt=False)
-def _scan(cand, nxt_ok, colc, NBC, f0, f1, f2, g0, g1, g2):
-    """One branch-free pass over the channel's banks for the three kinds (column command
-    ``colc``, ACT, PRE): per kind, the smallest key (d << 44 | age << 8 | bank) over its
-    candidates, where d is how many ticks after the origin ``g0..2`` (f in the kind's
-    reference-slot ticks) the candidate can issue: its bank's next-allowed tick (which
-    includes its rank's, :func:`dram_models.engine._fold`) raised to the floor ``f0..2``
-    (the origin raised to the command bus's release), capped at DCAP; at least BIG if
-    none (an age of NONE).
-    The smallest key therefore names both the earliest tick at which a candidate of that
-    kind can issue and the oldest candidate that can issue then, so one pass does what
-    the engine does in two (:func:`dram_models.engine._ready_min3` for the tick, then
-    again for the oldest ready)."""
-    b0 = colc * NBC
-    b1 = E.ACT * NBC
-    b2 = E.PRE * NBC
-    c0 = g0 + DCAP
-    c1 = g1 + DCAP
-    c2 = g2 + DCAP
-    r0 = BIG
-    r1 = BIG
-    r2 = BIG
+def _min_key(cand, kind, nxt_ok, cmd, NBC, f, g):
+    """The smallest scan key (:func:`_scan`) of one kind: one branch-free (vectorized)
+    pass over the channel's banks, or BIG at once if no bank has a candidate of it."""
+    r = BIG
+    if cand[3 * NBC + kind] == 0:
+        return r
+    c0 = kind * NBC
+    b0 = cmd * NBC
+    cap = g + DCAP
     for i in range(NBC):
         lane = np.int64(i)
-        v0 = min(max(nxt_ok[b0 + i], f0), c0) - g0
-        v1 = min(max(nxt_ok[b1 + i], f1), c1) - g1
-        v2 = min(max(nxt_ok[b2 + i], f2), c2) - g2
-        k0 = (v0 << D_SHIFT) | (cand[i] << E.LANE_BITS) | lane
-        k1 = (v1 << D_SHIFT) | (cand[NBC + i] << E.LANE_BITS) | lane
-        k2 = (v2 << D_SHIFT) | (cand[2 * NBC + i] << E.LANE_BITS) | lane
-        r0 = k0 if k0 < r0 else r0
-        r1 = k1 if k1 < r1 else r1
-        r2 = k2 if k2 < r2 else r2
-    return r0, r1, r2
+        v = min(max(nxt_ok[b0 + i], f), cap) - g
+        k = (v << D_SHIFT) | (cand[c0 + i] << E.LANE_BITS) | lane
+        r = k if k < r else r
+    return r
+
+
+@njit(inline="always", _nrt=False)
+def _scan(cand, nxt_ok, colc, NBC, f0, f1, f2, g0, g1, g2):
+    """Per kind (column command ``colc``, ACT, PRE), the smallest key (d << 44 | age << 8
+    | bank) over its candidates, where d is how many ticks after the origin ``g0..2`` (f
+    in the kind's reference-slot ticks) the candidate can issue: its bank's next-allowed
+    tick (which includes its rank's, :func:`dram_models.engine._fold`) raised to the
+    floor ``f0..2`` (the origin raised to the command bus's release), capped at DCAP; at
+    least BIG if none (an age of NONE).
+    The smallest key therefore names both the earliest tick at which a candidate of that
+    kind can issue and the oldest candidate that can issue then, so one pass per kind
+    does what the engine does in two (:func:`dram_models.engine._ready_min3` for the
+    tick, then again for the oldest ready). A kind no bank has a candidate of (streaming
+    traffic mostly finds its rows open: no ACT, no PRE) needs no pass."""
+    return (_min_key(cand, 0, nxt_ok, colc, NBC, f0, g0),
+            _min_key(cand, 1, nxt_ok, E.ACT, NBC, f1, g1),
+            _min_key(cand, 2, nxt_ok, E.PRE, NBC, f2, g2))
 
 
 @njit(inline="always", _nrt=False)
@@ -367,16 +394,16 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 bank[BK_NHIT, b] += 1
                 if bank[BK_HIT, b] < 0:
                     bank[BK_HIT, b] = n
-                    cand[b] = seq
+                    _put(cand, NBC, 0, b, seq)
                     if bank[BK_HITS, b] < cap:
-                        cand[2 * NBC + b] = NONE    # the hits go first
+                        _put(cand, NBC, 2, b, NONE)     # the hits go first
             elif orow < 0:
                 if n == 0:
-                    cand[NBC + b] = seq
+                    _put(cand, NBC, 1, b, seq)
             elif bank[BK_CONF, b] < 0:
                 bank[BK_CONF, b] = n
                 if bank[BK_HIT, b] < 0 or bank[BK_HITS, b] >= cap:
-                    cand[2 * NBC + b] = seq
+                    _put(cand, NBC, 2, b, seq)
             if split and now == last and orow != row:
                 cmd = E.ACT if orow < 0 else E.PRE
                 te = E._rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)

@@ -194,7 +194,7 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     up to ``threads`` threads, with the results in ``engine._collect``'s form;
     ``recorded`` bursts (all of them, or 0 without a per-burst record)."""
     tim, slots, busid, off = ms.tim, ms.slots, ms.busid, ms.off
-    r_off, r_lvl, r_next, r_lat = ms.rules
+    r_off, r_lvl, r_next, r_lat = L.read_rules(ms.rules, int(cfg[E.C_REFMODE]))
     m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
     m_chunk, m_pos = ms.chunk_tables
     C = int(cfg[E.C_CH])
