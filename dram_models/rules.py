@@ -152,13 +152,38 @@ def compile_rules(spec: DramSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                     continue
                 key = (p, level, n)
                 dist_of[key] = max(dist_of.get(key, 0), ceil_ticks(dist, k))
-    flat = sorted((p, level, n, d) for (p, level, n), d in dist_of.items())
+    flat = sorted((p, level, n, d) for (p, level, n), d in _narrowest(dist_of).items())
     offsets = np.zeros(NCMD + 1, dtype=np.int64)
     for p, *_ in flat:
         offsets[p + 1] += 1
     offsets = np.cumsum(offsets)
     arr = np.array([f[1:] for f in flat], dtype=np.int64).reshape(-1, 3)
     return offsets, arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+
+
+def _narrowest(dist_of: dict[tuple[int, int, int], int]) -> dict[tuple[int, int, int], int]:
+    """The same constraints as ``dist_of`` ((preceding, level, following) -> distance),
+    as few ranks and banks raised as can be: per preceding and following command, a rank
+    gets the largest distance of the scopes that cover it (its own rank: the channel,
+    data bus and rank rules; the data bus's other ranks: the channel, data bus and
+    sibling rules), written as a channel rule plus, where they add to it, one data-bus
+    rule if both get the same distance, else a rank rule and a sibling rule (not a
+    data-bus rule and a rank rule that raises one of its ranks again); a bank rule stays
+    only where the bank-group rule (which covers the bank) has a smaller distance. Raising is a maximum, so every next-allowed tick ends
+    where it would with the rules as given; only the work of getting there is less."""
+    out: dict[tuple[int, int, int], int] = {}
+    for p, n in sorted({(p, n) for p, _, n in dist_of}):
+        d = {lvl: dist_of.get((p, lvl, n), 0) for lvl in (L_CH, L_D, L_K, L_SIB, L_BG,
+                                                           L_BK)}
+        ch = d[L_CH]
+        # (with one rank there is no data-bus or sibling rule: they became rank rules)
+        own, sib = max(d[L_D], d[L_K]), max(d[L_D], d[L_SIB])
+        ranks = [(L_D, own)] if own == sib else [(L_K, own), (L_SIB, sib)]
+        for lvl, v, floor in [(L_CH, ch, 0)] + [(lv, v, ch) for lv, v in ranks] + [
+                (L_BG, d[L_BG], 0), (L_BK, d[L_BK], d[L_BG])]:
+            if v > floor:
+                out[(p, lvl, n)] = v
+    return out
 
 
 def command_slots(spec: DramSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
