@@ -35,8 +35,11 @@ over the channel's banks finds, per kind, the earliest tick at which a candidate
 issue and the oldest candidate that can issue then (one packed key), so a decision is
 one pass and no decision falls on a tick where nothing can happen (with several ranks,
 a rank-level timing rule raises the next-allowed tick of each bank of the rank as well,
-so that the pass needs no bound per rank); a completion is accounted when its column
-command issues (nothing waits for data in an open loop).
+so that the pass needs no bound per rank); a kind no bank has a candidate of is not
+passed over at all; a bank that waits for a refresh has no candidates until it is
+refreshed; issuing a command applies only the rules whose next-allowed ticks a reader
+looks at (:func:`read_rules`); a completion is accounted when its column command issues
+(nothing waits for data in an open loop).
 
 Scope (:func:`out_of_scope`): reads only, open loop (arrival ticks allowed), at most 256
 banks per channel, and the per-burst record only with one channel. Everything else runs
@@ -62,8 +65,9 @@ NSC = 10
 SL_SEQ, SL_ROW, SL_ENQ, SL_FLAG, SL_DESC = range(5)
 # per bank (bank[...]): queued requests, open row (-1 closed), column commands since the
 # ACT, slot of the oldest hit and of the oldest conflict (-1 none), number of hits, first
-# bank of its bank group (a lookup instead of a division per command)
-BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT, BK_GRP = range(7)
+# bank of its bank group (a lookup instead of a division per command), 1 while it waits
+# for a pending refresh (its candidates are then NONE)
+BK_CNT, BK_ROW, BK_HITS, BK_HIT, BK_CONF, BK_NHIT, BK_GRP, BK_HIDE = range(8)
 # per refresh and activation domain (dom[...]): refresh due tick, pending flag, next bank
 # of per-bank refresh, position in the four-activate window (rows of one array, each
 # laid out as the engine's per-domain arrays, so that its helpers take them)
@@ -127,7 +131,7 @@ def alloc(cfg, tim):
     NDC = cfg[E.C_PC] if cfg[E.C_APC] != 0 else NLR
     Q = cfg[E.C_RQ]
     slot = np.zeros((C, SL_DESC + 1, NBC * Q), dtype=np.int64)
-    bank = np.zeros((C, BK_GRP + 1, NBC), dtype=np.int64)
+    bank = np.zeros((C, BK_HIDE + 1, NBC), dtype=np.int64)
     cand = np.full((C, 3 * NBC + 3), NONE, dtype=np.int64)
     cand[:, 3 * NBC:] = 0
     nxt_ok = np.zeros((C, E.NCMD * NBC), dtype=np.int64)
@@ -154,10 +158,12 @@ def alloc(cfg, tim):
 
 
 @njit(inline="always", _nrt=False)
-def _put(cand, NBC, kind, b, age):
-    """Make ``age`` (NONE: none) bank b's candidate of ``kind`` (0 column command, 1
-    ACT, 2 PRE), keeping the kind's count of banks with one (``cand[3 * NBC + kind]``)
-    up to date."""
+def _put(cand, bank, NBC, kind, b, age):
+    """Make ``age`` (NONE: none; always NONE while the bank waits for a refresh) bank b's
+    candidate of ``kind`` (0 column command, 1 ACT, 2 PRE), keeping the kind's count of
+    banks with one (``cand[3 * NBC + kind]``) up to date."""
+    if bank[BK_HIDE, b] != 0:
+        age = NONE
     i = kind * NBC + b
     cand[3 * NBC + kind] += np.int64(age != NONE) - np.int64(cand[i] != NONE)
     cand[i] = age
@@ -186,35 +192,27 @@ def _candidates(b, Q, NBC, cap, slot, bank, cand):
     bank[BK_HIT, b] = hit
     bank[BK_CONF, b] = conf
     bank[BK_NHIT, b] = nh
-    _put(cand, NBC, 0, b, NONE if hit < 0 else slot[SL_SEQ, p0 + hit])
-    _put(cand, NBC, 1, b, slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE)
+    _put(cand, bank, NBC, 0, b, NONE if hit < 0 else slot[SL_SEQ, p0 + hit])
+    _put(cand, bank, NBC, 1, b, slot[SL_SEQ, p0] if (orow < 0 and n > 0) else NONE)
     pre = conf >= 0 and (hit < 0 or bank[BK_HITS, b] >= cap)
-    _put(cand, NBC, 2, b, slot[SL_SEQ, p0 + conf] if pre else NONE)
+    _put(cand, bank, NBC, 2, b, slot[SL_SEQ, p0 + conf] if pre else NONE)
 
 
 @njit(inline="always", _nrt=False)
-def _hide(hide, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom, slot, bank,
-          cand):
-    """Hide from a pass the candidates of the banks that wait for a pending refresh (the
-    bank of a per-bank refresh; every bank of the ranks of an all-bank one): NONE in
-    their place; or (``hide`` False) give those banks their candidates back
-    (:func:`_candidates`, from their queued requests)."""
-    for lr in range(NLR):
-        refb = E._refresh_block(lr, LR, apc, dom[DM_PEND], dom[DM_PTR], NBD, LNBR, NBR,
-                                refmode)
-        if refb == -1:
-            continue
-        a = lr << LNBR
-        z = a + NBR
-        if refb >= 0:
-            a += refb
-            z = a + 1
-        for b in range(a, z):
-            if hide:
-                for kind in range(3):
-                    _put(cand, NBC, kind, b, NONE)
-            else:
-                _candidates(b, Q, NBC, cap, slot, bank, cand)
+def _wait(dd, on, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand):
+    """The banks of domain dd that wait for its refresh (every bank of an all-bank one,
+    the next bank of a per-bank one; the same from when it falls due until its REF or
+    REFPB issues) start (``on``) or stop waiting: while they wait, their candidates are
+    NONE (:func:`_put`), so no pass picks them; afterwards they get their candidates
+    back from their queued requests (:func:`_candidates`)."""
+    a = dd * NBD
+    z = a + NBD
+    if refmode != 1:
+        a += dom[DM_PTR, dd]
+        z = a + 1
+    for b in range(a, z):
+        bank[BK_HIDE, b] = 1 if on else 0
+        _candidates(b, Q, NBC, cap, slot, bank, cand)
 
 
 @njit(inline="always", _nrt=False)
@@ -394,16 +392,16 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 bank[BK_NHIT, b] += 1
                 if bank[BK_HIT, b] < 0:
                     bank[BK_HIT, b] = n
-                    _put(cand, NBC, 0, b, seq)
+                    _put(cand, bank, NBC, 0, b, seq)
                     if bank[BK_HITS, b] < cap:
-                        _put(cand, NBC, 2, b, NONE)     # the hits go first
+                        _put(cand, bank, NBC, 2, b, NONE)     # the hits go first
             elif orow < 0:
                 if n == 0:
-                    _put(cand, NBC, 1, b, seq)
+                    _put(cand, bank, NBC, 1, b, seq)
             elif bank[BK_CONF, b] < 0:
                 bank[BK_CONF, b] = n
                 if bank[BK_HIT, b] < 0 or bank[BK_HITS, b] >= cap:
-                    _put(cand, NBC, 2, b, seq)
+                    _put(cand, bank, NBC, 2, b, seq)
             if split and now == last and orow != row:
                 cmd = E.ACT if orow < 0 else E.PRE
                 te = E._rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)
@@ -441,17 +439,11 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         k1 = BIG
         k2 = BIG
         if queued > 0:
-            if npend > 0:
-                _hide(True, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom, slot,
-                      bank, cand)
             k0, k1, k2 = _scan(cand, nxt_ok, E.RD, NBC,
                                _floor(E.RD, f, fold, rank_ok, off, bus, busid),
                                _floor(E.ACT, f, fold, rank_ok, off, bus, busid),
                                _floor(E.PRE, f, fold, rank_ok, off, bus, busid),
                                f + off[E.RD], f + off[E.ACT], f + off[E.PRE])
-            if npend > 0:
-                _hide(False, NLR, LR, apc, LNBR, NBR, NBD, NBC, Q, cap, refmode, dom,
-                      slot, bank, cand)
             m = min(m, _tick(k0, f), _tick(k1, f), _tick(k2, f))
         if queued < Q and d < d1 and d_arrival[d] <= m:
             now = d_arrival[d]          # requests enter before the tick's decision
@@ -469,6 +461,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 if dom[DM_PEND, dd] == 0 and dom[DM_DUE, dd] <= now:
                     dom[DM_PEND, dd] = 1
                     npend += 1
+                    _wait(dd, True, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
             continue
         if tref <= now:
             # the first pending domain (in order) whose refresh command can issue now
@@ -493,6 +486,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 bank[BK_ROW, tb] = -1
                 _candidates(tb, Q, NBC, cap, slot, bank, cand)
             else:
+                _wait(dd, False, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
                 if rcmd == E.REF:
                     dom[DM_DUE, dd] += tim[E.T_REFI]
                 else:
