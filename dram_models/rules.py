@@ -126,12 +126,25 @@ def compile_rules(spec: DramSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     """Rules grouped by preceding command, in engine ticks:
     (offsets[NCMD+1], level[n], following[n], distance_ticks[n]).
 
-    Only what the engine asks for is kept, folded to as few entries as possible: RDA/WRA
-    as following commands are dropped (they obey exactly the rules of RD/WR, and the
-    engine asks for the readiness of RD/WR); scopes that cover the same ranks in this
+    Only what the engine asks for is kept, folded to as few entries as possible
+    (:func:`distances`, then :func:`_narrowest`)."""
+    flat = sorted((p, level, n, d) for (p, level, n), d in
+                  _narrowest(distances(spec)).items())
+    offsets = np.zeros(NCMD + 1, dtype=np.int64)
+    for p, *_ in flat:
+        offsets[p + 1] += 1
+    offsets = np.cumsum(offsets)
+    arr = np.array([f[1:] for f in flat], dtype=np.int64).reshape(-1, 3)
+    return offsets, arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+
+
+def distances(spec: DramSpec) -> dict[tuple[int, int, int], int]:
+    """The largest distance in engine ticks per (preceding, level, following command):
+    RDA/WRA as following commands are dropped (they obey exactly the rules of RD/WR, and
+    the engine asks for the readiness of RD/WR); scopes that cover the same ranks in this
     organization collapse to the narrowest (the channel is the data bus with one
-    pseudo-channel, the data bus is the rank with one rank; the sibling ranks are none);
-    and rules with the same (preceding, scope, following) keep the largest distance."""
+    pseudo-channel, the data bus is the rank with one rank; the sibling ranks are
+    none)."""
     k = spec.ticks_per_ck
     a_is_pc = act_domain_is_pc(spec)
     org = spec.organization
@@ -152,13 +165,7 @@ def compile_rules(spec: DramSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                     continue
                 key = (p, level, n)
                 dist_of[key] = max(dist_of.get(key, 0), ceil_ticks(dist, k))
-    flat = sorted((p, level, n, d) for (p, level, n), d in _narrowest(dist_of).items())
-    offsets = np.zeros(NCMD + 1, dtype=np.int64)
-    for p, *_ in flat:
-        offsets[p + 1] += 1
-    offsets = np.cumsum(offsets)
-    arr = np.array([f[1:] for f in flat], dtype=np.int64).reshape(-1, 3)
-    return offsets, arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+    return dist_of
 
 
 def _narrowest(dist_of: dict[tuple[int, int, int], int]) -> dict[tuple[int, int, int], int]:
@@ -169,8 +176,9 @@ def _narrowest(dist_of: dict[tuple[int, int, int], int]) -> dict[tuple[int, int,
     sibling rules), written as a channel rule plus, where they add to it, one data-bus
     rule if both get the same distance, else a rank rule and a sibling rule (not a
     data-bus rule and a rank rule that raises one of its ranks again); a bank rule stays
-    only where the bank-group rule (which covers the bank) has a smaller distance. Raising is a maximum, so every next-allowed tick ends
-    where it would with the rules as given; only the work of getting there is less."""
+    only where the bank-group rule (which covers the bank) has a smaller distance.
+    Raising is a maximum, so every next-allowed tick ends where it would with the rules
+    as given; only the work of getting there is less."""
     out: dict[tuple[int, int, int], int] = {}
     for p, n in sorted({(p, n) for p, _, n in dist_of}):
         d = {lvl: dist_of.get((p, lvl, n), 0) for lvl in (L_CH, L_D, L_K, L_SIB, L_BG,

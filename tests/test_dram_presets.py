@@ -268,3 +268,39 @@ def test_bandwidth_and_capacity_scale_with_channels(name, log2_channels):
     assert spec.organization.capacity_bytes == base.organization.capacity_bytes * \
         2 ** log2_channels
     assert spec.burst_bytes == base.burst_bytes and spec.tBL == base.tBL
+
+
+def _reach(table, p, n):
+    """What the rules of ``table`` ((preceding, level, following) -> distance ticks) for
+    preceding command p and following command n impose, written out per place the
+    following command can be: (own rank, a sibling rank on the same data bus, a rank on
+    another pseudo-channel, own bank, another bank of the bank group), 0 if nothing.
+    Worked out from what each level covers, independently of the compiler."""
+    from dram_models import rules as R
+    covers = {  # level -> the places it reaches
+        R.L_CH: {0, 1, 2}, R.L_D: {0, 1}, R.L_K: {0}, R.L_SIB: {1}, R.L_BG: {3, 4},
+        R.L_BK: {3}}
+    out = [0] * 5
+    for (pp, lvl, nn), dist in table.items():
+        if (pp, nn) == (p, n):
+            for place in covers[lvl]:
+                out[place] = max(out[place], dist)
+    return out
+
+
+@pytest.mark.parametrize("name", list_standards())
+def test_compiled_rule_table_imposes_exactly_the_rules_of_the_standard(name):
+    """The compiler writes fewer rules (each rank and bank raised once per rule kind),
+    but every place a following command can be must get the same distance as from the
+    rules as collected (rules.distances) -- no constraint lost, none added."""
+    from dram_models import rules as R
+    spec = load_standard(name)
+    raw = R.distances(spec)
+    off, lvl, nxt, lat = R.compile_rules(spec)
+    compiled = {(p, int(lvl[i]), int(nxt[i])): int(lat[i])
+                for p in range(R.NCMD) for i in range(off[p], off[p + 1])}
+    assert len(compiled) == off[-1]         # no (preceding, level, following) twice
+    assert len(compiled) <= len(raw)
+    for p, _, n in raw:
+        assert _reach(compiled, p, n) == _reach(raw, p, n), \
+            (name, R.CMDS[p], R.CMDS[n])
