@@ -477,14 +477,13 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             _issue(rcmd, now, tb, rl, rl >> LR, dd, -1, geo, apc, r_off, r_lvl, r_next,
                    r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw, cmdc, c,
                    bank, log, nlog)
+            # (the banks it closes wait for the refresh: their candidates stay NONE and
+            # are derived afresh, from the closed row, when they stop waiting)
             if rcmd == E.PREA:
                 for i in range(dd * NBD, (dd + 1) * NBD):
-                    if bank[BK_ROW, i] >= 0:
-                        bank[BK_ROW, i] = -1
-                        _candidates(i, Q, NBC, cap, slot, bank, cand)
+                    bank[BK_ROW, i] = -1
             elif rcmd == E.PRE:
                 bank[BK_ROW, tb] = -1
-                _candidates(tb, Q, NBC, cap, slot, bank, cand)
             else:
                 _wait(dd, False, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
                 if rcmd == E.REF:

@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dram_models import rules as R
 from dram_models.errors import ConfigError
 from dram_models.schema import to_dict
 from dram_models.spec import PRESET_DIR, DramSpec, list_standards, load_standard
@@ -276,7 +277,6 @@ def _reach(table, p, n):
     following command can be: (own rank, a sibling rank on the same data bus, a rank on
     another pseudo-channel, own bank, another bank of the bank group), 0 if nothing.
     Worked out from what each level covers, independently of the compiler."""
-    from dram_models import rules as R
     covers = {  # level -> the places it reaches
         R.L_CH: {0, 1, 2}, R.L_D: {0, 1}, R.L_K: {0}, R.L_SIB: {1}, R.L_BG: {3, 4},
         R.L_BK: {3}}
@@ -293,7 +293,6 @@ def test_compiled_rule_table_imposes_exactly_the_rules_of_the_standard(name):
     """The compiler writes fewer rules (each rank and bank raised once per rule kind),
     but every place a following command can be must get the same distance as from the
     rules as collected (rules.distances) -- no constraint lost, none added."""
-    from dram_models import rules as R
     spec = load_standard(name)
     raw = R.distances(spec)
     off, lvl, nxt, lat = R.compile_rules(spec)
