@@ -1370,18 +1370,44 @@ def _burst_counts(addr, nbytes, shift):
 
 
 @njit(cache=True, nogil=True)
-def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
+def _channel_numbers(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
     """Channel of every byte address (the channel digits of the mapping's decode; the
-    bank XOR never touches them), the number of addresses per channel, and a stable
-    counting-sort order that groups the addresses by channel (trace order within one)."""
+    bank XOR never touches them) and the number of addresses per channel."""
     n = addr.shape[0]
-    chan = np.empty(n, dtype=np.int64)
+    chan = np.empty(n, dtype=np.int32)
     counts = np.zeros(nch, dtype=np.int64)
     sh = np.uint64(offset_bits)
     nk = 0                          # steps up to the last channel step
     for k in range(m_field.shape[0]):
         if m_field[k] == 0:
             nk = k + 1
+    # when every step up to the last channel step is a bit slice, the channel digits are
+    # bit fields of the address: one shift and mask each, no loop over the other steps
+    pow2 = True
+    nc = 0
+    for k in range(nk):
+        pow2 = pow2 and m_log2[k] >= 0
+        nc += m_field[k] == 0
+    if pow2:
+        f_sh = np.zeros(nc, dtype=np.uint64)
+        f_mask = np.zeros(nc, dtype=np.uint64)
+        f_dst = np.zeros(nc, dtype=np.int64)
+        j = 0
+        at = offset_bits
+        for k in range(nk):
+            if m_field[k] == 0:
+                f_sh[j] = at
+                f_mask[j] = m_radix[k] - 1
+                f_dst[j] = m_dst[k]
+                j += 1
+            at += m_log2[k]
+        for i in range(n):
+            c = 0
+            for j in range(nc):
+                c |= np.int64((addr[i] >> f_sh[j]) & f_mask[j]) << f_dst[j]
+            chan[i] = c
+            counts[c] += 1
+        return chan, counts
     for i in range(n):
         v = addr[i] >> sh
         c = 0
@@ -1398,17 +1424,41 @@ def _partition(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
                 c |= val << m_dst[k]
         chan[i] = c
         counts[c] += 1
+    return chan, counts
+
+
+@njit(cache=True, nogil=True)
+def _partition(addr, is_write, arrival, offset_bits, m_field, m_radix, m_log2, m_dst,
+               nch):
+    """A trace's requests grouped by channel (:func:`_channel_numbers`) in a stable
+    counting sort (trace order within a channel): the number per channel, the order
+    (stream position -> trace index), and the addresses, write flags and arrivals in
+    that order. An ``arrival`` that is not one per address is returned as it is (an open
+    loop passes none: its arrivals, all negative, need no reordering). One pass writes
+    every column, so no gathers follow, and the channel numbers do not outlive the
+    call."""
+    n = addr.shape[0]
+    chan, counts = _channel_numbers(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch)
     cursor = np.zeros(nch, dtype=np.int64)
     pos = 0
     for c in range(nch):
         cursor[c] = pos
         pos += counts[c]
     order = np.empty(n, dtype=np.int64)
+    a_out = np.empty(n, dtype=addr.dtype)
+    w_out = np.empty(n, dtype=is_write.dtype)
+    timed = arrival.shape[0] == n
+    r_out = np.empty(n if timed else 0, dtype=arrival.dtype)
     for i in range(n):
         c = chan[i]
-        order[cursor[c]] = i
-        cursor[c] += 1
-    return chan, counts, order
+        j = cursor[c]
+        cursor[c] = j + 1
+        order[j] = i
+        a_out[j] = addr[i]
+        w_out[j] = is_write[i]
+        if timed:
+            r_out[j] = arrival[i]
+    return counts, order, a_out, w_out, (r_out if timed else arrival)
 
 
 # The state of a run, as the tuple _alloc returns (the arguments of _loop after its

@@ -425,27 +425,36 @@ class MemorySystem:
         return bool((self.channel_of(first) == self.channel_of(first + bb)).all())
 
     def channel_of(self, addr: np.ndarray) -> np.ndarray:
-        return self._partition(addr)[0]
-
-    def _partition(self, addr: np.ndarray):
+        """The channel of every byte address (int32)."""
         m_field, m_radix, m_log2, m_dst, _ = self.map_tables
         args = (np.ascontiguousarray(addr, dtype=np.uint64), self.mapping.offset_bits,
                 m_field, m_radix, m_log2, m_dst, self.channels)
-        compile_for(E._partition, args)
-        return E._partition(*args)
+        compile_for(E._channel_numbers, args)
+        return E._channel_numbers(*args)[0]
 
     def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
         """Per-channel streams for a trace; also the permutation from stream order back
         to trace order."""
-        # (an open-loop trace's arrivals are all -1 and are read, never written)
-        arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1) \
-            if trace.timed else trace.arrival
         addr, is_write = trace.addr, trace.is_write
+        timed = trace.timed
+        if timed:
+            arrival = np.where(trace.arrival >= 0, trace.arrival * self.tpc, -1)
+        else:
+            # an open loop's arrivals are all negative (none waits), read and never
+            # written: the trace's own array serves any order, so it is not reordered
+            arrival = trace.arrival
         if self.channels == 1:      # the order is the identity
             counts, order = np.array([len(trace)]), np.arange(len(trace))
         else:
-            _, counts, order = self._partition(addr)
-            arrival, addr, is_write = arrival[order], addr[order], is_write[order]
+            m_field, m_radix, m_log2, m_dst, _ = self.map_tables
+            args = (np.ascontiguousarray(addr, dtype=np.uint64),
+                    np.ascontiguousarray(is_write),
+                    arrival if timed else arrival[:0], self.mapping.offset_bits,
+                    m_field, m_radix, m_log2, m_dst, self.channels)
+            compile_for(E._partition, args)
+            counts, order, addr, is_write, permuted = E._partition(*args)
+            if timed:
+                arrival = permuted
         last = np.cumsum(counts)
         first = last - counts
         streams = Streams(first=first, last=last, addr=addr,

@@ -227,6 +227,34 @@ def test_mapping_round_trip(name, mapping):
 
 @pytest.mark.parametrize("name", list_standards())
 @pytest.mark.parametrize("mapping", list(NAMED) + ["RoCoBaRaBgPcChCo:1+xor"])
+def test_trace_partition_by_channel(name, mapping):
+    """channel_of gives the mapping's channel digits (bit fields when the channel count
+    is a power of two, the step decode otherwise), also beyond the capacity; a trace's
+    streams hold each channel's requests in trace order, with their write flags and
+    arrivals (an open loop's arrivals are not reordered)."""
+    spec = load_standard(name)
+    rng = np.random.default_rng(1)
+    for ch in (1, 3, spec.organization.channels):
+        ms = MemorySystem(override(spec, {"controller": {"mapping": mapping}}), channels=ch)
+        cap = ms.spec.organization.capacity_bytes
+        addr = rng.integers(0, 4 * cap // 64, 3000).astype(np.uint64) * np.uint64(64)
+        chan = ms.channel_of(addr)
+        assert np.array_equal(chan, ms.mapping.decode(addr)["channel"])
+        for arrival in (np.full(addr.size, -1), np.sort(rng.integers(0, 9000, addr.size))):
+            tr = Trace(addr, rng.random(addr.size) < 0.5, arrival)
+            streams, order = ms.trace_streams(tr)
+            assert np.array_equal(order, np.argsort(chan, kind="stable"))
+            assert np.array_equal(np.diff(streams.first), np.bincount(chan, minlength=ch)[:-1])
+            assert np.array_equal(streams.addr, addr[order])
+            assert np.array_equal(streams.is_write, tr.is_write[order])
+            if tr.timed:
+                assert np.array_equal(streams.arrival, arrival[order] * ms.tpc)
+            else:
+                assert (streams.arrival == -1).all()
+
+
+@pytest.mark.parametrize("name", list_standards())
+@pytest.mark.parametrize("mapping", list(NAMED) + ["RoCoBaRaBgPcChCo:1+xor"])
 def test_table_decode_equals_the_step_decode(name, mapping):
     """The engine's byte-table decode (bit-permutation mappings) gives the same
     coordinates as the mapping's steps, also for addresses beyond the capacity (they
