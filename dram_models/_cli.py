@@ -31,7 +31,22 @@ def add_memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="threads to spread the channels over (default 1: one core; the "
                         "results do not depend on it)")
+    p.add_argument("--repeat", type=_positive, default=1,
+                   help="time this many runs of the trace and report the fastest (wall "
+                        "times on a shared machine vary from run to run; every run must "
+                        "give the same results); default 1")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _positive(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return v
 
 
 def memory_from_args(args) -> MemorySystem:
@@ -48,20 +63,31 @@ def memory_from_args(args) -> MemorySystem:
     return MemorySystem(spec, ctrl or None, channels=args.channels)
 
 
-def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1) -> tuple[dict, float, str]:
-    """Run once on a small trace (to load or compile the Numba engine), then time the real
-    run. Returns the statistics, the wall time of the real run and the controller that
-    ran it ("engine" or "lean", see :mod:`dram_models.lean`)."""
+def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1,
+              repeat: int = 1) -> tuple[dict, float, str]:
+    """Run once on a small trace (to load or compile the Numba engine), then time
+    ``repeat`` runs of the real one. Returns the statistics, the wall time of the fastest
+    run and the controller that ran it ("engine" or "lean", see
+    :mod:`dram_models.lean`). Runs that disagree (they never should: the same trace
+    gives bit-identical results) raise :class:`SimError`."""
     ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
                                  * np.uint64(ms.spec.burst_bytes)), threads=threads)
-    t0 = time.perf_counter()
-    res = ms.run_trace(trace, threads=threads)
-    wall = time.perf_counter() - t0
-    return res.stats.as_dict(), wall, res.controller
+    wall = float("inf")
+    first = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        res = ms.run_trace(trace, threads=threads)
+        wall = min(wall, time.perf_counter() - t0)
+        if first is None:
+            first = res.stats
+        elif res.stats != first:
+            raise SimError("two runs of the same trace gave different results")
+    return first.as_dict(), wall, res.controller
 
 
 def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wall: float,
-           as_json: bool, threads: int = 1, controller: str = "engine") -> None:
+           as_json: bool, threads: int = 1, controller: str = "engine",
+           repeat: int = 1) -> None:
     out = {"standard": ms.spec.name, label_key: label, "requests": n,
            "channels": ms.channels, "mapping": ms.controller.mapping,
            "queue_depth": ms.controller.read_queue, "refresh": ms.controller.refresh,
@@ -76,7 +102,7 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
            "row_misses": stats["row_misses"], "row_conflicts": stats["row_conflicts"],
            "commands": stats["commands"], "reads": stats["reads"], "writes": stats["writes"],
            "wall_s": wall, "requests_per_s": n / wall if wall > 0 else None,
-           "threads": threads, "controller": controller}
+           "threads": threads, "controller": controller, "repeat": repeat}
     if as_json:
         print(json.dumps(out))
         return
@@ -93,7 +119,8 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
           f"{stats['row_misses']} misses, {stats['row_conflicts']} conflicts)")
     print("  commands       " + ", ".join(f"{k} {v}" for k, v in stats["commands"].items() if v))
     print(f"  simulator      {wall:.3f} s wall, {n / wall / 1e6:.2f} M requests/s"
-          + (f" ({threads} threads)" if threads > 1 else "") + f", {controller} controller")
+          + (f" ({threads} threads)" if threads > 1 else "") + f", {controller} controller"
+          + (f", fastest of {repeat} runs" if repeat > 1 else ""))
 
 
 def main_guard(fn, argv=None) -> int:

@@ -5,7 +5,8 @@
 Patterns: seq, random, stride:BYTES, paged:BYTES, mixed:R:W (see dram_models.patterns).
 Requests are offered as fast as the controller accepts them. Defaults: the preset's whole
 device, mapping, queue depth and refresh. ``wall_s`` / ``requests_per_s`` exclude Numba
-compilation (a tiny warm-up run precedes the timed run).
+compilation (a tiny warm-up run precedes the timed run); with ``--repeat N`` they are those
+of the fastest of N runs.
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def _main(argv=None) -> int:
     args = parser().parse_args(argv)
     ms = memory_from_args(args)
     trace = make(args.pattern, args.requests, ms.spec.burst_bytes, args.seed)
-    stats, wall, controller = timed_run(ms, trace, args.threads)
+    stats, wall, controller = timed_run(ms, trace, args.threads, args.repeat)
     report(ms, "pattern", args.pattern, len(trace), stats, wall, args.json,
-           args.threads, controller)
+           args.threads, controller, args.repeat)
     return 0
 
 

@@ -28,9 +28,9 @@ def _main(argv=None) -> int:
     args = parser().parse_args(argv)
     ms = memory_from_args(args)
     trace = load(args.trace, args.format)
-    stats, wall, controller = timed_run(ms, trace, args.threads)
+    stats, wall, controller = timed_run(ms, trace, args.threads, args.repeat)
     report(ms, "trace", args.trace, len(trace), stats, wall, args.json,
-           args.threads, controller)
+           args.threads, controller, args.repeat)
     return 0
 
 

@@ -328,6 +328,41 @@ def test_bench_cli_json_and_errors():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "lpddr9" in bad.stderr
 
 
+def test_bench_repeat_reports_the_fastest_of_identical_runs(monkeypatch):
+    """--repeat N times N runs: the JSON names N, and the results are those of one run;
+    runs that disagree are an error, and N must be at least 1."""
+    import dataclasses
+    from types import SimpleNamespace
+    from dram_models import _cli
+    from dram_models.errors import SimError
+    cmd = [sys.executable, "-m", "dram_models.bench", "--standard", "hbm3-6400",
+           "--pattern", "random", "--requests", "3000", "--channels", "1", "--json"]
+    one, three = (json.loads(subprocess.run(cmd + extra, capture_output=True, text=True,
+                                            check=True).stdout)
+                  for extra in ([], ["--repeat", "3"]))
+    assert one["repeat"] == 1 and three["repeat"] == 3
+    timing = {"wall_s", "requests_per_s", "repeat"}
+    assert {k: v for k, v in one.items() if k not in timing} == \
+        {k: v for k, v in three.items() if k not in timing}
+    bad = subprocess.run(cmd + ["--repeat", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--repeat" in bad.stderr
+    ms = MemorySystem(load_standard("lpddr5-6400"), channels=1)
+    trace = patterns.make("seq", 500, ms.spec.burst_bytes)
+    real = ms.run_trace
+    calls = []
+
+    def drifting(tr, threads=1):
+        res = real(tr, threads=threads)
+        calls.append(1)
+        if len(calls) == 3:             # the warm-up, then two timed runs
+            return SimpleNamespace(stats=dataclasses.replace(res.stats, reads=1),
+                                   controller=res.controller)
+        return res
+    monkeypatch.setattr(ms, "run_trace", drifting)
+    with pytest.raises(SimError, match="different results"):
+        _cli.timed_run(ms, trace, repeat=2)
+
+
 def test_compile_key_of_a_state_tuple_follows_its_arrays():
     """compile_for keys the engine state (a tuple of arrays) by its arrays' types, without
     numba.typeof: equal types give one key, any array of another type a new one."""
