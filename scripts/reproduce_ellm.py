@@ -146,7 +146,6 @@ def slo_targets(env):
 
 
 def online(env, slo, quick=False):
-    from h2m2sim.serving.sim import percentiles  # noqa: F401  (metrics come from the run)
     rows = []
     rates = ONLINE_RATES[::2] if quick else ONLINE_RATES
     n = ONLINE_REQUESTS // (3 if quick else 1)
