@@ -1381,33 +1381,6 @@ def _channel_numbers(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch):
     for k in range(m_field.shape[0]):
         if m_field[k] == 0:
             nk = k + 1
-    # when every step up to the last channel step is a bit slice, the channel digits are
-    # bit fields of the address: one shift and mask each, no loop over the other steps
-    pow2 = True
-    nc = 0
-    for k in range(nk):
-        pow2 = pow2 and m_log2[k] >= 0
-        nc += m_field[k] == 0
-    if pow2:
-        f_sh = np.zeros(nc, dtype=np.uint64)
-        f_mask = np.zeros(nc, dtype=np.uint64)
-        f_dst = np.zeros(nc, dtype=np.int64)
-        j = 0
-        at = offset_bits
-        for k in range(nk):
-            if m_field[k] == 0:
-                f_sh[j] = at
-                f_mask[j] = m_radix[k] - 1
-                f_dst[j] = m_dst[k]
-                j += 1
-            at += m_log2[k]
-        for i in range(n):
-            c = 0
-            for j in range(nc):
-                c |= np.int64((addr[i] >> f_sh[j]) & f_mask[j]) << f_dst[j]
-            chan[i] = c
-            counts[c] += 1
-        return chan, counts
     for i in range(n):
         v = addr[i] >> sh
         c = 0

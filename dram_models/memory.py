@@ -424,11 +424,15 @@ class MemorySystem:
         first = addr[nb > 1] // bb * bb
         return bool((self.channel_of(first) == self.channel_of(first + bb)).all())
 
+    def _channel_decode(self) -> tuple:
+        """The arguments after the addresses of ``engine._channel_numbers`` (and of
+        ``engine._partition`` after its columns): what decodes an address's channel."""
+        m_field, m_radix, m_log2, m_dst, _ = self.map_tables
+        return (self.mapping.offset_bits, m_field, m_radix, m_log2, m_dst, self.channels)
+
     def channel_of(self, addr: np.ndarray) -> np.ndarray:
         """The channel of every byte address (int32)."""
-        m_field, m_radix, m_log2, m_dst, _ = self.map_tables
-        args = (np.ascontiguousarray(addr, dtype=np.uint64), self.mapping.offset_bits,
-                m_field, m_radix, m_log2, m_dst, self.channels)
+        args = (np.ascontiguousarray(addr, dtype=np.uint64), *self._channel_decode())
         compile_for(E._channel_numbers, args)
         return E._channel_numbers(*args)[0]
 
@@ -446,11 +450,9 @@ class MemorySystem:
         if self.channels == 1:      # the order is the identity
             counts, order = np.array([len(trace)]), np.arange(len(trace))
         else:
-            m_field, m_radix, m_log2, m_dst, _ = self.map_tables
             args = (np.ascontiguousarray(addr, dtype=np.uint64),
-                    np.ascontiguousarray(is_write),
-                    arrival if timed else arrival[:0], self.mapping.offset_bits,
-                    m_field, m_radix, m_log2, m_dst, self.channels)
+                    np.ascontiguousarray(is_write), arrival if timed else arrival[:0],
+                    *self._channel_decode())
             compile_for(E._partition, args)
             counts, order, addr, is_write, permuted = E._partition(*args)
             if timed:
