@@ -1,7 +1,6 @@
 """eLLM allocator: chunk conservation, lazy inflation/deflation of idle chunks only, the
 static split's fixed partitions, the CPU buffer and the host-link price; hypothesis
 property over random operation sequences."""
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 

@@ -64,7 +64,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import threading
 from typing import Any
 

@@ -8,7 +8,7 @@ machines need no shared file system.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import concurrent.futures.process
+from concurrent.futures.process import BrokenProcessPool
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -59,7 +59,7 @@ def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], 
                 result = fut.result()
             except cf.CancelledError:
                 continue
-            except cf.process.BrokenProcessPool:
+            except BrokenProcessPool:
                 if failure is None:
                     failure = WorkerDied(
                         "a sweep worker process died abruptly (killed, out of memory, or "

@@ -22,7 +22,7 @@ import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 

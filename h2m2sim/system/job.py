@@ -12,7 +12,6 @@ nested ``breakdown[sublayer][side]`` with time, compute, memory/TLB stalls, barr
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from h2m2sim.cache import options_from
