@@ -85,6 +85,14 @@ def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1,
     return first.as_dict(), wall, res.controller
 
 
+def run_and_report(ms: MemorySystem, trace: Trace, args, label_key: str, label: str) -> None:
+    """Time ``trace`` on ``ms`` with the shared arguments of bench and replay (threads,
+    repeat, json) and print the report under ``label_key`` ("pattern" or "trace")."""
+    stats, wall, controller = timed_run(ms, trace, args.threads, args.repeat)
+    report(ms, label_key, label, len(trace), stats, wall, args.json, args.threads,
+           controller, args.repeat)
+
+
 def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wall: float,
            as_json: bool, threads: int = 1, controller: str = "engine",
            repeat: int = 1) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._cli import add_memory_args, main_guard, memory_from_args, report, timed_run
+from ._cli import add_memory_args, main_guard, memory_from_args, run_and_report
 from .patterns import make
 
 
@@ -31,9 +31,7 @@ def _main(argv=None) -> int:
     args = parser().parse_args(argv)
     ms = memory_from_args(args)
     trace = make(args.pattern, args.requests, ms.spec.burst_bytes, args.seed)
-    stats, wall, controller = timed_run(ms, trace, args.threads, args.repeat)
-    report(ms, "pattern", args.pattern, len(trace), stats, wall, args.json,
-           args.threads, controller, args.repeat)
+    run_and_report(ms, trace, args, "pattern", args.pattern)
     return 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._cli import add_memory_args, main_guard, memory_from_args, report, timed_run
+from ._cli import add_memory_args, main_guard, memory_from_args, run_and_report
 from .trace import FORMATS, load
 
 
@@ -28,9 +28,7 @@ def _main(argv=None) -> int:
     args = parser().parse_args(argv)
     ms = memory_from_args(args)
     trace = load(args.trace, args.format)
-    stats, wall, controller = timed_run(ms, trace, args.threads, args.repeat)
-    report(ms, "trace", args.trace, len(trace), stats, wall, args.json,
-           args.threads, controller, args.repeat)
+    run_and_report(ms, trace, args, "trace", args.trace)
     return 0
 
 
