@@ -1,0 +1,35 @@
+"""scripts/store_forward_probe.py: its control case is a control (the store of mode
+"elsewhere" never reaches the lanes the pass reads, so the chain computes what the pass
+alone does, while "same" does change them), and the command prints one line per lane
+count. Its timings are a measurement, not a test."""
+from __future__ import annotations
+
+import numpy as np
+
+from scriptmod import load_script
+
+sfp = load_script("store_forward_probe")
+
+
+def _run(mode: str, lanes: int, n: int = 500):
+    a = np.arange(lanes + 64, dtype=np.int64)
+    s = sfp._chain(a, n, lanes, sfp.MODES[mode])
+    return s, a
+
+
+def test_elsewhere_stores_leave_the_passed_lanes_alone():
+    for lanes in (16, 64):
+        s0, a0 = _run("none", lanes)
+        s1, a1 = _run("elsewhere", lanes)
+        s2, a2 = _run("same", lanes)
+        assert s1 == s0
+        assert np.array_equal(a1[:lanes], a0[:lanes])
+        assert not np.array_equal(a1[lanes:], a0[lanes:])     # it did store
+        assert not np.array_equal(a2[:lanes], a0[:lanes])     # "same" stores into them
+
+
+def test_probe_prints_a_line_per_lane_count(capsys):
+    assert sfp.main(["--iterations", "1000"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == ["16", "64"]
+    assert all("stall" in ln for ln in lines)
