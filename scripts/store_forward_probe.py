@@ -10,9 +10,12 @@ iterations like the controller's decisions:
 
 * ``none``: the pass alone;
 * ``elsewhere``: a scalar store to another part of the array, then the pass;
+* ``register``: the new value takes part in the minimum through a register (the same
+  dependency on the previous iteration as ``same``, without memory);
 * ``same``: a scalar store into the lanes the pass reads, then the pass.
 
-The difference between ``same`` and ``elsewhere`` is the stall per decision. Usage:
+The difference between ``same`` and ``register`` is what going through memory costs,
+the stall per decision. Usage:
 ``python scripts/store_forward_probe.py [--iterations N]``; prints ns per iteration.
 """
 from __future__ import annotations
@@ -23,27 +26,31 @@ import time
 import numpy as np
 from numba import njit
 
-MODES = {"none": 0, "elsewhere": 1, "same": 2}
+MODES = {"none": 0, "elsewhere": 1, "register": 3, "same": 2}
 
 
 @njit(cache=True)
 def _chain(a, n, lanes, mode):
     """n dependent iterations: an optional scalar store (mode 1 beyond the first
-    ``lanes`` entries, mode 2 into them), then a min pass over ``lanes`` entries whose
-    result picks the next store's position."""
+    ``lanes`` entries, mode 2 into them) or a value in a register (mode 3), then a min
+    pass over ``lanes`` entries (a power of two) whose result picks the next position."""
     s = np.int64(0)
     j = np.int64(0)
     for _ in range(n):
+        w = np.int64(1 << 62)
         if mode == 2:
             a[j] = a[j] + 1
         elif mode == 1:
             a[lanes + 8 + (j & 7)] = a[j] + 1
+        elif mode == 3:
+            w = (a[j] + 1) ^ s
         r = np.int64(1 << 62)
         for i in range(lanes):
             v = a[i] ^ s
             r = v if v < r else r
+        r = w if w < r else r
         s += r & 1
-        j = (j + 7 + (r & 1)) % lanes
+        j = (j + 7 + (r & 1)) & (lanes - 1)
     return s
 
 
@@ -69,7 +76,7 @@ def main(argv=None) -> int:
     for lanes in (16, 64):                      # banks per channel: LPDDR5, HBM3
         r = probe(args.iterations, lanes)
         print(f"{lanes} lanes: " + ", ".join(f"{k} {v:.1f} ns" for k, v in r.items())
-              + f"; stall {r['same'] - r['elsewhere']:.1f} ns per iteration")
+              + f"; stall {r['same'] - r['register']:.1f} ns per iteration")
     return 0
 
 

@@ -33,3 +33,10 @@ def test_probe_prints_a_line_per_lane_count(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == ["16", "64"]
     assert all("stall" in ln for ln in lines)
+
+
+def test_register_control_leaves_the_array_as_the_pass_alone_does():
+    for lanes in (16, 64):
+        _, a0 = _run("none", lanes)
+        _, a3 = _run("register", lanes)
+        assert np.array_equal(a3, a0)
