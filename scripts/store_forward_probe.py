@@ -3,9 +3,9 @@
 The lean DRAM controller (dram_models.lean) makes every FR-FCFS decision with one
 vectorized pass over per-bank arrays (next-allowed ticks, candidate ages), and the
 command it issues then raises some of those entries with scalar stores; the next pass
-reads them again at once. A vector load that overlaps a scalar store still in flight
-cannot take its data from the store buffer on x86 cores, so it waits until the store
-reaches the cache. This probe times that pattern in isolation, as a chain of dependent
+reads them again at once. A vector load that overlaps a store still in flight may not
+take its data from the store buffer (this machine's AMD EPYC cores do not, even from a
+vector store of the load's own width), so it waits until the store reaches the cache. This probe times that pattern in isolation, as a chain of dependent
 iterations like the controller's decisions:
 
 * ``none``: the pass alone;

@@ -1,7 +1,7 @@
-"""scripts/store_forward_probe.py: its control case is a control (the store of mode
+"""scripts/store_forward_probe.py: its controls are controls (the store of mode
 "elsewhere" never reaches the lanes the pass reads, so the chain computes what the pass
-alone does, while "same" does change them), and the command prints one line per lane
-count. Its timings are a measurement, not a test."""
+alone does, while "same" does change them; "register" stores nothing), and the command
+prints one line per lane count. Its timings are a measurement, not a test."""
 from __future__ import annotations
 
 import numpy as np
