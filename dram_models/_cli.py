@@ -10,6 +10,7 @@ import numpy as np
 
 from .errors import SimError
 from .memory import MemorySystem
+from .schema import positive_int
 from .spec import load_standard
 from .trace import Trace
 
@@ -31,22 +32,11 @@ def add_memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="threads to spread the channels over (default 1: one core; the "
                         "results do not depend on it)")
-    p.add_argument("--repeat", type=_positive, default=1,
+    p.add_argument("--repeat", type=positive_int, default=1,
                    help="time this many runs of the trace and report the fastest (wall "
                         "times on a shared machine vary from run to run; every run must "
                         "give the same results); default 1")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _positive(text: str) -> int:
-    """An integer >= 1 (argparse type)."""
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return v
 
 
 def memory_from_args(args) -> MemorySystem:

@@ -17,6 +17,7 @@ Integer fields whose unit is bytes also accept sizes such as ``"96 GB"`` or ``"2
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import re
@@ -74,6 +75,18 @@ _SIZE_MULT = {"": 1, "b": 1,
               "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15,
               "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30,
               "ti": 2**40, "tib": 2**40, "pi": 2**50, "pib": 2**50}
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (an argparse type: bench and replay ``--repeat``, h2m2sim's ``sweep
+    --workers``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
 
 
 def parse_size(text: str) -> int:

@@ -4,19 +4,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dram_models.schema import positive_int
 from h2m2sim.cli.cmd_validate import add_set_option
 
 HELP = "run a parameter sweep (grid / zipped axes) in parallel, resumably"
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
 
 
 def register(subparsers) -> None:
@@ -25,7 +16,7 @@ def register(subparsers) -> None:
         description=HELP[0].upper() + HELP[1:] + ". Every point is validated before "
         "anything runs; each finished point is written atomically to the result store.")
     p.add_argument("sweep", help="sweep file (YAML): base config + grid/zip axes")
-    p.add_argument("--workers", type=_positive, metavar="N",
+    p.add_argument("--workers", type=positive_int, metavar="N",
                    help="local worker processes (default: simulation.workers, else one per "
                         "CPU core; 1 = run in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
