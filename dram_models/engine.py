@@ -1406,10 +1406,9 @@ def _partition(addr, is_write, arrival, offset_bits, m_field, m_radix, m_log2, m
     """A trace's requests grouped by channel (:func:`_channel_numbers`) in a stable
     counting sort (trace order within a channel): the number per channel, the order
     (stream position -> trace index), and the addresses, write flags and arrivals in
-    that order. An ``arrival`` that is not one per address is returned as it is (an open
-    loop passes none: its arrivals, all negative, need no reordering). One pass writes
-    every column, so no gathers follow, and the channel numbers do not outlive the
-    call."""
+    that order (no arrivals unless ``arrival`` has one per address: an open loop passes
+    none, as its arrivals, all negative, need no reordering). One pass writes every
+    column, so no gathers follow, and the channel numbers do not outlive the call."""
     n = addr.shape[0]
     chan, counts = _channel_numbers(addr, offset_bits, m_field, m_radix, m_log2, m_dst, nch)
     cursor = np.zeros(nch, dtype=np.int64)
@@ -1431,7 +1430,7 @@ def _partition(addr, is_write, arrival, offset_bits, m_field, m_radix, m_log2, m
         w_out[j] = is_write[i]
         if timed:
             r_out[j] = arrival[i]
-    return counts, order, a_out, w_out, (r_out if timed else arrival)
+    return counts, order, a_out, w_out, r_out
 
 
 # The state of a run, as the tuple _alloc returns (the arguments of _loop after its
