@@ -40,3 +40,13 @@ def test_register_control_leaves_the_array_as_the_pass_alone_does():
         _, a0 = _run("none", lanes)
         _, a3 = _run("register", lanes)
         assert np.array_equal(a3, a0)
+
+
+def test_the_probe_module_is_one_numbas_disk_cache_can_import_again():
+    """The compiled chain's module is found by name (tests/scriptmod registers it): a
+    function of an unregistered module is cached under "<dynamic>", and every later run
+    that loads it from the cache fails to import that."""
+    import inspect
+    import sys
+    assert inspect.getmodule(sfp._chain.py_func) is sfp
+    assert sys.modules[sfp.__name__] is sfp
