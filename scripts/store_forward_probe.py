@@ -5,8 +5,9 @@ vectorized pass over per-bank arrays (next-allowed ticks, candidate ages), and t
 command it issues then raises some of those entries with scalar stores; the next pass
 reads them again at once. A vector load that overlaps a store still in flight may not
 take its data from the store buffer (this machine's AMD EPYC cores do not, even from a
-vector store of the load's own width), so it waits until the store reaches the cache. This probe times that pattern in isolation, as a chain of dependent
-iterations like the controller's decisions:
+vector store of the load's own width), so it waits until the store reaches the cache.
+This probe times that pattern in isolation, as a chain of dependent iterations like the
+controller's decisions:
 
 * ``none``: the pass alone;
 * ``elsewhere``: a scalar store to another part of the array, then the pass;
@@ -26,23 +27,24 @@ import time
 import numpy as np
 from numba import njit
 
-MODES = {"none": 0, "elsewhere": 1, "register": 3, "same": 2}
+# the modes in the order they are described above and printed
+MODES = {"none": 0, "elsewhere": 1, "register": 2, "same": 3}
 
 
 @njit(cache=True)
 def _chain(a, n, lanes, mode):
     """n dependent iterations: an optional scalar store (mode 1 beyond the first
-    ``lanes`` entries, mode 2 into them) or a value in a register (mode 3), then a min
+    ``lanes`` entries, mode 3 into them) or a value in a register (mode 2), then a min
     pass over ``lanes`` entries (a power of two) whose result picks the next position."""
     s = np.int64(0)
     j = np.int64(0)
     for _ in range(n):
         w = np.int64(1 << 62)
-        if mode == 2:
+        if mode == 3:
             a[j] = a[j] + 1
         elif mode == 1:
             a[lanes + 8 + (j & 7)] = a[j] + 1
-        elif mode == 3:
+        elif mode == 2:
             w = (a[j] + 1) ^ s
         r = np.int64(1 << 62)
         for i in range(lanes):

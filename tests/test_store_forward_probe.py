@@ -4,6 +4,9 @@ alone does, while "same" does change them; "register" stores nothing), and the c
 prints one line per lane count. Its timings are a measurement, not a test."""
 from __future__ import annotations
 
+import inspect
+import sys
+
 import numpy as np
 
 from scriptmod import load_script
@@ -46,7 +49,5 @@ def test_the_probe_module_is_one_numbas_disk_cache_can_import_again():
     """The compiled chain's module is found by name (tests/scriptmod registers it): a
     function of an unregistered module is cached under "<dynamic>", and every later run
     that loads it from the cache fails to import that."""
-    import inspect
-    import sys
     assert inspect.getmodule(sfp._chain.py_func) is sfp
     assert sys.modules[sfp.__name__] is sfp
