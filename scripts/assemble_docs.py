@@ -17,7 +17,7 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 ORDER = ["summary", "dram", "dram-presets", "npu", "model", "h2m2", "config-sweep",
-         "serving", "odma", "bmc", "ellm"]
+         "serving", "odma", "bmc", "ellm", "sweep", "dram-history"]
 TITLES = {
     "validation": ("Validation",
                    "Every comparison of the simulator with an independent truth -- closed-form "
