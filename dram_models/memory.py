@@ -203,12 +203,14 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     chans = _deal(load, 1 if log_cap else threads)
     compile_for(L.alloc, (cfg, tim))
     state = L.alloc(cfg, tim)
-    cmdc = np.zeros((C, E.NCMD), dtype=np.int64)
+    # each channel's command counts and each thread's statistics on their own cache
+    # lines, as the lean state is (L.ROW_PAD)
+    cmdc = np.zeros((C, E.NCMD + L.ROW_PAD), dtype=np.int64)
     d_left = nb.copy()
     d_done = np.full(len(nb), -1, dtype=np.int64)
     b_done = np.full(recorded, -1, dtype=np.int64)
     b_cnt = np.zeros(recorded, dtype=np.int64)
-    stats = [np.zeros(E.NSTAT, dtype=np.int64) for _ in chans]
+    stats = np.zeros((len(chans), E.NSTAT + L.ROW_PAD), dtype=np.int64)
     hists = [np.zeros(E.LAT_BINS, dtype=np.int64) for _ in chans]
     log = np.zeros((log_cap, 8), dtype=np.int64)
     nlog = np.zeros(1, dtype=np.int64)
@@ -224,13 +226,14 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     end = int(state[-1][:, L.SC_END].max())
     if end > 0:
         _on_threads(lambda i: L.run_channels(*args(i, end)), len(chans))
-    stat = _merge_stats(stats)
+    stat = _merge_stats([st[:E.NSTAT] for st in stats])
     if nlog[0] > log_cap:
         stat[E.S_DEADLOCK] = 2          # the log overflowed: the caller retries
     log = log[:min(int(nlog[0]), log_cap)]
     log = log[np.lexsort((log[:, 2], log[:, 0]))]
     # (no groups: the engine's one slot of group times; no TLB)
-    return (stat, cmdc, np.sum(hists, axis=0), d_done, np.zeros(1, dtype=np.int64),
+    return (stat, cmdc[:, :E.NCMD].copy(), np.sum(hists, axis=0), d_done,
+            np.zeros(1, dtype=np.int64),
             np.full(1, -1, dtype=np.int64), b_done, b_cnt, log,
             np.zeros(len(first), dtype=np.int64))
 
