@@ -6,7 +6,7 @@ import pytest
 from dram_models.memory import Translation
 from h2m2sim.errors import ConfigError, OutOfMemoryError
 from h2m2sim.memory.dram import idle_latency_ns, measure_stream, split_ranges
-from h2m2sim.memory.mmu import PTE_BYTES
+from h2m2sim.system.mmu import PTE_BYTES
 from h2m2sim.memory.system_memory import SystemMemory
 from h2m2sim.system import load_system_preset, resolve_system
 

@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from h2m2sim.npu.config import NpuChipConfig
+from h2m2sim.system.chip import NpuChipConfig
 from h2m2sim.npu.units import (ideal_mm_cycles, mm_cycles, mv_cycles, vector_cycles,
                                vector_passes)
 

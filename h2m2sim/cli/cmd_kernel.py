@@ -66,7 +66,7 @@ def run(args) -> int:
             page = parse_size(args.page_size)
         except ValueError as err:
             raise ConfigError("--page-size", str(err)) from None
-        from h2m2sim.memory.mmu import check_page_size
+        from h2m2sim.system.mmu import check_page_size
         check_page_size(page, "--page-size")
     system = resolve_system(args.system, "--system")
     system.side(args.side, "--side")

@@ -8,7 +8,7 @@ HELP = "list built-in system presets, DRAM standards and models"
 
 #: What -> ``"module:function"`` returning an iterable of names (resolved lazily).
 LISTERS: dict[str, Any] = {
-    "systems": "h2m2sim.system.presets:list_presets",
+    "systems": "h2m2sim.system.config:list_presets",
     "dram": "dram_models.spec:list_standards",
     "models": "h2m2sim.model:list_models",
 }

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from h2m2sim.errors import ConfigError
+from h2m2sim.system.mmu import PTE_BYTES, check_page_size
 
 from .address_space import Region, VirtualAddressSpace
 from .frames import FrameManager
-from .mmu import PTE_BYTES, check_page_size, make_translation
+from .mmu import make_translation
 from .page_table import PageTable
 
 __all__ = ["Tensor", "TransferCost", "SystemMemory", "KINDS"]

@@ -35,7 +35,7 @@ import numpy as np
 
 from dram_models.errors import ConfigError
 
-from .config import NpuChipConfig
+from h2m2sim.system.chip import NpuChipConfig
 from .units import mm_cycles, mv_cycles, vector_cycles
 
 __all__ = ["Operand", "TilePlan", "plan_matmul", "plan_vector", "choose_matmul_tiles",

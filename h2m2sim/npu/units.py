@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import NpuChipConfig
+from h2m2sim.system.chip import NpuChipConfig
 
 __all__ = ["mm_cycles", "mv_cycles", "vector_cycles", "ideal_mm_cycles", "VECTOR_PASSES",
            "vector_passes"]

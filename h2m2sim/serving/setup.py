@@ -2,7 +2,7 @@
 predictor, iteration-time tables.
 
 Models come from the model layer (``h2m2sim.model.load_model``). Systems should come from
-the system layer (``h2m2sim.system.presets.load_system_preset``); until that exists (and
+the system layer (``h2m2sim.system.config.load_system_preset``); until that exists (and
 for devices it does not know) :data:`DEVICE_TABLE` below supplies the few serving devices
 the ODMA reproduction needs. **The table is a stop-gap, to be replaced by the system
 presets.**
@@ -67,7 +67,7 @@ def resolve_device(name: str) -> ServingDevice:
     """The serving device called ``name``: from the system presets when the system layer
     exists and knows the name, else from :data:`DEVICE_TABLE`."""
     try:
-        from h2m2sim.system.presets import load_system_preset  # type: ignore
+        from h2m2sim.system.config import load_system_preset
     except ImportError:
         load_system_preset = None
     if load_system_preset is not None:

@@ -1,8 +1,16 @@
-"""System layer: hardware description of whole systems (:mod:`.config`: memory sides,
-interconnect, MMU, synchronization; :mod:`.presets`: built-in systems). Iteration
-execution over the sides lives in sibling modules."""
-from .config import InterconnectSpec, SideSpec, SyncSpec, SystemSpec, resolve_system
-from .presets import list_presets, load_system_preset
+"""System layer: the hardware description of whole systems.
+
+* :mod:`.config` -- memory sides, interconnect, synchronization, the built-in presets;
+* :mod:`.chip` -- the accelerator chip attached to a side (H2M2 Table 2);
+* :mod:`.mmu` -- the chips' address-translation hardware.
+
+Running a decode iteration on a system is the job of :mod:`h2m2sim.decode`.
+"""
+from .chip import NpuChipConfig, resolve_chip
+from .config import (SYSTEMS, InterconnectSpec, SideSpec, SyncSpec, SystemSpec, list_presets,
+                     load_system_preset, resolve_system)
+from .mmu import MmuSpec
 
 __all__ = ["SideSpec", "InterconnectSpec", "SyncSpec", "SystemSpec", "resolve_system",
-           "list_presets", "load_system_preset"]
+           "SYSTEMS", "list_presets", "load_system_preset", "NpuChipConfig", "resolve_chip",
+           "MmuSpec"]

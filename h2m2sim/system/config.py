@@ -5,7 +5,7 @@ HBM3 + chip, LPDDR5X + chip). Its DRAM is a dram_models standard (a preset name,
 mapping ``{preset: NAME, <any field override>}`` including ``controller`` settings, or a
 full standard); ``channels`` sets the channel count, ``capacity_bytes`` the usable
 memory (at most what the DRAM organization addresses, so physical addresses never
-alias). ``chip`` is an :class:`~h2m2sim.npu.config.NpuChipConfig` (preset name or
+alias). ``chip`` is an :class:`~h2m2sim.system.chip.NpuChipConfig` (preset name or
 mapping; defaults = H2M2 Table 2).
 
 The run configuration's ``system`` section is resolved by :func:`resolve_system`
@@ -13,22 +13,35 @@ The run configuration's ``system`` section is resolved by :func:`resolve_system`
 ``{preset: NAME, <overrides>}`` (sides are overridden by name: ``sides: {hbm:
 {capacity_bytes: 48 GB}}``) or a full inline mapping. Errors name the full key, e.g.
 ``system.sides[1].dram.timing.tRCD: must be > 0, got -3``.
+
+Built-in presets (:data:`SYSTEMS`, one YAML file each in ``presets/``):
+
+* ``h2m2`` -- the H2M2 asymmetric system: sides ``hbm`` (HBM3, 96 GB, 3.28 TB/s) and
+  ``lpddr`` (LPDDR5X, 512 GB, 546 GB/s), each with a 4-core Table 2 chip;
+* ``lpddr-only`` -- the H2M2 baseline (two chips on one capacity-centric LPDDR5X pool);
+* ``hbm8`` -- eight HBM3 modules (768 GB) on two chips;
+* ``mlu370-x4`` -- the ODMA device (LPDDR5, 24 GB per card);
+* ``a100-80gb`` -- HBM2E, 80 GB (NPU stand-in for the GPU's compute);
+* ``cpu-ddr5`` -- a 12-channel DDR5-4800 server (NPU stand-in for the CPU's compute).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Optional
 
 from dram_models.errors import ConfigError
 from dram_models.schema import deep_merge, load, param, suggest
-from dram_models.spec import DramSpec, load_standard
-from h2m2sim.memory.mmu import MmuSpec
-from h2m2sim.npu.config import NpuChipConfig, resolve_chip
+from dram_models.spec import DramSpec, load_standard, preset_file
+from h2m2sim.registry import Registry
+from h2m2sim.system.mmu import MmuSpec
+from h2m2sim.system.chip import NpuChipConfig, resolve_chip
 
 __all__ = ["SideSpec", "InterconnectSpec", "SyncSpec", "SystemSpec", "resolve_system",
-           "build_system"]
+           "build_system", "SYSTEMS", "PRESET_DIR", "list_presets", "preset_data",
+           "load_system_preset"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -219,9 +232,45 @@ def _check_new_sides(base: dict, data: dict, preset: str, key: str) -> None:
                               "name, dram and capacity_bytes)")
 
 
+# ----------------------------------------------------------------------------- presets
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+#: Built-in systems: one YAML file per system in ``h2m2sim/system/presets/``, every
+#: number commented with its source (``h2m2sim presets systems`` lists them).
+SYSTEMS: Registry[Path] = Registry("system preset", key="system",
+                                   hint="or a path to a .yaml file")
+for _path in sorted(PRESET_DIR.glob("*.yaml")):
+    SYSTEMS.register(_path.stem, _path)
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in system presets."""
+    return SYSTEMS.names()
+
+
+def preset_data(name: Any, key: str = "system") -> dict:
+    """Raw data of preset ``name`` or of a YAML file path (a file may itself name a
+    ``preset`` to start from, or be a run configuration whose ``system`` is taken)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(key, f"must be a system preset name or a YAML path, got {name!r}")
+    if Path(name).suffix not in (".yaml", ".yml"):
+        return preset_file(str(SYSTEMS.get(name, key)), PRESET_DIR, key, "system preset")
+    data = preset_file(name, PRESET_DIR, key, "system preset")
+    if isinstance(data.get("system"), dict):
+        data = data["system"]          # a run configuration: take its system section
+    if "preset" in data:
+        base = preset_data(data.pop("preset"), f"{key}.preset")
+        data = deep_merge(base, data)
+    return data
+
+
+def load_system_preset(name: str) -> SystemSpec:
+    """The resolved :class:`SystemSpec` of preset (or YAML file) ``name``."""
+    return resolve_system(name, "system")
+
+
 def resolve_system(raw: Any, key: str = "system") -> SystemSpec:
     """Resolve a run configuration's ``system`` value (see the module docstring)."""
-    from .presets import preset_data
     if isinstance(raw, SystemSpec):
         return raw
     if isinstance(raw, str):

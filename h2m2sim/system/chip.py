@@ -1,4 +1,4 @@
-"""The NPU chip configuration (H2M2 Table 2 defaults).
+"""The accelerator chip attached to a memory side (H2M2 Table 2 defaults).
 
 A chip is ``cores`` identical cores at ``freq_ghz``. A core has an MM unit (an
 ``mm_rows`` x ``mm_cols`` weight-stationary systolic array), an MV unit (``mv_lanes``
@@ -15,7 +15,8 @@ import dataclasses
 from typing import Any, Literal
 
 from dram_models.errors import ConfigError
-from dram_models.schema import deep_merge, load, param, suggest, to_dict
+from dram_models.schema import deep_merge, load, param
+from h2m2sim.registry import Registry
 
 __all__ = ["NpuChipConfig", "CHIP_PRESETS", "resolve_chip"]
 
@@ -121,10 +122,10 @@ class NpuChipConfig:
         return self.spm_buffer_bytes * self.spm_buffers
 
 
-#: Named chip configurations (``chip: h2m2`` or ``chip: {preset: h2m2, cores: 8}``).
-CHIP_PRESETS: dict[str, dict[str, Any]] = {
-    "h2m2": {},
-}
+#: Named chip configurations (``chip: h2m2`` or ``chip: {preset: h2m2, cores: 8}``): the
+#: fields each preset changes from the defaults above.
+CHIP_PRESETS: Registry[dict[str, Any]] = Registry("chip preset")
+CHIP_PRESETS.register("h2m2", {})
 
 
 def resolve_chip(raw: Any, key: str = "chip") -> NpuChipConfig:
@@ -141,13 +142,6 @@ def resolve_chip(raw: Any, key: str = "chip") -> NpuChipConfig:
     data = dict(raw)
     if "preset" in data:
         name = data.pop("preset")
-        if not isinstance(name, str) or name not in CHIP_PRESETS:
-            raise ConfigError(f"{key}.preset", f"unknown chip preset {name!r}"
-                              + suggest(str(name), list(CHIP_PRESETS))
-                              + f"; available: {', '.join(CHIP_PRESETS)}")
-        data = deep_merge(dict(CHIP_PRESETS[name], name=name), data)
+        data = deep_merge(dict(CHIP_PRESETS.get(name, f"{key}.preset"), name=name), data)
     return load(NpuChipConfig, data, key)
 
-
-def chip_dict(chip: NpuChipConfig) -> dict:
-    return to_dict(chip)
