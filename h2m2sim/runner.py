@@ -3,7 +3,7 @@
 The work itself is done by a *job* chosen by the kind of workload (:data:`JOBS`):
 
 * ``"iteration"`` (no ``workload.serving``): decode/prefill iterations of a fixed batch,
-  ``h2m2sim.system.job:run_iteration``;
+  ``h2m2sim.decode.job:run_iteration``;
 * ``"serving"`` (``workload.serving`` set): a request-level serving run,
   ``h2m2sim.serving.job:run_serving``.
 
@@ -32,7 +32,7 @@ __all__ = ["JOBS", "TIME_METRIC", "job_kind", "get_job", "run", "JobError"]
 
 #: Workload kind -> job (``"module:function"`` or the function itself).
 JOBS: dict[str, Any] = {
-    "iteration": "h2m2sim.system.job:run_iteration",
+    "iteration": "h2m2sim.decode.job:run_iteration",
     "serving": "h2m2sim.serving.job:run_serving",
 }
 

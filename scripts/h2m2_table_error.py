@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from h2m2sim.mapping import SUBLAYERS
     from h2m2sim.model import load_model
     from h2m2sim.system.config import resolve_system
-    from h2m2sim.system.iteration import (build_problem, layer_kernels, run_piece,
+    from h2m2sim.decode.iteration import (build_problem, layer_kernels, run_piece,
                                           sublayer_tables, table_grid)
 
     system = resolve_system(a.system, "system")

@@ -97,7 +97,7 @@ def _system(preset: str, overrides: dict | None = None):
     return resolve_system(raw, "system")
 
 
-#: how per-request decode attention launches (h2m2sim.system.iteration.ATTENTION_MODES);
+#: how per-request decode attention launches (h2m2sim.decode.iteration.ATTENTION_MODES);
 #: set by --attention
 ATTENTION = "per-request"
 
@@ -110,7 +110,7 @@ def point_key(fig: str, label: str, model: str, batch: int, seq: int) -> str:
 def evaluate(task: dict) -> dict:
     """One (system label, model, batch, seq) point -> metrics (run in a worker)."""
     from h2m2sim.model import load_model
-    from h2m2sim.system.job import simulate
+    from h2m2sim.decode.job import simulate
 
     label, variant = task["label"], task.get("variant")
     preset, mapper, params = RUNS[label]
@@ -322,7 +322,7 @@ def figure14(out: Path, fidelity: str, workers: int) -> list[dict]:
 
 
 def figure16(out: Path, fidelity: str, workers: int) -> list[dict]:
-    from h2m2sim.system.dynamic import run_dynamic
+    from h2m2sim.decode.dynamic import run_dynamic
     rows = run_dynamic(out, fidelity=fidelity)
     _write_csv(out / "fig16.csv", rows)
     import matplotlib

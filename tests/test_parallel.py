@@ -16,7 +16,7 @@ from h2m2sim.config import load_config
 from h2m2sim.model import load_model
 from h2m2sim.parallel import map_ordered, thread_count, use_threads
 from h2m2sim.system.config import resolve_system
-from h2m2sim.system.iteration import run_layer
+from h2m2sim.decode.iteration import run_layer
 
 NOCACHE = {"enabled": False}
 

@@ -1,4 +1,4 @@
-"""System layer: one decode iteration across the sides (h2m2sim.system.iteration / job).
+"""System layer: one decode iteration across the sides (h2m2sim.decode.iteration / job).
 
 Independent truths checked here: layers are identical, so two layers simulated back to
 back cost twice one (the scaling run_iteration relies on); the interpolated sublayer tables
@@ -17,9 +17,9 @@ from h2m2sim.mapping import SUBLAYERS, Mapping
 from h2m2sim.model import load_model, split_units
 from h2m2sim.npu.simulate import run_kernels
 from h2m2sim.system.config import resolve_system
-from h2m2sim.system.iteration import (build_problem, layer_kernels, run_iteration,
+from h2m2sim.decode.iteration import (build_problem, layer_kernels, run_iteration,
                                       run_layer, run_piece, sublayer_tables, table_grid)
-from h2m2sim.system.job import simulate
+from h2m2sim.decode.job import simulate
 
 NOCACHE = {"enabled": False}
 MODEL = "opt-1.3b"          # 32 heads x 64, small enough for cycle-level runs in seconds
@@ -148,7 +148,7 @@ def test_fused_attention_moves_the_same_bytes_and_saves_launch_overhead(system, 
     the work (bytes read, flops) and removes per-request launch/barrier overhead: no
     slower than per-request launches, and never faster than streaming its bytes at the
     side's peak bandwidth."""
-    from h2m2sim.system.iteration import fuse_requests, _groups
+    from h2m2sim.decode.iteration import fuse_requests, _groups
 
     per, _ = layer_kernels(model, 8, 512, {"qkv": 0, "attention": 0, "fc": 0},
                            system.side_names)

@@ -313,7 +313,7 @@ class CycleEvaluator:
 
     def _dense_sim(self, tokens: int, phase: str) -> float:
         def fn():
-            from h2m2sim.system.iteration import layer_kernels
+            from h2m2sim.decode.iteration import layer_kernels
             if phase == "decode":
                 per, _ = layer_kernels(self.shard, tokens, [1] * tokens, {}, (self.side,))
             else:
@@ -351,7 +351,7 @@ class CycleEvaluator:
 
     def _pattn_sim(self, p: int) -> float:
         def fn():
-            from h2m2sim.system.iteration import layer_kernels
+            from h2m2sim.decode.iteration import layer_kernels
             per, _ = layer_kernels(self.shard, 1, [int(p)], {}, (self.side,), phase="prefill")
             return self._run(per[(self.side, "attention")])
         return float(self._piece("pattn", {"p": int(p)}, fn)["time_ns"])

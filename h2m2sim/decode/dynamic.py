@@ -20,8 +20,10 @@ import dataclasses
 
 import numpy as np
 
+from h2m2sim.memory.dram import stream_bandwidth_gbps
 from h2m2sim.mapping import MAPPERS, SUBLAYERS, SublayerTimes, head_aware_time
 from h2m2sim.model import load_model
+from h2m2sim.system.config import resolve_system
 
 from .iteration import build_problem, run_layer, sublayer_tables
 
@@ -36,8 +38,6 @@ def _lerp_tables(t_lo: SublayerTimes, t_hi: SublayerTimes, x: float) -> Sublayer
 def run_dynamic(out=None, fidelity: str = "sampled", iterations: int = 128, batch: int = 32,
                 lo: int = 512, hi: int = 2048, p_finish: float = 1 / 64, seed: int = 0,
                 model_name: str = "gpt3-175b", cache: dict | None = None) -> list[dict]:
-    from h2m2sim.memory.dram import stream_bandwidth_gbps
-    from h2m2sim.system.config import resolve_system
 
     system = resolve_system("h2m2", "system")
     base_sys = resolve_system("lpddr-only", "system")

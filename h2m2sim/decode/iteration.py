@@ -32,6 +32,8 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping, Problem, SublayerTimes
 from h2m2sim.model import (ModelSpec, build_layer_graph, footprint, kernels,
                            normalize_batch, partition_layer, split_units, transfers)
+from h2m2sim.npu.simulate import run_kernels
+from h2m2sim.parallel import map_ordered
 
 CACHE_NS = "system-piece"
 PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
@@ -143,7 +145,6 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
     """The simulations of one piece: (count, run, bytes) per distinct kernel group, where
     ``run()`` returns the group's cached or simulated piece fields and ``bytes`` (what
     its kernels read and write) estimates its cost."""
-    from h2m2sim.npu.simulate import run_kernels
 
     if attention not in ATTENTION_MODES:
         raise ConfigError("attention", f"must be one of {', '.join(ATTENTION_MODES)}, "
@@ -186,7 +187,6 @@ def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
     """Pieces for ``specs`` = [(system, side, kernels)], their simulations spread over
     the run's threads (:mod:`h2m2sim.parallel`); summed in a fixed order, so the result
     does not depend on the thread count."""
-    from h2m2sim.parallel import map_ordered
 
     per = [_piece_tasks(sysm, side, ks, fidelity, translate, cache, attention)
            for sysm, side, ks in specs]

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping
+from h2m2sim.memory.dram import stream_bandwidth_gbps
 from h2m2sim.model import ModelSpec, footprint, normalize_batch
 
 from .iteration import IterationResult, run_layer
@@ -55,7 +57,6 @@ def run_hierarchical(system, model: ModelSpec, batch: int, seq_lens, policy: str
                      fidelity: str = "sampled", translate: str | None = None,
                      cache: dict | None = None, sides=None,
                      attention: str = "per-request") -> HierarchicalResult:
-    from h2m2sim.memory.dram import stream_bandwidth_gbps
 
     first, second = sides or system.side_names
     batch, lens = normalize_batch(batch, seq_lens)
@@ -68,7 +69,6 @@ def run_hierarchical(system, model: ModelSpec, batch: int, seq_lens, policy: str
     elif policy == "optimal":
         resident = min(F, C)
     else:
-        from h2m2sim.errors import ConfigError
         raise ConfigError("policy.mapper_params.policy", f"must be lru or optimal, got "
                           f"{policy!r}")
     missed = F - resident

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from h2m2sim.cache import options_from
+from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import MAPPERS, NEEDS_TABLES, SUBLAYERS, SublayerTimes, estimate_ns, \
     head_aware_time
 from h2m2sim.model import normalize_batch
@@ -28,7 +31,6 @@ MAPPER_PARAMS = {"policy", "fault_ns", "translate", "table_points", "attention"}
 
 def estimate_tables(problem) -> SublayerTimes:
     """Roofline tables (the greedy mapper's model) for ``fidelity: estimate``."""
-    import numpy as np
     table = {}
     for side in problem.sides:
         table[side] = {sl: estimate_ns(problem, side, sl, np.arange(problem.units[sl] + 1))
@@ -49,7 +51,6 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
     params = dict(params or {})
     unknown = set(params) - MAPPER_PARAMS
     if unknown:
-        from h2m2sim.errors import ConfigError
         raise ConfigError(f"policy.mapper_params.{sorted(unknown)[0]}",
                           f"unknown option; allowed: {', '.join(sorted(MAPPER_PARAMS))}")
     translate = params.get("translate")
@@ -140,7 +141,6 @@ def run_iteration(cfg) -> dict:
     """Runner job: a resolved RunConfig -> metrics."""
     w = cfg.workload
     if w.phase != "decode":
-        from h2m2sim.errors import ConfigError
         raise ConfigError("workload.phase", "the iteration job simulates decode iterations; "
                           "prefill runs inside serving workloads")
     model = cfg.model
