@@ -36,6 +36,7 @@ def main(argv=None):
     ap.add_argument("--blocks", default=",".join(map(str, BLOCKS)))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
     from h2m2sim.model import load_model
     from h2m2sim.serving.cycle_eval import CycleEvaluator
     os.makedirs(args.out, exist_ok=True)
@@ -45,11 +46,11 @@ def main(argv=None):
     for mem, (system, side) in MEMORIES.items():
         ev = CycleEvaluator(model, system, side, cards=4, seed=args.seed)
         peak = ev.system.side(side).bandwidth_gbps
-        base = ev.attention_detail(args.batch, args.context, "contiguous")
-        for lay in ["contiguous"] + [f"paged:{b}" for b in blocks]:
+        base = ev.attention_detail(args.batch, args.context, CONTIGUOUS)
+        for lay in [CONTIGUOUS] + [KVLayout.paged(b) for b in blocks]:
             d = ev.attention_detail(args.batch, args.context, lay)
-            rows.append({"memory": mem, "system": f"{system}:{side}", "layout": lay,
-                         "block_tokens": 0 if lay == "contiguous" else int(lay.split(":")[1]),
+            rows.append({"memory": mem, "system": f"{system}:{side}", "layout": str(lay),
+                         "block_tokens": lay.block_tokens,
                          "run_bytes": d["kv_bytes"] // 2 // d["runs"],
                          "batch": args.batch, "context": args.context,
                          "kv_gbps": round(d["kv_gbps"], 2), "peak_gbps": round(peak, 1),

@@ -70,8 +70,8 @@ def write_csv(path, rows):
 
 
 def build_devices(use_npu):
-    from h2m2sim.bmc import AttentionShape, BMCCostModel
     from h2m2sim.compute import RooflineDevice
+    from h2m2sim.compute.bmc import AttentionShape, BMCCostModel
     from h2m2sim.compute.npu_attention import NpuAttentionPricer
     cpu = RooflineDevice("cpu-ddr5")
     hbm = RooflineDevice("h2m2", "hbm")
@@ -99,8 +99,8 @@ def main(argv=None):
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from h2m2sim.bmc import AttentionShape, BMCCostModel, round_pow2
     from h2m2sim.compute import RooflineDevice
+    from h2m2sim.compute.bmc import AttentionShape, BMCCostModel, round_pow2
 
     devices, cost_models = build_devices(not args.no_npu)
     dev_rows = [{k: (json.dumps(v) if isinstance(v, dict) else v)

@@ -2,11 +2,13 @@
 ODMA routing and migration, bucket quantiles, traffic generation."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from h2m2sim.allocators import ALLOCATORS, BucketManager, ExtentHeap, make_allocator
+from h2m2sim.allocators.traffic import kv_read_addresses, token_segments
 from h2m2sim.errors import ConfigError
-from h2m2sim.memory.allocators import ALLOCATORS, BucketManager, ExtentHeap, make_allocator
-from h2m2sim.memory.allocators.traffic import kv_read_addresses, token_segments
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 
 BPT = 64          # bytes per token in these tests
 MAX_CTX = 256
@@ -207,14 +209,14 @@ def test_read_addresses_contiguous_vs_paged():
 
 
 def test_sample_layout_reads_contiguous_streams_paged_scatters():
-    from h2m2sim.memory.allocators.traffic import sample_layout_reads
+    from h2m2sim.allocators.traffic import sample_layout_reads
     ctx = [100, 1000, 37]
-    c = sample_layout_reads("contiguous", ctx, 2048, planes=2)
-    p = sample_layout_reads("paged:16", ctx, 2048, planes=2, seed=3)
+    c = sample_layout_reads(CONTIGUOUS, ctx, 2048, planes=2)
+    p = sample_layout_reads(KVLayout.paged(16), ctx, 2048, planes=2, seed=3)
     assert len(c) == len(p) == sum(ctx) * 2048 // 64          # same bytes read
     assert len(np.unique(p)) == len(p)                          # no token read twice
     jumps = lambda a: np.count_nonzero(np.diff(a.astype(np.int64)) != 64)  # noqa: E731
     assert jumps(c) == 3 * 2 - 1                                # one run per request-plane
     assert jumps(p) > 100                                       # ~one run per block-plane
-    assert np.array_equal(p, sample_layout_reads("paged:16", ctx, 2048, planes=2, seed=3))
-    assert jumps(sample_layout_reads("paged:256", ctx, 2048, planes=2)) < jumps(p)
+    assert np.array_equal(p, sample_layout_reads(KVLayout.paged(16), ctx, 2048, planes=2, seed=3))
+    assert jumps(sample_layout_reads(KVLayout.paged(256), ctx, 2048, planes=2)) < jumps(p)

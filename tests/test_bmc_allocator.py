@@ -1,9 +1,11 @@
 """BMC allocator: extents in multiples of r, copies on re-allocation, invariants."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from h2m2sim.allocators import ALLOCATORS, make_allocator
 from h2m2sim.errors import ConfigError
-from h2m2sim.memory.allocators import ALLOCATORS, make_allocator
+from h2m2sim.memory.kv_layout import CONTIGUOUS
 
 BPT = 1000
 
@@ -19,7 +21,7 @@ def _run(alloc, req, prompt, n_max):
 def test_registered_and_modes():
     assert "bmc" in ALLOCATORS
     a = make_allocator("bmc", 10**8, BPT, max_context_tokens=1024)
-    assert a.r == 64 and a.kv_layout == "contiguous"     # default T = 16
+    assert a.r == 64 and a.kv_layout == CONTIGUOUS     # default T = 16
     it = make_allocator("bmc", 10**8, BPT, max_context_tokens=256, mode="iterative")
     assert _run(it, 1, 0, 256)
     assert it.counts["alloc"] == 256 and it.counts["migrate"] == 255
@@ -87,6 +89,7 @@ def test_serving_charges_bmc_copies(capsys, tmp_path, monkeypatch):
     """End to end through ``h2m2sim serve``: iterative copies cost far more migration
     time than BMC with r = 64, and upfront none."""
     import json
+
     from h2m2sim.cli import main
     monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
     base = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",

@@ -4,11 +4,17 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from h2m2sim.bmc import (AttentionShape, BMCCostModel, rows_per_allocation, round_pow2,
-                         schedule)
 from h2m2sim.compute import RooflineDevice
+from h2m2sim.compute.bmc import (
+    AttentionShape,
+    BMCCostModel,
+    round_pow2,
+    rows_per_allocation,
+    schedule,
+)
 from h2m2sim.errors import ConfigError
 
 

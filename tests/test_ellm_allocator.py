@@ -2,11 +2,13 @@
 static split's fixed partitions, the CPU buffer and the host-link price; hypothesis
 property over random operation sequences."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from h2m2sim.allocators import ALLOCATORS, make_allocator
+from h2m2sim.allocators.ellm import ElasticAllocator, HostLinkSpec
 from h2m2sim.errors import ConfigError
-from h2m2sim.memory.allocators import ALLOCATORS, make_allocator
-from h2m2sim.memory.allocators.ellm import ElasticAllocator, HostLinkSpec
+from h2m2sim.memory.kv_layout import KVLayout
 
 CH = 1024            # chunk bytes in these tests
 BPT = 64             # KV bytes per token -> 16 tokens per chunk
@@ -32,7 +34,7 @@ def test_registered_and_initial_split():
     a = _alloc()
     assert a.pool_state() == {"act_used": 0, "act_free": 40, "kv_used": 0, "kv_free": 60,
                               "total": 100}
-    assert a.block_tokens == 16 and a.kv_layout == "paged:16"
+    assert a.block_tokens == 16 and a.kv_layout == KVLayout.paged(16)
     _conserved(a)
 
 

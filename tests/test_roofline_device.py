@@ -2,9 +2,15 @@
 errors, vectorization, and the copy measurement."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from h2m2sim.compute import RooflineDevice, RooflineSpec, default_spec, load_roofline_spec
+from h2m2sim.compute import (
+    RooflineDevice,
+    RooflineSpec,
+    default_spec,
+    load_roofline_spec,
+)
 from h2m2sim.errors import ConfigError
 
 
@@ -103,8 +109,8 @@ def test_measurements_are_cached_and_deterministic(tmp_path):
 def test_npu_attention_pricer_interpolates(tmp_path):
     """NPU chip-model attention: measured points reproduced, linear in between and
     beyond, more queries cost more."""
-    from h2m2sim.bmc import AttentionShape, BMCCostModel
     from h2m2sim.compute import NpuAttentionPricer
+    from h2m2sim.compute.bmc import AttentionShape, BMCCostModel
     sh = AttentionShape(batch=1, layers=2, heads=4, kv_heads=4, head_dim=128)
     pr = NpuAttentionPricer("h2m2", "hbm", sh, lengths=(128, 512), queries=(1, 8),
                             cache_dir=tmp_path)

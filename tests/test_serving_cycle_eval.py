@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.model import ModelSpec, load_model
 from h2m2sim.serving.cycle_eval import CycleEvaluator, _split_groups, shard_model
 from h2m2sim.serving.run import EVALUATORS
@@ -30,8 +31,8 @@ def ev(tmp_path_factory):
 
 
 def test_paged_small_blocks_slower_than_contiguous_on_lpddr5(ev):
-    c = ev.attention_detail(16, 512, "contiguous")
-    p = ev.attention_detail(16, 512, "paged:16")
+    c = ev.attention_detail(16, 512, CONTIGUOUS)
+    p = ev.attention_detail(16, 512, KVLayout.paged(16))
     assert p["runs"] == 16 * 512 // 16 and c["runs"] == 16
     assert p["kv_bytes"] == c["kv_bytes"]
     assert p["kv_gbps"] < 0.97 * c["kv_gbps"]
@@ -39,36 +40,36 @@ def test_paged_small_blocks_slower_than_contiguous_on_lpddr5(ev):
 
 
 def test_paged_block_covering_the_context_prices_like_contiguous(ev):
-    c = ev.attention_ns(8, 200, "contiguous")
-    p = ev.attention_ns(8, 200, "paged:256")
+    c = ev.attention_ns(8, 200, CONTIGUOUS)
+    p = ev.attention_ns(8, 200, KVLayout.paged(256))
     assert abs(p - c) / c < 0.05
 
 
 def test_decode_time_grows_with_context_and_batch(ev):
-    t = [ev.evaluate("decode", 4, np.full(4, n), "paged:16") for n in (32, 256, 1024)]
+    t = [ev.evaluate("decode", 4, np.full(4, n), KVLayout.paged(16)) for n in (32, 256, 1024)]
     assert t[0] < t[1] < t[2]
-    assert ev.evaluate("decode", 16, np.full(16, 256), "contiguous") > \
-        ev.evaluate("decode", 4, np.full(4, 256), "contiguous")
-    assert ev.evaluate("prefill", 2, np.full(2, 256), "contiguous") > \
-        ev.evaluate("prefill", 1, np.full(1, 256), "contiguous")
-    assert 0 < ev.evaluate("kv_copy", 1, np.array([64]), "contiguous") < \
-        ev.evaluate("kv_copy", 1, np.array([1024]), "contiguous")
+    assert ev.evaluate("decode", 16, np.full(16, 256), CONTIGUOUS) > \
+        ev.evaluate("decode", 4, np.full(4, 256), CONTIGUOUS)
+    assert ev.evaluate("prefill", 2, np.full(2, 256), CONTIGUOUS) > \
+        ev.evaluate("prefill", 1, np.full(1, 256), CONTIGUOUS)
+    assert 0 < ev.evaluate("kv_copy", 1, np.array([64]), CONTIGUOUS) < \
+        ev.evaluate("kv_copy", 1, np.array([1024]), CONTIGUOUS)
 
 
 def test_deterministic_without_cache():
     a = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
     b = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
-    x = [a.evaluate("decode", 3, np.array([40, 90, 300]), "paged:16") for _ in range(2)]
-    y = b.evaluate("decode", 3, np.array([40, 90, 300]), "paged:16")
+    x = [a.evaluate("decode", 3, np.array([40, 90, 300]), KVLayout.paged(16)) for _ in range(2)]
+    y = b.evaluate("decode", 3, np.array([40, 90, 300]), KVLayout.paged(16))
     assert x[0] == x[1] == y
 
 
 def test_tables_from_the_cycle_evaluator(ev, tmp_path):
     grid = TableGrid(max_batch=4, max_tokens=256, token_points=3, error_samples=2)
-    t = build_tables(ev, ["paged:16"], grid, cache_dir=str(tmp_path))
+    t = build_tables(ev, [KVLayout.paged(16)], grid, cache_dir=str(tmp_path))
     assert t.cycle_level and "cycle-level" in t.label
     # grid points are the evaluator's own values (the decode table of each layout)
-    for lay in ("paged:16", "contiguous"):
+    for lay in (KVLayout.paged(16), CONTIGUOUS):
         for i, b in enumerate(t.batch_grid):
             for j, c in enumerate(t.token_grid):
                 assert t.table(lay)[i, j] == ev.evaluate("decode", int(b), np.full(int(b), c),
@@ -84,7 +85,7 @@ def test_tables_do_not_depend_on_the_thread_count():
     for n in (1, 2):
         ev = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
         with use_threads(n):
-            out.append(_compute_tables(ev, ["contiguous", "paged:16"], grid, seed=3))
+            out.append(_compute_tables(ev, [CONTIGUOUS, KVLayout.paged(16)], grid, seed=3))
     a, b = out
     assert a.keys() == b.keys() and "err[decode paged:16]" in a
     for k in a:
@@ -96,7 +97,7 @@ def test_evaluator_pickles_without_its_locks():
     ev = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
     ev2 = pickle.loads(pickle.dumps(ev))
     x = np.array([40, 90])
-    assert ev2.evaluate("decode", 2, x, "contiguous") == ev.evaluate("decode", 2, x, "contiguous")
+    assert ev2.evaluate("decode", 2, x, CONTIGUOUS) == ev.evaluate("decode", 2, x, CONTIGUOUS)
 
 
 def test_shard_and_groups():
@@ -113,7 +114,7 @@ def test_shard_and_groups():
 
 def test_cycle_evaluator_is_registered_and_uses_the_node():
     from h2m2sim.serving.config import ServingConfig
-    from h2m2sim.serving.setup import resolve_device
+    from h2m2sim.serving.deployment import resolve_device
     dev = resolve_device("mlu370-x4")
     assert dev.devices == 4 and dev.total_capacity_bytes == 96 * 10**9
     ev = EVALUATORS["cycle"](load_model("deepseek-r1-distill-qwen-7b"), dev, ServingConfig())

@@ -16,14 +16,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dram_models.schema import to_dict
+from h2m2sim.cache import cached, code_digest
 from h2m2sim.errors import ConfigError
+from h2m2sim.npu import simulate_kernel
+from h2m2sim.system import resolve_system
 
 __all__ = ["NpuAttentionPricer"]
 
 
 class NpuAttentionPricer:
     """Attention time of one layer in one decode step for ``shape`` (an
-    :class:`h2m2sim.bmc.AttentionShape`) on ``side`` of ``system`` (NPU chip model).
+    :class:`h2m2sim.compute.bmc.AttentionShape`) on ``side`` of ``system`` (NPU chip model).
 
     ``lengths``: measured sequence lengths; ``queries``: measured query counts per
     sequence (1 = plain decoding, k = speculative candidates); ``fidelity``: ``sampled``
@@ -32,7 +36,6 @@ class NpuAttentionPricer:
     def __init__(self, system: Any, side: str | None, shape: Any,
                  lengths: Sequence[int] = (256, 1024, 4096), queries: Sequence[int] = (1,),
                  fidelity: str = "sampled", *, cache: bool = True, cache_dir: Any = None):
-        from h2m2sim.system import resolve_system
         self.system = resolve_system(system, "system")
         self.side = self.system.side(side if side is not None else self.system.sides[0].name)
         self.shape = shape
@@ -52,8 +55,6 @@ class NpuAttentionPricer:
                                for q in self.queries])      # (queries, lengths) ns
 
     def _measure(self, q: int, n: int) -> float:
-        from h2m2sim.cache import cached, code_digest
-        from dram_models.schema import to_dict
         sh = self.shape
         group = sh.heads // sh.kv_heads
         key = {"system": to_dict(self.system), "side": self.side.name, "q": q * group,
@@ -61,7 +62,6 @@ class NpuAttentionPricer:
                "dtype": self.dtype, "fidelity": self.fidelity}
 
         def run():
-            from h2m2sim.npu import simulate_kernel
             r = simulate_kernel(self.system, self.side.name, "attention", q * group,
                                 sh.head_dim, n, dtype=self.dtype,
                                 batch=sh.batch * sh.kv_heads, fidelity=self.fidelity)

@@ -30,8 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from dram_models import patterns
+from dram_models.memory import Streams
 from dram_models.schema import load, param, to_dict
+from h2m2sim.cache import cached, code_digest
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.dram import channel_granularity, measure_stream, memory_system
+from h2m2sim.registry import Registry
+from h2m2sim.system import SideSpec, SystemSpec, resolve_system
 
 __all__ = ["RooflineSpec", "RooflineDevice", "ROOFLINE_PRESETS", "default_spec",
            "load_roofline_spec"]
@@ -65,9 +71,10 @@ class RooflineSpec:
     sources: dict[str, str] = param(default_factory=dict, doc="where the numbers come from")
 
 
-#: Roofline defaults for system presets (merged over the fields' defaults).
-ROOFLINE_PRESETS: dict[str, dict[str, Any]] = {
-    "cpu-ddr5": dict(
+#: Roofline defaults of the chips of some system presets, by system name (merged over the
+#: fields' defaults); other systems take their side's NPU chip peak.
+ROOFLINE_PRESETS: Registry[dict[str, Any]] = Registry("roofline preset")
+ROOFLINE_PRESETS.register("cpu-ddr5", dict(
         # AMD EPYC 9654 (the BMC paper's "Genoa" server, Sec. VII): 96 Zen 4 cores at
         # 2.4 GHz base. Zen 4 runs AVX-512 on two 256-bit FMA pipes: 32 FP32 FLOP/cycle
         # per core, twice that with AVX512_BF16 dot products (64 BF16 FLOP/cycle):
@@ -83,8 +90,8 @@ ROOFLINE_PRESETS: dict[str, dict[str, Any]] = {
                  "(2 x 256-bit AVX512_BF16 pipes, derived); BMC paper Sec. IV: 'a few "
                  "TeraFLOPS'",
                  "memory": "system preset cpu-ddr5: 12 x DDR5-4800 (460.8 GB/s, the paper's "
-                 "Sec. VIII-E figure), measured with the DRAM engine"}),
-    "h2m2": dict(
+                 "Sec. VIII-E figure), measured with the DRAM engine"}))
+ROOFLINE_PRESETS.register("h2m2", dict(
         peak_tflops=131.072,       # Table 2 chip: 4 cores x 128x128 MACs x 2 x 1 GHz
         efficiency=0.8,            # assumed (the tile search reaches 80-95 % on big GEMMs)
         vector_efficiency=0.25,    # 32x128 vector unit per core of 128x128 array: 1/4
@@ -92,8 +99,7 @@ ROOFLINE_PRESETS: dict[str, dict[str, Any]] = {
         alloc_ns=1000.0,           # device-side pool allocator: assumed 1 us
         description="one H2M2 chip (Table 2) on its side's DRAM",
         sources={"peak_tflops": "H2M2 Table 2: 4 cores, 128x128 MM units, 1 GHz",
-                 "vector_efficiency": "H2M2 Table 2: 32x128 MV unit beside the 128x128 MM"}),
-}
+                 "vector_efficiency": "H2M2 Table 2: 32x128 MV unit beside the 128x128 MM"}))
 
 
 def load_roofline_spec(data: Any, key: str = "roofline") -> RooflineSpec:
@@ -104,23 +110,22 @@ def load_roofline_spec(data: Any, key: str = "roofline") -> RooflineSpec:
     return load(RooflineSpec, data, key)
 
 
-def default_spec(system: Any, side: Any = None) -> RooflineSpec:
-    """The roofline defaults of ``system`` (a SystemSpec): :data:`ROOFLINE_PRESETS` for a
-    known preset name, else the peak of the side's NPU chip with the field defaults."""
-    name = getattr(system, "name", None)
-    if name in ROOFLINE_PRESETS:
-        return load(RooflineSpec, ROOFLINE_PRESETS[name], f"roofline[{name}]")
-    peak = float(side.chip.peak_tflops) if side is not None else 100.0
-    return RooflineSpec(peak_tflops=peak, description=f"chip of side {getattr(side, 'name', '?')}",
+def default_spec(system: SystemSpec, side: SideSpec | None = None) -> RooflineSpec:
+    """The roofline defaults of ``system``: :data:`ROOFLINE_PRESETS` for a system named
+    there, else the peak of the side's (default: the first side's) NPU chip with the
+    field defaults."""
+    if system.name in ROOFLINE_PRESETS:
+        return load(RooflineSpec, ROOFLINE_PRESETS[system.name], f"roofline[{system.name}]")
+    side = side or system.sides[0]
+    return RooflineSpec(peak_tflops=float(side.chip.peak_tflops),
+                        description=f"chip of side {side.name}",
                         sources={"peak_tflops": "the side's NPU chip (chip.peak_tflops)"})
 
 
 def _measure_pattern(side: Any, pattern: str, is_write: bool, nbytes: int) -> float:
     """Bandwidth (GB/s) of ``pattern`` through the side's DRAM engine."""
-    from h2m2sim.memory.dram import measure_stream, memory_system
     if pattern == "seq":
         return float(measure_stream(side, is_write, nbytes=nbytes).gbps)
-    from dram_models import patterns
     ms = memory_system(side)
     bb = ms.spec.burst_bytes
     try:
@@ -138,8 +143,6 @@ def _measure_copy(side: Any, nbytes: int) -> dict:
     queue alternating a read of a source chunk and the write of that chunk to the
     destination. Returns the copy rate (bytes copied per second, GB/s) and the bus
     bandwidth (read + write bytes, GB/s)."""
-    from dram_models.memory import Streams
-    from h2m2sim.memory.dram import channel_granularity, memory_system
     ms = memory_system(side)
     gran = max(channel_granularity(ms), ms.spec.burst_bytes)
     ch = ms.channels
@@ -168,7 +171,6 @@ def _measure_copy(side: Any, nbytes: int) -> dict:
 
 
 def _salt() -> str:
-    from h2m2sim.cache import code_digest
     return code_digest("dram_models", "h2m2sim.memory.dram", "h2m2sim.compute.roofline")
 
 
@@ -184,7 +186,6 @@ class RooflineDevice:
     def __init__(self, system: Any, side: str | None = None,
                  spec: RooflineSpec | Mapping | None = None, *, cache: bool = True,
                  cache_dir: Any = None):
-        from h2m2sim.system import resolve_system
         self.system = resolve_system(system, "system")
         self.side = self.system.side(side if side is not None else self.system.sides[0].name,
                                      "side")
@@ -231,7 +232,6 @@ class RooflineDevice:
             raise ConfigError("pattern", f"must be a pattern name, got {pattern!r}")
         k = (pattern, bool(is_write))
         if k not in self._bw:
-            from h2m2sim.cache import cached
             val = cached("roofline_bw", self._key("bw", pattern=pattern, write=bool(is_write)),
                          lambda: {"gbps": _measure_pattern(self.side, pattern, bool(is_write),
                                                            self.spec.measure_bytes)},
@@ -243,7 +243,6 @@ class RooflineDevice:
         """The engine run of a DRAM-to-DRAM copy: ``copy_gbps`` (bytes copied per second,
         GB/s), ``bus_gbps`` (read + write bytes per second), ``nbytes``, ``sim_ns``."""
         if self._copy is None:
-            from h2m2sim.cache import cached
             self._copy = cached("roofline_copy", self._key("copy"),
                                 lambda: _measure_copy(self.side, self.spec.measure_bytes),
                                 cache_dir=self._cache_dir, salt=_salt(), enabled=self._cache)

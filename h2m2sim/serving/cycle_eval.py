@@ -7,7 +7,8 @@ module obtains them from the NPU chip model running closed-loop against the DRAM
 preset, and :func:`h2m2sim.serving.timing.build_tables` samples it on a grid.
 
 **Several cards.** The ODMA papers serve DeepSeek-R1-Distill-Qwen-7B on four MLU370-X4
-cards; the ``mlu370-x4`` preset is one card. We model the node as *tensor parallel over
+cards; the ``mlu370-x4`` preset describes one card and sets ``cards: 4``. We model the
+node as *tensor parallel over
 ``cards`` identical cards* (Megatron style): each card holds 1/cards of the query heads,
 of the KV heads (and so of every request's KV cache), of the FFN columns and of the LM
 head, and runs the same kernels on its share (:func:`shard_model`). Two all-reduces per
@@ -18,7 +19,7 @@ so a replica per 24 GB card would leave about 6 GB of KV per card, a regime wher
 allocator can batch much and the papers' utilization/throughput effects would be set by
 capacity alone; tensor parallelism pools 4 x 24 GB and is how vLLM serves a model across
 the GPUs of one node. The serving device (capacities and bandwidths add over the cards)
-follows the same choice (:func:`h2m2sim.serving.setup.resolve_device`).
+follows the same choice (:class:`h2m2sim.serving.deployment.ServingDevice`).
 
 **One decode step** (per card; the cards run in lock step):
 
@@ -33,14 +34,14 @@ follows the same choice (:func:`h2m2sim.serving.setup.resolve_device`).
   paged-attention kernel launch does, plus the append of the new tokens' K/V), whose K
   and V operands are the *real byte extents* of the layout:
 
-  - ``contiguous`` (static, ODMA): each request's extent holds, per layer, its K (and V)
+  - contiguous (static, ODMA): each request's extent holds, per layer, its K (and V)
     head-major: head ``h`` of a request with an extent of ``C`` tokens starts at
     ``h x C x head_dim x dtype`` inside the extent, so a head's context is one streaming
     run;
-  - ``paged:<b>`` (vLLM): per layer, a K (and V) pool of blocks
+  - paged with blocks of ``b`` tokens (vLLM): per layer, a K (and V) pool of blocks
     ``[n_blocks, kv_heads, b, head_dim]`` (vLLM's cache layout); the blocks of a request
     come from a free list scrambled by long churn
-    (:func:`h2m2sim.memory.allocators.traffic.steady_state_layout`), so a head's context
+    (:func:`h2m2sim.allocators.traffic.steady_state_layout`), so a head's context
     is ``ctx / b`` runs of ``b x head_dim x dtype`` bytes at random places.
 
   The DMA engine fetches those extents and the DRAM engine charges row misses,
@@ -70,9 +71,16 @@ from typing import Any
 import numpy as np
 
 from dram_models.schema import to_dict
+from h2m2sim.allocators.traffic import steady_state_layout
+from h2m2sim.cache import cached, code_digest
+from h2m2sim.compute.evaluator import PointEvaluator
+from h2m2sim.decode.iteration import layer_kernels
 from h2m2sim.errors import ConfigError
-
-from .timing import layout_kind
+from h2m2sim.memory.kv_layout import KVLayout
+from h2m2sim.memory.system_memory import SystemMemory
+from h2m2sim.model import Kernel, TensorRef, dtype_bytes
+from h2m2sim.npu import run_kernels, simulate_kernel
+from h2m2sim.system.config import resolve_system
 
 __all__ = ["CycleEvaluator", "shard_model", "cycle_evaluator", "LINK_GBPS", "LINK_US",
            "PREFILL_DENSE_CAP", "PREFILL_ATTN_CAP", "attention_decode_ns"]
@@ -141,25 +149,23 @@ def _split_groups(ctx: np.ndarray, groups: int = MAX_GROUPS) -> list[tuple[int, 
 
 
 def _ref(name, kind, nbytes, db, view_of=None, offset=0, is_output=False):
-    from h2m2sim.model import TensorRef
     n = max(int(nbytes) // db, 1)
     return TensorRef(name, kind, (n,), db, int(nbytes), is_output, None, view_of, int(offset))
 
 
-def _kv_extents(kv_layout: str, batch: int, n: int, kvh: int, hd_bytes: int, seed: int,
+def _kv_extents(kv_layout: KVLayout, batch: int, n: int, kvh: int, hd_bytes: int, seed: int,
                 pool_factor: float) -> tuple[np.ndarray, np.ndarray, int]:
     """(address, bytes) of every K-cache run (request-major, then head, then logical order)
     of ``batch`` requests holding ``n`` tokens each, and the pool size in bytes (one
     layer; V uses the same layout in its own pool)."""
-    from h2m2sim.memory.allocators.traffic import steady_state_layout
     segs, unit, cap_tokens = steady_state_layout(kv_layout, [n] * batch, seed=seed,
                                                  pool_factor=pool_factor)
-    kind, block = layout_kind(kv_layout)
+    block = kv_layout.block_tokens
     addr, size = [], []
     for (starts, counts), u in zip(segs, unit.tolist()):
         starts = np.asarray(starts, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
-        if kind == "contiguous":
+        if not kv_layout.is_paged:
             u0 = starts[:1]          # the extent begins with the request's first token
         else:
             u0 = (starts // block) * block
@@ -170,16 +176,13 @@ def _kv_extents(kv_layout: str, batch: int, n: int, kvh: int, hd_bytes: int, see
     return (np.concatenate(addr), np.concatenate(size), int(cap_tokens) * kvh * hd_bytes)
 
 
-def attention_decode_ns(system, side: str, shard, batch: int, n: int, kv_layout: str, *,
+def attention_decode_ns(system, side: str, shard, batch: int, n: int, kv_layout: KVLayout, *,
                         fidelity: str = "sampled", seed: int = 0, pool_factor: float = 2.0,
                         translate: str | None = None) -> dict:
     """Simulate one layer's decode attention of ``batch`` requests of ``n`` KV tokens each
     (per-card ``shard`` of the model) with the KV extents of ``kv_layout``. Returns a dict
     with ``time_ns``, ``kv_bytes`` (K and V read), ``kv_gbps`` (those bytes / time),
     ``runs`` (K runs of one layer) and the run's DRAM row-hit rate."""
-    from h2m2sim.memory.system_memory import SystemMemory
-    from h2m2sim.model import Kernel
-    from h2m2sim.npu import run_kernels
 
     db = shard.dtype_bytes()
     kvh, G, hd = int(shard.kv_heads), int(shard.group_size), int(shard.head_dim)
@@ -223,30 +226,29 @@ def attention_decode_ns(system, side: str, shard, batch: int, n: int, kv_layout:
             "runs": int(len(size)), "row_hit_rate": float(d.get("row_hit_rate", float("nan")))}
 
 
-class CycleEvaluator:
-    """Point evaluator (:class:`h2m2sim.serving.timing.PointEvaluator`) backed by the NPU
+class CycleEvaluator(PointEvaluator):
+    """Point evaluator (:class:`h2m2sim.compute.evaluator.PointEvaluator`) backed by the NPU
     chip model and the DRAM engine; see the module docstring for what is simulated.
 
     ``model``: ModelSpec; ``system``: preset name, YAML path or SystemSpec; ``side``: the
     side whose DRAM holds weights and KV (default: the first); ``cards``: tensor-parallel
-    degree. Weights, activations and KV are in the model's dtype."""
+    degree (default: the system's ``cards``). Weights, activations and KV are in the
+    model's dtype."""
 
     cycle_level = True
 
-    def __init__(self, model, system="mlu370-x4", side: str | None = None, *, cards: int = 4,
+    def __init__(self, model, system, side: str | None = None, *, cards: int | None = None,
                  fidelity: str = "sampled",
                  link_GBps: float = LINK_GBPS, link_us: float = LINK_US,
                  translate: str | None = None, pool_factor: float = 2.0, seed: int = 0,
                  cache: bool = True, cache_dir=None):
-        from h2m2sim.system.config import SystemSpec, resolve_system
-        self.system = system if isinstance(system, SystemSpec) else \
-            resolve_system(system, "system")
+        self.system = resolve_system(system, "system")
         self.side = side or self.system.side_names[0]
         self.system.side(self.side, "side")
         if not link_GBps > 0 or link_us < 0:
             raise ConfigError("link", "link_GBps must be > 0 and link_us >= 0")
         self.model = model
-        self.cards = int(cards)
+        self.cards = self.system.cards if cards is None else int(cards)
         self.shard = shard_model(model, self.cards)
         self.fidelity, self.translate = fidelity, translate
         self.link_GBps, self.link_us = float(link_GBps), float(link_us)
@@ -255,7 +257,7 @@ class CycleEvaluator:
         self._memo: dict = {}
         self._locks: dict = {}          # one per piece: threads never simulate one twice
         self._lock = threading.Lock()
-        sname = getattr(self.system, "name", "system")
+        sname = self.system.name
         self.label = (f"cycle-level: NPU chip + DRAM engine ({fidelity}) on "
                       f"{sname}:{self.side}, {self.cards} card(s) tensor parallel")
 
@@ -273,7 +275,6 @@ class CycleEvaluator:
                           "pool_factor": self.pool_factor, "seed": self.seed}}
 
     def cache_salt(self) -> str:
-        from h2m2sim.cache import code_digest
         return code_digest("dram_models", "h2m2sim.npu", "h2m2sim.memory", "h2m2sim.model",
                            "h2m2sim.serving.cycle_eval", "h2m2sim.serving.timing")
 
@@ -296,7 +297,6 @@ class CycleEvaluator:
         # need a piece simulates it, the others wait for it
         with lock:
             if k not in self._memo:
-                from h2m2sim.cache import cached
                 full = {"what": what, "eval": self.cache_key(), **key}
                 self._memo[k] = cached(_NS, full, fn, cache_dir=self.cache_dir,
                                        enabled=self.cache, salt=self.cache_salt())
@@ -304,7 +304,6 @@ class CycleEvaluator:
 
     # ---- pieces (ns, per card, one layer unless said otherwise) ---------------------
     def _run(self, kernels) -> dict:
-        from h2m2sim.npu import run_kernels
         r = run_kernels(self.system, self.side, kernels, fidelity=self.fidelity,
                         translate=self.translate)
         if r.deadlock:
@@ -313,7 +312,6 @@ class CycleEvaluator:
 
     def _dense_sim(self, tokens: int, phase: str) -> float:
         def fn():
-            from h2m2sim.decode.iteration import layer_kernels
             if phase == "decode":
                 per, _ = layer_kernels(self.shard, tokens, [1] * tokens, {}, (self.side,))
             else:
@@ -335,23 +333,23 @@ class CycleEvaluator:
             return self._dense_sim(PREFILL_DENSE_CAP, phase) * tokens / PREFILL_DENSE_CAP
         return _pow2_interp(tokens, lambda t: self._dense_sim(t, phase))
 
-    def attention_ns(self, batch: int, n: int, kv_layout: str) -> float:
+    def attention_ns(self, batch: int, n: int, kv_layout: KVLayout) -> float:
         """Decode attention of one layer for ``batch`` requests of ``n`` KV tokens."""
-        d = self._piece("attn", {"batch": int(batch), "n": int(n), "layout": kv_layout},
+        d = self._piece("attn", {"batch": int(batch), "n": int(n), "layout": str(kv_layout)},
                         lambda: attention_decode_ns(
                             self.system, self.side, self.shard, int(batch), int(n), kv_layout,
                             fidelity=self.fidelity, seed=self.seed,
                             pool_factor=self.pool_factor, translate=self.translate))
         return float(d["time_ns"])
 
-    def attention_detail(self, batch: int, n: int, kv_layout: str) -> dict:
+    def attention_detail(self, batch: int, n: int, kv_layout: KVLayout) -> dict:
         self.attention_ns(batch, n, kv_layout)
         return dict(self._memo[("attn", json.dumps({"batch": int(batch), "n": int(n),
-                                                    "layout": kv_layout}, sort_keys=True))])
+                                                    "layout": str(kv_layout)},
+                                                   sort_keys=True))])
 
     def _pattn_sim(self, p: int) -> float:
         def fn():
-            from h2m2sim.decode.iteration import layer_kernels
             per, _ = layer_kernels(self.shard, 1, [int(p)], {}, (self.side,), phase="prefill")
             return self._run(per[(self.side, "attention")])
         return float(self._piece("pattn", {"p": int(p)}, fn)["time_ns"])
@@ -367,7 +365,6 @@ class CycleEvaluator:
 
     def lm_head_ns(self, rows: int) -> float:
         def fn():
-            from h2m2sim.npu import simulate_kernel
             op = "gemv" if rows == 1 else "gemm"
             r = simulate_kernel(self.system, self.side, op, int(rows), int(self.shard.hidden),
                                 int(self.shard.vocab), dtype=self.shard.dtype,
@@ -385,7 +382,6 @@ class CycleEvaluator:
     def copy_ns(self, tokens: int) -> float:
         """Streaming copy (read + write) of the card's share of ``tokens`` KV tokens."""
         def fn():
-            from h2m2sim.npu import simulate_kernel
             rows = 2 * int(self.shard.layers) * int(self.shard.kv_heads)
             r = simulate_kernel(self.system, self.side, "elementwise", rows, 1,
                                 max(int(tokens), 1) * int(self.shard.head_dim),
@@ -402,7 +398,6 @@ class CycleEvaluator:
 
     def evaluate(self, phase, batch, context_tokens_per_request, kv_layout) -> float:
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64).ravel()
-        layout_kind(kv_layout)
         L = int(self.shard.layers)
         ar_row = int(self.shard.hidden) * self.shard.dtype_bytes()
         if phase == "kv_copy":
@@ -423,13 +418,10 @@ class CycleEvaluator:
 
 
 def cycle_evaluator(model, device, cfg, **options) -> CycleEvaluator:
-    """Factory registered as ``"cycle"``: the serving device's system preset and side,
-    ``device.devices`` cards tensor parallel. The KV cache is simulated in the model's
+    """The ``"cycle"`` evaluator: the serving device's system and side, ``device.devices``
+    cards tensor parallel. The KV cache is simulated in the model's
     dtype; a run whose ``kv_dtype`` has another size is refused rather than mispriced."""
-    from h2m2sim.model import dtype_bytes
     if dtype_bytes(cfg.kv_dtype) != model.dtype_bytes():
         raise ConfigError("kv_dtype", f"the cycle evaluator keeps KV in the model's dtype "
                           f"({model.dtype}); {cfg.kv_dtype!r} has another size")
-    system = getattr(device, "system", None) or device.name
-    side = getattr(device, "side", None)
-    return CycleEvaluator(model, system, side, cards=max(int(device.devices), 1), **options)
+    return CycleEvaluator(model, device.system, device.side, cards=device.devices, **options)

@@ -1,16 +1,10 @@
-"""Iteration times for the serving loop: a point-evaluator interface, tables built from it
-(cached on disk), bilinear interpolation with a measured error, and a clearly-labelled
-analytic placeholder evaluator.
+"""Iteration times for the serving loop: tables built from a point evaluator (cached on
+disk), bilinear interpolation with a measured error, and a clearly-labelled analytic
+placeholder evaluator.
 
 The serving loop cannot afford a cycle-level simulation per iteration. Instead a
-*point evaluator* — anything with
-
-    evaluate(phase, batch, context_tokens_per_request, kv_layout) -> seconds
-    cache_key() -> JSON-able description of everything the result depends on
-    label: str            # how the numbers were obtained, printed with every result
-    cycle_level: bool     # True only for the cycle-level system model
-
-is sampled over a grid of (batch, mean tokens per request) for every KV layout the run
+*point evaluator* (:class:`~h2m2sim.compute.evaluator.PointEvaluator`) is sampled over a
+grid of (batch, mean tokens per request) for every KV layout the run
 uses, and the loop interpolates. Phases:
 
 * ``"decode"``: one decode iteration of ``batch`` requests; ``context_tokens_per_request``
@@ -20,74 +14,32 @@ uses, and the loop interpolates. Phases:
 * ``"kv_copy"``: ``batch = 1``, ``context_tokens_per_request = [n]``: a contiguous copy
   of ``n`` tokens of KV (read + write), the price of an ODMA migration.
 
-``kv_layout`` is the allocator's layout class: ``"contiguous"`` or ``"paged:<block
-tokens>"``. The cycle-level evaluator turns it into an address pattern (see
-:mod:`h2m2sim.memory.allocators.traffic`).
+``kv_layout`` is the allocator's :class:`~h2m2sim.memory.kv_layout.KVLayout`
+(contiguous, or paged with its block size). The cycle-level evaluator turns it into an
+address pattern (see :mod:`h2m2sim.allocators.traffic`).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping
 
 import numpy as np
 from numba import njit
 
+from h2m2sim.cache import cached
+from h2m2sim.compute.evaluator import PHASES, PointEvaluator
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
+from h2m2sim.parallel import map_ordered
 
-__all__ = ["PointEvaluator", "IterationTimeModel", "AnalyticEvaluator", "TableGrid", "IterationTables",
-           "build_tables", "layout_kind", "interp2", "decode_window", "advance_running", "advance_blocks"]
+from .deployment import model_sizes
 
-PHASES = ("prefill", "decode", "kv_copy")
-
-
-@runtime_checkable
-class PointEvaluator(Protocol):
-    """What the serving layer needs from a timing source (see the module docstring)."""
-
-    label: str
-    cycle_level: bool
-
-    def evaluate(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
-                 kv_layout: str) -> float: ...
-
-    def cache_key(self) -> Any: ...
-
-
-@runtime_checkable
-class IterationTimeModel(Protocol):
-    """What the serving loop asks of iteration times (seconds). :class:`IterationTables`
-    implements it by interpolating tables sampled from a :class:`PointEvaluator`."""
-
-    label: str
-    cycle_level: bool
-
-    def decode_step_s(self, batch: int, context_tokens, kv_layout: str) -> float:
-        """One decode iteration of ``batch`` requests holding ``context_tokens`` KV tokens
-        (per-request array, or their total)."""
-        ...
-
-    def prefill_s(self, prompt_tokens) -> float:
-        """One prefill iteration over prompts of the given token counts."""
-        ...
-
-    def kv_copy_s(self, tokens: int, kv_layout: str = "contiguous") -> float:
-        """A contiguous copy of ``tokens`` tokens of KV (an ODMA migration)."""
-        ...
-
-
-def layout_kind(kv_layout: str) -> tuple[str, int]:
-    """``("contiguous", 0)`` or ``("paged", block_tokens)``."""
-    if kv_layout == "contiguous":
-        return "contiguous", 0
-    kind, _, block = kv_layout.partition(":")
-    if kind == "paged" and block.isdigit() and int(block) > 0:
-        return "paged", int(block)
-    raise ConfigError("kv_layout", f"unknown KV layout {kv_layout!r} (expected 'contiguous' "
-                      "or 'paged:<block tokens>')")
+__all__ = ["AnalyticEvaluator", "TableGrid", "IterationTables", "build_tables", "interp2",
+           "decode_window", "advance_running", "advance_blocks"]
 
 
 @dataclasses.dataclass(frozen=True)
-class AnalyticEvaluator:
+class AnalyticEvaluator(PointEvaluator):
     """ANALYTIC PLACEHOLDER, NOT THE CYCLE-LEVEL RESULT: iteration time from bytes moved
     divided by bandwidth times a layout efficiency that the caller passes in, or FLOPs
     divided by peak compute, whichever is larger, plus a fixed per-iteration overhead.
@@ -99,8 +51,7 @@ class AnalyticEvaluator:
     kv_copy: 2 * n * kv_bytes_per_token / (BW*e_c)
 
     with ``e_c = layout_efficiency["contiguous"]`` and ``e_L`` the efficiency of the run's
-    layout, looked up by the exact layout string (``"paged:16"``) or its kind
-    (``"paged"``). Bytes are all devices together (tensor parallel, no communication
+    layout, looked up by the layout's name (``"paged:16"``) or its kind (``"paged"``). Bytes are all devices together (tensor parallel, no communication
     cost). It exists so the serving layer can run and be tested before the cycle-level
     evaluator is plugged in; its efficiencies are inputs, not findings.
     """
@@ -129,8 +80,7 @@ class AnalyticEvaluator:
     def from_model(cls, model, *, bandwidth_GBps: float, peak_tflops: float,
                    layout_efficiency: Mapping[str, float], dtype: str = "fp16",
                    overhead_s: float = 0.0) -> "AnalyticEvaluator":
-        """Sizes from a ModelSpec (see :func:`h2m2sim.serving.setup.model_sizes`)."""
-        from .setup import model_sizes
+        """Sizes from a ModelSpec (see :func:`h2m2sim.serving.deployment.model_sizes`)."""
         s = model_sizes(model, dtype)
         return cls(weight_bytes=s["weight_bytes"], params=s["params"],
                    kv_bytes_per_token=s["kv_bytes_per_token"],
@@ -138,14 +88,12 @@ class AnalyticEvaluator:
                    bandwidth_GBps=float(bandwidth_GBps), peak_tflops=float(peak_tflops),
                    layout_efficiency=dict(layout_efficiency), overhead_s=float(overhead_s))
 
-    def efficiency(self, kv_layout: str) -> float:
-        if kv_layout in self.layout_efficiency:
-            return float(self.layout_efficiency[kv_layout])
-        kind, _ = layout_kind(kv_layout)
-        if kind in self.layout_efficiency:
-            return float(self.layout_efficiency[kind])
-        raise ConfigError("layout_efficiency", f"no efficiency given for layout {kv_layout!r}; "
-                          f"have: {', '.join(self.layout_efficiency)}")
+    def efficiency(self, kv_layout: KVLayout) -> float:
+        for name in (str(kv_layout), kv_layout.kind):
+            if name in self.layout_efficiency:
+                return float(self.layout_efficiency[name])
+        raise ConfigError("layout_efficiency", f"no efficiency given for layout "
+                          f"'{kv_layout}'; have: {', '.join(self.layout_efficiency)}")
 
     def evaluate(self, phase, batch, context_tokens_per_request, kv_layout) -> float:
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
@@ -328,7 +276,7 @@ class IterationTables:
     """Interpolated iteration times; the object the serving loop uses.
 
     ``decode_step_s(batch, context_tokens, kv_layout)``, ``prefill_s(prompt_tokens)`` and
-    ``kv_copy_s(tokens, kv_layout)`` return seconds. ``errors`` holds the measured relative
+    ``kv_copy_s(tokens)`` return seconds. ``errors`` holds the measured relative
     interpolation error per (phase, layout): max, mean and p95 over random points with
     *heterogeneous* per-request lengths, so it includes the error of keying a batch by its
     mean length. ``label`` and ``cycle_level`` come from the evaluator."""
@@ -336,8 +284,11 @@ class IterationTables:
     def __init__(self, arrays: Mapping[str, np.ndarray], label: str, cycle_level: bool):
         self.batch_grid = np.asarray(arrays["batch_grid"], dtype=np.float64)
         self.token_grid = np.asarray(arrays["token_grid"], dtype=np.float64)
-        self.layouts = [str(x) for x in np.asarray(arrays["layouts"]).tolist()]
-        self.decode = {lay: np.ascontiguousarray(arrays[f"decode[{lay}]"]) for lay in self.layouts}
+        # the arrays name layouts as text (they are stored in .npz files)
+        names = [str(x) for x in np.asarray(arrays["layouts"]).tolist()]
+        self.layouts = [KVLayout.parse(x) for x in names]
+        self.decode = {KVLayout.parse(x): np.ascontiguousarray(arrays[f"decode[{x}]"])
+                       for x in names}
         self.prefill = np.ascontiguousarray(arrays["prefill"])
         self.copy = np.ascontiguousarray(arrays["kv_copy"])[None, :]
         self._one = np.zeros(1)
@@ -349,14 +300,14 @@ class IterationTables:
                                           "p95": float(e[2])}
         self.label, self.cycle_level = label, bool(cycle_level)
 
-    def table(self, kv_layout: str) -> np.ndarray:
+    def table(self, kv_layout: KVLayout) -> np.ndarray:
         try:
             return self.decode[kv_layout]
         except KeyError:
-            raise ConfigError("kv_layout", f"no decode table for layout {kv_layout!r}; built "
-                              f"for: {', '.join(self.layouts)}") from None
+            raise ConfigError("kv_layout", f"no decode table for layout '{kv_layout}'; built "
+                              f"for: {', '.join(map(str, self.layouts))}") from None
 
-    def decode_step_s(self, batch: int, context_tokens, kv_layout: str) -> float:
+    def decode_step_s(self, batch: int, context_tokens, kv_layout: KVLayout) -> float:
         """One decode step; ``context_tokens`` is the per-request array or their total."""
         ctx = np.asarray(context_tokens, dtype=np.float64)
         total = float(ctx.sum())
@@ -370,7 +321,7 @@ class IterationTables:
         return float(interp2(self.batch_grid, self.token_grid, self.prefill,
                              float(p.size), float(p.mean())))
 
-    def kv_copy_s(self, tokens: int, kv_layout: str = "contiguous") -> float:
+    def kv_copy_s(self, tokens: int) -> float:
         return float(interp2(self._one, self.token_grid, self.copy, 0.0, float(tokens)))
 
     def error_summary(self) -> dict:
@@ -383,26 +334,26 @@ def _sample_lengths(rng, n, mean, max_tokens):
     return np.clip(np.round(x), 1, max_tokens)
 
 
-def _compute_tables(evaluator, layouts, grid: TableGrid, seed: int) -> dict:
+def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int) -> dict:
+    """The table arrays for ``layouts`` (in the order of their names)."""
     bg, tg = grid.batches(), grid.tokens()
     out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
-                                  "layouts": np.asarray(sorted(layouts), dtype=str)}
+                                  "layouts": np.asarray([str(x) for x in layouts], dtype=str)}
 
     def evaluate_all(calls):
         """evaluate(*call) for every call. Points of a cycle-level evaluator are
         independent simulations and run on the run's threads (largest first); the
         values do not depend on the thread count."""
         one = lambda c: float(evaluator.evaluate(*c))  # noqa: E731
-        if not getattr(evaluator, "cycle_level", False):
+        if not evaluator.cycle_level:
             return [one(c) for c in calls]
-        from h2m2sim.parallel import map_ordered
         return map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls])
 
-    phases = [(f"decode[{lay}]", "decode", lay) for lay in sorted(layouts)] + \
-        [("prefill", "prefill", "contiguous")]
+    phases = [(f"decode[{lay}]", "decode", lay) for lay in layouts] + \
+        [("prefill", "prefill", CONTIGUOUS)]
     calls = [(phase, int(b), np.full(int(b), c), lay)
              for _, phase, lay in phases for b in bg for c in tg]
-    calls += [("kv_copy", 1, np.array([c]), "contiguous") for c in tg]
+    calls += [("kv_copy", 1, np.array([c]), CONTIGUOUS) for c in tg]
     vals = np.asarray(evaluate_all(calls))
     n = len(bg) * len(tg)
     for i, (name, phase, _) in enumerate(phases):
@@ -436,33 +387,28 @@ def _compute_tables(evaluator, layouts, grid: TableGrid, seed: int) -> dict:
 
 def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: int = 0,
                  cache: bool = True, cache_dir=None) -> IterationTables:
-    """Sample ``evaluator`` over ``grid`` for every layout in ``layouts`` and measure the
-    interpolation error. With ``cache`` the arrays are stored under a hash of the
-    evaluator's ``cache_key()``, the grid, the layouts and the code version
-    (:func:`h2m2sim.cache.cached`; an evaluator with a ``cache_salt()`` method supplies its
-    own version string, e.g. ``code_digest("dram_models", "h2m2sim.npu")``), so a second
-    run with the same inputs reuses them. An evaluator with a ``table_grid(grid)`` method
-    may return a coarser grid (the cycle-level one caps the token points)."""
+    """Sample ``evaluator`` over ``grid`` for every layout in ``layouts`` (and the
+    contiguous one, which prefill and copies use) and measure the interpolation error.
+    The grid is the evaluator's ``table_grid(grid)`` (an evaluator whose points are
+    simulations may coarsen it). With ``cache`` the arrays are stored under a hash of the
+    evaluator's ``cache_key()``, the grid, the layouts and the code version (the
+    evaluator's ``cache_salt()``, e.g. ``code_digest("dram_models", "h2m2sim.npu")``, or
+    all the code when that is None; :func:`h2m2sim.cache.cached`), so a second run with
+    the same inputs reuses them."""
     if not isinstance(evaluator, PointEvaluator):
-        raise ConfigError("evaluator", "must provide evaluate(), cache_key(), label and "
-                          "cycle_level (see h2m2sim.serving.timing.PointEvaluator)")
+        raise ConfigError("evaluator", "must be a PointEvaluator (h2m2sim.compute.evaluator), "
+                          f"got {type(evaluator).__name__}")
     for lay in layouts:
-        layout_kind(lay)
-    layouts = sorted(set(layouts) | {"contiguous"})
-    if hasattr(evaluator, "table_grid"):
-        # an evaluator whose points are simulations may ask for a coarser grid
-        grid = evaluator.table_grid(grid)
+        if not isinstance(lay, KVLayout):
+            raise ConfigError("kv_layout", f"must be a KVLayout, got {lay!r}")
+    # ordered by name: the order fixes the random error samples of each layout
+    layouts = sorted(set(layouts) | {CONTIGUOUS}, key=str)
+    grid = evaluator.table_grid(grid)
     compute = lambda: _compute_tables(evaluator, layouts, grid, seed)  # noqa: E731
-    if cache:
-        from h2m2sim.cache import cached
-        key = {"evaluator": evaluator.cache_key(), "grid": dataclasses.asdict(grid),
-               "layouts": layouts, "seed": seed}
-        # an evaluator may narrow the code-version salt to the modules it depends on
-        salt = evaluator.cache_salt() if hasattr(evaluator, "cache_salt") else None
-        arrays = cached("serving-iteration-tables", key, compute, fmt="npz",
-                        cache_dir=cache_dir, salt=salt)
-    else:
-        arrays = compute()
+    if not cache:
+        return IterationTables(compute(), evaluator.label, evaluator.cycle_level)
+    key = {"evaluator": evaluator.cache_key(), "grid": dataclasses.asdict(grid),
+           "layouts": [str(x) for x in layouts], "seed": seed}
+    arrays = cached("serving-iteration-tables", key, compute, fmt="npz",
+                    cache_dir=cache_dir, salt=evaluator.cache_salt())
     return IterationTables(arrays, evaluator.label, evaluator.cycle_level)
-
-

@@ -21,7 +21,7 @@ preemption, whose lengths are not used for learning or utilization.
 
 The KV *layout* of a request is ``extents(req)``: base addresses and lengths (bytes) of
 its pieces, in logical token order — one extent for contiguous allocators, one per block
-for paged ones. :mod:`h2m2sim.memory.allocators.traffic` turns extents into the DRAM read
+for paged ones. :mod:`h2m2sim.allocators.traffic` turns extents into the DRAM read
 stream of attention.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 
 __all__ = ["KVAllocator", "AllocEvent", "ExtentHeap", "ContiguousAllocator"]
 
@@ -67,9 +68,25 @@ class _Req:
 class KVAllocator(abc.ABC):
     """Base class of KV-cache allocators. Subclasses implement ``_reserve``, ``_grow``,
     ``_release``, ``extents`` and ``kv_layout``; the base keeps the per-request
-    bookkeeping, statistics and event log common to all of them."""
+    bookkeeping, statistics and event log common to all of them.
+
+    What a serving loop may ask of an allocator beyond the life of a request is declared
+    here, as class attributes a subclass sets, not discovered: ``uses_prediction`` (it
+    sizes a request from a predicted length: ODMA), ``tags_buckets`` (it tells which
+    bucket a request would get, for bucket-aware co-batching: :meth:`bucket_tag`),
+    ``grows_in_blocks`` (it grows one fixed block at a time, so the loop may grant
+    blocks inside a decode window: ``block_tokens``, ``free_blocks`` and
+    :meth:`grow_blocks`), ``manages_activations`` (it also holds the activations, so
+    the loop sizes them: the eLLM pool) and ``bounded_by_max_new_tokens`` (its worst
+    case per request shrinks when the server caps the output: it takes
+    ``max_new_tokens``)."""
 
     name: ClassVar[str] = "abstract"
+    uses_prediction: ClassVar[bool] = False
+    tags_buckets: ClassVar[bool] = False
+    grows_in_blocks: ClassVar[bool] = False
+    manages_activations: ClassVar[bool] = False
+    bounded_by_max_new_tokens: ClassVar[bool] = False
 
     def __init__(self, capacity_bytes: int, bytes_per_token: int, *, base_address: int = 0,
                  max_context_tokens: int | None = None, log_all_events: bool = False):
@@ -105,9 +122,9 @@ class KVAllocator(abc.ABC):
     # ---------------------------------------------------------------- public API
     @property
     @abc.abstractmethod
-    def kv_layout(self) -> str:
-        """``"contiguous"`` or ``"paged:<block_tokens>"``: the layout class passed to the
-        iteration-time model."""
+    def kv_layout(self) -> KVLayout:
+        """How the allocator lays KV out (contiguous, or paged with its block size): what
+        the iteration-time model prices."""
 
     def reserve(self, req_id: int, prompt_tokens: int, *, predicted_output: float | None = None,
                 uncertainty: float = 0.0, need_tokens: int | None = None) -> bool:
@@ -216,9 +233,28 @@ class KVAllocator(abc.ABC):
             return None
         return self.util_actual_tokens / self.util_reserved_tokens
 
+    def migration_rate(self) -> float | None:
+        """Migrations per completed request, for allocators whose requests migrate
+        between size classes (None for the others)."""
+        return None
+
+    def predictor_accuracy(self) -> float | None:
+        """Fraction of completed requests whose predicted size covered them, for
+        allocators that use a prediction (None for the others)."""
+        return None
+
+    def bucket_tag(self, prompt_tokens: int, predicted_output: float | None,
+                   uncertainty: float = 0.0) -> int:
+        """The size class a request would get now (``tags_buckets`` allocators)."""
+        raise NotImplementedError(f"the {self.name} allocator has no buckets")
+
+    def grow_blocks(self, req_ids) -> None:
+        """One more block for each request of ``req_ids`` (``grows_in_blocks``)."""
+        raise NotImplementedError(f"the {self.name} allocator does not grow in blocks")
+
     def stats(self) -> dict:
         """Counters and memory figures (tokens and bytes)."""
-        out = {"allocator": self.name, "kv_layout": self.kv_layout,
+        out = {"allocator": self.name, "kv_layout": str(self.kv_layout),
                "capacity_tokens": self.capacity_tokens, "capacity_bytes": self.capacity_bytes,
                "reserved_tokens": self.reserved_tokens,
                "peak_reserved_tokens": self.peak_reserved_tokens,
@@ -358,8 +394,8 @@ class ContiguousAllocator(KVAllocator):
         self.counts.update({"carve": 0, "cache_hit": 0, "flush": 0, "deny_fragmented": 0})
 
     @property
-    def kv_layout(self) -> str:
-        return "contiguous"
+    def kv_layout(self) -> KVLayout:
+        return CONTIGUOUS
 
     def _round(self, tokens: int) -> int:
         a = self.align_tokens

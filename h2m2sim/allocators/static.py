@@ -19,6 +19,7 @@ class StaticAllocator(ContiguousAllocator):
     before it exceeds the worst case, so ``grow`` beyond it fails."""
 
     name = "static"
+    bounded_by_max_new_tokens = True
 
     @dataclass(frozen=True)
     class Params:

@@ -1,7 +1,7 @@
 """Iteration times for the eLLM reproduction: a GPU-like roofline device over the system's
 DRAM as measured by the DRAM engine (:class:`h2m2sim.compute.roofline.RooflineDevice`),
 wrapped as a serving point evaluator (``evaluate(phase, batch, context_tokens_per_request,
-kv_layout)``, ``label``, ``cycle_level``, ``cache_key``).
+kv_layout)``, a :class:`~h2m2sim.compute.evaluator.PointEvaluator`).
 
 Per iteration, every decoder layer runs as kernels priced ``max(FLOPs / (peak x eff),
 bytes / measured bandwidth) + launch overhead`` (:meth:`RooflineDevice.kernel_ns`):
@@ -9,8 +9,9 @@ bytes / measured bandwidth) + launch overhead`` (:meth:`RooflineDevice.kernel_ns
 * projections (fused QKV, output, gated FFN up, FFN down): ``2 x params x tokens``
   FLOPs; the weights read once per iteration, the activations in and out;
 * attention, decode: ``4 x heads x head_dim x context`` FLOPs per request; the request's
-  K and V read at the bandwidth of the KV layout's access pattern (``paged:<t>``: scattered
-  blocks of ``t`` tokens of one layer's K or V, a ``paged:<bytes>`` DRAM pattern); one new
+  K and V read at the bandwidth of the KV layout's access pattern (paged with blocks of
+  ``t`` tokens: scattered blocks of ``t`` tokens of one layer's K or V, the DRAM pattern
+  ``paged:<bytes>`` of :mod:`dram_models.patterns`); one new
   K/V token written;
 * attention, prefill (FlashAttention, causal): ``4 x heads x head_dim x p(p+1)/2`` FLOPs
   per prompt of ``p`` tokens, Q/K/V read and the output written once (scores stay on
@@ -27,7 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from dram_models.schema import to_dict
+from h2m2sim.compute.evaluator import PointEvaluator
+from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import KVLayout
+from h2m2sim.model import load_model
+from h2m2sim.model.spec import dtype_bytes
 
 __all__ = ["A100_ROOFLINE", "RooflineEvaluator"]
 
@@ -46,7 +53,7 @@ A100_ROOFLINE = dict(
              "memory": "a100-80gb preset: 40 HBM2E channels, measured with the DRAM engine"})
 
 
-class RooflineEvaluator:
+class RooflineEvaluator(PointEvaluator):
     """Serving point evaluator on a :class:`RooflineDevice` for ``model`` in ``dtype``.
 
     ``device`` may be given (a RooflineDevice) or is built from ``system`` (default
@@ -57,9 +64,6 @@ class RooflineEvaluator:
     def __init__(self, model, dtype: str = "fp16", *, system: str = "a100-80gb",
                  spec: dict | None = None, device=None, cache: bool = True,
                  cache_dir=None):
-        from h2m2sim.compute.roofline import RooflineDevice
-        from h2m2sim.model import load_model
-        from h2m2sim.model.spec import dtype_bytes
         self.model = load_model(model) if isinstance(model, str) else model
         self.dtype = dtype
         self.db = dtype_bytes(dtype)
@@ -87,13 +91,12 @@ class RooflineEvaluator:
                       "not cycle-level")
 
     # ------------------------------------------------------------------ helpers
-    def _kv_pattern(self, kv_layout: str) -> str:
-        from .timing import layout_kind
-        kind, block = layout_kind(kv_layout)
-        if kind == "contiguous":
+    def _kv_pattern(self, kv_layout: KVLayout) -> str:
+        """The DRAM access pattern (a :mod:`dram_models.patterns` name) of the layout."""
+        if not kv_layout.is_paged:
             return "seq"
         # one block of one layer's K (or V): block tokens x kv heads x head_dim x dtype
-        return f"paged:{block * self.kv_layer_token // 2}"
+        return f"paged:{kv_layout.block_tokens * self.kv_layer_token // 2}"
 
     def _linears_ns(self, tokens: float) -> float:
         dev, db = self.device, self.db
@@ -109,8 +112,8 @@ class RooflineEvaluator:
                                      rows * self.vocab * self.db)
 
     # ------------------------------------------------------------------ interface
-    def evaluate(self, phase: str, batch: int, context_tokens_per_request, kv_layout: str
-                 ) -> float:
+    def evaluate(self, phase: str, batch: int, context_tokens_per_request,
+                 kv_layout: KVLayout) -> float:
         """Seconds of one iteration (see the module docstring)."""
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
         dev = self.device
@@ -135,7 +138,6 @@ class RooflineEvaluator:
         raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
 
     def cache_key(self) -> Any:
-        from dram_models.schema import to_dict
         return {"roofline_eval": {"model": to_dict(self.model), "dtype": self.dtype,
                                   "device": self.device.name,
                                   "spec": to_dict(self.device.spec),

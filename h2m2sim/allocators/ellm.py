@@ -42,6 +42,7 @@ import numpy as np
 
 from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import KVLayout
 
 from .base import KVAllocator
 
@@ -92,6 +93,8 @@ class ElasticAllocator(KVAllocator):
     the serving loop does it from the model's activation footprint."""
 
     name = "ellm"
+    grows_in_blocks = True
+    manages_activations = True
 
     @dataclass(frozen=True)
     class Params:
@@ -216,8 +219,8 @@ class ElasticAllocator(KVAllocator):
 
     # ---------------------------------------------------------------- pool state
     @property
-    def kv_layout(self) -> str:
-        return f"paged:{self.block_tokens}"
+    def kv_layout(self) -> KVLayout:
+        return KVLayout.paged(self.block_tokens)
 
     @property
     def kv_used_chunks(self) -> int:

@@ -45,7 +45,9 @@ from typing import Any
 import numba
 import numpy as np
 
+from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
+from h2m2sim.model import load_model
 
 __all__ = ["AttentionShape", "Schedule", "schedule", "MODES", "ACCEPTANCE_EXPONENT", "rows_per_allocation",
            "round_pow2", "BMCCostModel", "Breakdown"]
@@ -87,7 +89,6 @@ class AttentionShape:
     def from_model(cls, model: Any, batch: int) -> "AttentionShape":
         """Shape of ``model`` (a ModelSpec or zoo name) at batch size ``batch``."""
         if isinstance(model, str):
-            from h2m2sim.model import load_model
             model = load_model(model)
         return cls(batch=int(batch), layers=model.layers, heads=model.heads,
                    kv_heads=model.kv_heads, head_dim=model.head_dim,
@@ -214,7 +215,6 @@ def rows_per_allocation(mode: str, n_max: int, *, r: int | None = None,
     """Rows per allocation ``r`` of ``mode`` for a maximum context ``n_max``: iterative 1,
     upfront N, bmc the given ``r`` (or ``ceil(N / T)``), bmc-auto ``N / round_pow2(auto_T)``."""
     if mode not in MODES:
-        from dram_models.schema import suggest
         raise ConfigError("mode", f"unknown BMC mode {mode!r}{suggest(str(mode), MODES)}; "
                           f"known: {', '.join(MODES)}")
     if mode == "iterative":
@@ -379,7 +379,6 @@ class BMCCostModel:
         of every layer (Q/K/V/O projections and FFN: ``2 x params x batch x queries``
         FLOPs, the weights read once) and the LM head, as roofline kernels."""
         if isinstance(model, str):
-            from h2m2sim.model import load_model
             model = load_model(model)
         tok = self.shape.batch * queries
         e = model.dtype_bytes()

@@ -1,6 +1,6 @@
 """BMC allocator: contiguous KV extents with ``r`` spare rows, re-allocated (allocate +
 copy) whenever the spare rows run out (Ramachandran et al., "Striking the Right Balance
-between Compute and Copy"; the cost model is :mod:`h2m2sim.bmc`).
+between Compute and Copy"; the cost model is :mod:`h2m2sim.compute.bmc`).
 
 A request's extent always holds a multiple of ``r`` tokens (capped at
 ``max_context_tokens``). ``grow`` beyond it takes a new extent of the next multiple, logs a
@@ -11,7 +11,7 @@ and frees the old one. Attention runs over the whole extent with a mask:
 Modes (``mode``): ``iterative`` (r = 1, HuggingFace: a new extent and a copy every
 token), ``upfront`` (r = max_context_tokens: one extent, never copied), ``bmc`` (``spare_rows``
 = r, or ``allocations`` = T with r = ceil(max_context / T)), ``bmc-auto`` (T from the
-analytical optimum of :meth:`h2m2sim.bmc.BMCCostModel.analytical_T`, measured on a
+analytical optimum of :meth:`h2m2sim.compute.bmc.BMCCostModel.analytical_T`, measured on a
 roofline device of ``system``/``side`` for ``model`` at ``batch``, rounded to a power of
 two; or given directly as ``auto_T``). Speculative decoding needs nothing special here:
 the speculated tokens live in the spare rows (``grow`` is asked only when the accepted
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dram_models.schema import param
+from h2m2sim.compute.bmc import AttentionShape, BMCCostModel, rows_per_allocation
+from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
 
 from .base import ContiguousAllocator
@@ -66,7 +68,6 @@ class BMCAllocator(ContiguousAllocator):
                  speculative_k: int = 1, accepted_m: float = 1.0, align_tokens: int = 1,
                  **kw):
         super().__init__(capacity_bytes, bytes_per_token, align_tokens=align_tokens, **kw)
-        from h2m2sim.bmc import rows_per_allocation
         n = self.max_context_tokens
         self.mode = mode
         if mode == "bmc" and spare_rows is None and allocations is None:
@@ -75,8 +76,6 @@ class BMCAllocator(ContiguousAllocator):
             if system is None or model is None:
                 raise ConfigError("allocator.bmc.system", "mode 'bmc-auto' needs auto_T, or "
                                   "system and model to measure it on")
-            from h2m2sim.bmc import AttentionShape, BMCCostModel
-            from h2m2sim.compute import RooflineDevice
             cm = BMCCostModel(RooflineDevice(system, side),
                               AttentionShape.from_model(model, batch))
             auto_T = cm.analytical_T(n, k=int(speculative_k), m=float(accepted_m))
@@ -125,7 +124,3 @@ class BMCAllocator(ContiguousAllocator):
                    copied_tokens=self.copied_tokens)
         return out
 
-
-from . import register  # noqa: E402  (the package defines register before importing us)
-
-register("bmc", BMCAllocator)

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from h2m2sim.memory.kv_layout import KVLayout
+
 from .base import KVAllocator
+from .paged import PagedAllocator
 
 __all__ = ["token_segments", "kv_read_addresses", "segment_reads", "sample_layout_reads",
            "steady_state_layout"]
@@ -81,7 +84,7 @@ def segment_reads(segments, base_address: int, capacity_tokens: int, bytes_per_t
     return (np.repeat(addr, nacc) + offs * access_bytes).astype(np.uint64)
 
 
-def sample_layout_reads(kv_layout: str, context_tokens, bytes_per_token: int, *,
+def sample_layout_reads(kv_layout: KVLayout, context_tokens, bytes_per_token: int, *,
                         planes: int = 1, access_bytes: int = 64, capacity_tokens=None,
                         churn: int = 2000, seed: int = 0) -> np.ndarray:
     """A representative attention read stream for one iteration-table point: requests
@@ -89,22 +92,18 @@ def sample_layout_reads(kv_layout: str, context_tokens, bytes_per_token: int, *,
     in a server that has been running for a while.
 
     ``contiguous``: one extent per request, extents back to back, 16-token aligned.
-    ``paged:<b>``: a :class:`~.paged.PagedAllocator` of ``capacity_tokens`` tokens (default
+    paged with blocks of ``b`` tokens: a :class:`~.paged.PagedAllocator` of ``capacity_tokens`` tokens (default
     4x the batch's tokens, at least 4,096) is churned by ``churn`` seeded reserve/release
     operations of short random requests so that its free list is scrambled as in steady
     state; then the batch is reserved and grown one block at a time, round-robin, as
     decoding does. Returns byte addresses as :func:`kv_read_addresses` does, for a region
     based at 0. Deterministic for a seed; the cycle-level evaluator can wrap the result in
     a :class:`dram_models.trace.Trace`."""
-    from h2m2sim.serving.timing import layout_kind  # local: avoids an import cycle
-
-    from .paged import PagedAllocator
-
     ctx = np.maximum(np.asarray(context_tokens, dtype=np.int64), 0)
-    kind, block = layout_kind(kv_layout)
+    block = kv_layout.block_tokens
     aligned = -(-np.maximum(ctx, 1) // 16) * 16
     cap = int(capacity_tokens or max(4 * int(aligned.sum()), 4096))
-    if kind == "contiguous":
+    if not kv_layout.is_paged:
         starts = np.concatenate([[0], np.cumsum(aligned)[:-1]])
         segs = [(np.array([s]), np.array([c])) for s, c in zip(starts.tolist(), ctx.tolist())]
         return segment_reads(segs, 0, cap, bytes_per_token, planes=planes,
@@ -138,7 +137,7 @@ def sample_layout_reads(kv_layout: str, context_tokens, bytes_per_token: int, *,
     return kv_read_addresses(a, ids, ctx, planes=planes, access_bytes=access_bytes)
 
 
-def steady_state_layout(kv_layout: str, context_tokens, *, pool_factor: float = 2.0,
+def steady_state_layout(kv_layout: KVLayout, context_tokens, *, pool_factor: float = 2.0,
                         seed: int = 0) -> tuple[list, np.ndarray, int]:
     """Where a batch's KV sits in a server that has been running for hours.
 
@@ -149,17 +148,15 @@ def steady_state_layout(kv_layout: str, context_tokens, *, pool_factor: float = 
     which a caller needs to lay heads out inside a unit the way real engines do.
 
     ``contiguous``: one extent per request, 16-token aligned, back to back.
-    ``paged:<b>``: after long churn (requests of every lifetime arriving and leaving), the
+    paged with blocks of ``b`` tokens: after long churn (requests of every lifetime arriving and leaving), the
     order of vLLM's free list bears no relation to addresses any more; we model that end
     state directly as a seeded random permutation of the ``pool_factor`` x needed blocks of
     the pool, consumed round-robin by the batch one block per request per step, as decoding
     grows requests. (:func:`sample_layout_reads` instead runs a short churn on the
     allocator itself, which leaves the untouched tail of the pool in address order.)"""
-    from h2m2sim.serving.timing import layout_kind  # local: avoids an import cycle
-
     ctx = np.maximum(np.asarray(context_tokens, dtype=np.int64), 1)
-    kind, block = layout_kind(kv_layout)
-    if kind == "contiguous":
+    block = kv_layout.block_tokens
+    if not kv_layout.is_paged:
         aligned = -(-ctx // 16) * 16
         starts = np.concatenate([[0], np.cumsum(aligned)[:-1]]).astype(np.int64)
         segs = [(np.array([s]), np.array([c])) for s, c in zip(starts.tolist(), ctx.tolist())]

@@ -8,6 +8,7 @@ import numpy as np
 
 from dram_models.schema import param
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import KVLayout
 
 from .base import KVAllocator
 
@@ -25,6 +26,7 @@ class PagedAllocator(KVAllocator):
     """
 
     name = "paged"
+    grows_in_blocks = True
 
     @dataclass(frozen=True)
     class Params:
@@ -57,8 +59,8 @@ class PagedAllocator(KVAllocator):
         self.block_bytes = self.block_tokens * self.bytes_per_token
 
     @property
-    def kv_layout(self) -> str:
-        return f"paged:{self.block_tokens}"
+    def kv_layout(self) -> KVLayout:
+        return KVLayout.paged(self.block_tokens)
 
     def _nblocks(self, tokens: int) -> int:
         return -(-int(tokens) // self.block_tokens)

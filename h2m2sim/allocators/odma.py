@@ -15,7 +15,7 @@ Per request the predictor gives a length estimate ``L`` and an uncertainty ``u``
   copied, for the DRAM model to price), then the old extent is freed.
 * Free extents are kept on per-size free lists (O(1) reserve/release when a slot of that
   size was freed before) over a coalescing first-fit heap (see
-  :class:`~h2m2sim.memory.allocators.base.ContiguousAllocator`).
+  :class:`~h2m2sim.allocators.base.ContiguousAllocator`).
 
 Defaults are the papers' (strategy paper, Sec. III-B/C): gamma = 0.2, tau = 0.8, B = 4
 buckets, a 10,000-request window, refresh every 1,000 requests.
@@ -34,7 +34,6 @@ from typing import Literal, Optional
 import numpy as np
 
 from dram_models.schema import param
-
 from h2m2sim.errors import ConfigError
 
 from .base import ContiguousAllocator
@@ -138,6 +137,9 @@ class ODMAAllocator(ContiguousAllocator):
     (migrations / completed requests)."""
 
     name = "odma"
+    uses_prediction = True
+    tags_buckets = True
+    bounded_by_max_new_tokens = True
 
     @dataclass(frozen=True)
     class Params:

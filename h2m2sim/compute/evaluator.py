@@ -1,0 +1,52 @@
+"""The interface of an iteration-time source: what the serving layer samples into its
+iteration-time tables (:func:`h2m2sim.serving.timing.build_tables`).
+
+A point evaluator prices one iteration: ``evaluate(phase, batch,
+context_tokens_per_request, kv_layout)`` in seconds, for the phases ``decode`` (one
+token per request; attention reads the KV tokens each request holds, laid out as
+``kv_layout``), ``prefill`` (the prompts) and ``kv_copy`` (a contiguous copy of
+``context_tokens_per_request[0]`` KV tokens, the price of a migration). Implementations:
+the cycle-level NPU and DRAM model (:mod:`h2m2sim.serving.cycle_eval`), a roofline
+device (:mod:`h2m2sim.compute.llm_roofline`) and the analytic placeholder
+(:class:`h2m2sim.serving.timing.AnalyticEvaluator`).
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from h2m2sim.memory.kv_layout import KVLayout
+
+__all__ = ["PointEvaluator", "PHASES"]
+
+PHASES = ("prefill", "decode", "kv_copy")
+
+
+class PointEvaluator(abc.ABC):
+    """Iteration times of one deployment (model, device, dtype). ``label`` says how the
+    numbers are obtained and is printed with every result; ``cycle_level`` is True only
+    for the cycle-level system model (its points are simulations, run on threads)."""
+
+    label: str = ""
+    cycle_level: bool = False
+
+    @abc.abstractmethod
+    def evaluate(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
+                 kv_layout: KVLayout) -> float:
+        """Seconds of one iteration (module docstring)."""
+
+    @abc.abstractmethod
+    def cache_key(self) -> Any:
+        """JSON-able description of everything the times depend on but the code."""
+
+    def cache_salt(self) -> str | None:
+        """Version of the code the times depend on (e.g. a digest of some modules);
+        None: all of the simulator's code."""
+        return None
+
+    def table_grid(self, grid):
+        """The grid to sample given the requested one; an evaluator whose points are
+        simulations may coarsen it."""
+        return grid
