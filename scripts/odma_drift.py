@@ -81,8 +81,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     from h2m2sim.serving.config import ServingConfig
+    from h2m2sim.serving.deployment import resolve_device, resolve_model
     from h2m2sim.serving.run import EVALUATORS, serve
-    from h2m2sim.serving.setup import resolve_device, resolve_model
     os.makedirs(args.out, exist_ok=True)
     tr = drift_trace(args.per_phase, args.rate, args.seed)
     first = (tr.prompt_tokens + tr.output_tokens)[:args.per_phase]
@@ -94,12 +94,12 @@ def main(argv=None):
                 "frozen": dict(base, refresh_every=10**9)}
     ev, rows, summary = None, [], {}
     for name, params in variants.items():
-        cfg = ServingConfig(allocator="odma", allocator_params=params, predictor="noisy",
+        cfg = ServingConfig(predictor="noisy",
                             predictor_params={"accuracy": 0.9}, max_context_tokens=8192,
                             max_new_tokens=1024)
-        ev = ev or EVALUATORS[args.evaluator](model, dev, cfg)
-        res = serve(tr, cfg, model=model, device=dev, evaluator=ev, seed=args.seed,
-                    record_timeline=True)
+        ev = ev or EVALUATORS.get(args.evaluator)(model, dev, cfg)
+        res = serve(tr, cfg, allocator="odma", allocator_params=params, model=model,
+                    device=dev, evaluator=ev, seed=args.seed, record_timeline=True)
         m = res.metrics
         summary[name] = {k: m.get(k) for k in ("kv_utilization", "tokens_per_s",
                                                "ttft_p50_s", "predictor_accuracy",

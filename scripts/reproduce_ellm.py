@@ -53,10 +53,15 @@ PAPER = {"decode_throughput_gain_128k_8k": 2.32, "total_throughput_gain_128k_8k"
 
 
 def setup(cache_dir=None):
+    from h2m2sim.compute.llm_roofline import RooflineEvaluator
+    from h2m2sim.memory.kv_layout import KVLayout
     from h2m2sim.model import load_model
+    from h2m2sim.serving.deployment import (
+        kv_capacity_bytes,
+        model_sizes,
+        resolve_device,
+    )
     from h2m2sim.serving.ellm import activation_model
-    from h2m2sim.serving.ellm_eval import RooflineEvaluator
-    from h2m2sim.serving.setup import kv_capacity_bytes, model_sizes, resolve_device
     from h2m2sim.serving.timing import TableGrid, build_tables
     model = load_model(MODEL)
     dev = resolve_device(SYSTEM)
@@ -65,7 +70,7 @@ def setup(cache_dir=None):
     ev = RooflineEvaluator(model, DTYPE, system=SYSTEM, cache_dir=cache_dir)
     acts = activation_model(MODEL, DTYPE)
     bpt = sizes["kv_bytes_per_token"]
-    layout = f"paged:{max(1, 2 * 2**20 // bpt)}"
+    layout = KVLayout.paged(max(1, 2 * 2**20 // bpt))
     grid = TableGrid(max_batch=MAX_BATCH, max_tokens=CONTEXT, token_points=20,
                      error_samples=12)
     tables = build_tables(ev, [layout], grid, cache=True, cache_dir=cache_dir)
@@ -75,16 +80,16 @@ def setup(cache_dir=None):
 
 def run(env, mode, prompt, output, n, rate=None, seed=0, slo=None):
     """One serving run of ``n`` fixed-length requests in memory ``mode``."""
-    from h2m2sim.memory.allocators import make_allocator
+    from h2m2sim.allocators import make_allocator
     from h2m2sim.serving.config import ServingConfig
-    from h2m2sim.serving.sim import simulate
+    from h2m2sim.serving.run import simulate
     from h2m2sim.serving.traces import RequestTrace
     elastic, buf = MODES[mode]
     trace = RequestTrace(np.zeros(n), np.full(n, prompt, np.int64), np.full(n, output, np.int64),
                          None, f"fixed {prompt}/{output}", False, "offline: all at t=0")
     if rate is not None:
         trace = trace.with_poisson_arrivals(rate, seed)
-    cfg = ServingConfig(allocator="ellm", max_batch=MAX_BATCH, max_prefill_tokens=CONTEXT,
+    cfg = ServingConfig(max_batch=MAX_BATCH, max_prefill_tokens=CONTEXT,
                         max_context_tokens=CONTEXT, memory_fraction=MEMORY_FRACTION)
     opts = dict(max_context_tokens=CONTEXT, elastic=elastic, cpu_buffer_bytes=buf)
     if slo is not None:

@@ -53,12 +53,14 @@ KEEP = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s", "predictor
 
 
 def devices():
-    from h2m2sim.serving.setup import resolve_device
+    from h2m2sim.serving.deployment import resolve_device
+    from h2m2sim.system import load_system_preset
     lp = resolve_device(SYSTEM)
     # the same node with each card's memory replaced by the h2m2 preset's HBM3 side
     # (3.28 TB/s), capacity kept at 24 GB per card so only the memory technology changes
     hbm = dataclasses.replace(lp, name=f"{SYSTEM}-hbm3", memory="HBM3-6400",
-                              bandwidth_GBps=3276.8, system="h2m2", side="hbm",
+                              bandwidth_GBps=3276.8, system=load_system_preset("h2m2"),
+                              side="hbm",
                               source="mlu370-x4 node with h2m2 HBM3 side as card memory")
     return {"lpddr5": lp, "hbm3": hbm}
 
@@ -68,14 +70,14 @@ def run_one(trace_name, dev, alloc_key, args, model, evaluators):
     from h2m2sim.serving.run import EVALUATORS, serve
     alloc, params, pred = ALLOCATORS[alloc_key]
     cfg = ServingConfig(trace=trace_name, max_requests=args.max_requests,
-                        arrival_rate=RATES.get(trace_name, 10.0), allocator=alloc,
-                        allocator_params=dict(params), predictor=pred,
+                        arrival_rate=RATES.get(trace_name, 10.0), predictor=pred,
                         max_context_tokens=CONTEXT)
     key = (dev.name, args.evaluator)
     if key not in evaluators:
-        evaluators[key] = EVALUATORS[args.evaluator](model, dev, cfg)
+        evaluators[key] = EVALUATORS.get(args.evaluator)(model, dev, cfg)
     t = time.time()
-    res = serve(None, cfg, model=model, device=dev, evaluator=evaluators[key], seed=args.seed)
+    res = serve(None, cfg, allocator=alloc, allocator_params=dict(params), model=model,
+                device=dev, evaluator=evaluators[key], seed=args.seed)
     m = res.metrics
     row = {k: m.get(k) for k in KEEP}
     row["wall_s"] = round(time.time() - t, 2)
@@ -85,7 +87,7 @@ def run_one(trace_name, dev, alloc_key, args, model, evaluators):
 def s3_accuracy(trace_name, args):
     """Held-out bucket-coverage accuracy of the S3-style predictor (10 equal-width static
     buckets over the server's limit), the papers' baseline for Fig. 4."""
-    from h2m2sim.serving.setup import prepare_prediction
+    from h2m2sim.serving.deployment import prepare_prediction
     from h2m2sim.serving.traces import load_trace
     tr = load_trace(trace_name, args.max_requests, keep_text=True)
     _, rep = prepare_prediction(tr, "s3", {}, 2, args.seed, s3_max_length=CONTEXT)
@@ -136,7 +138,7 @@ def main(argv=None):
 
 
 def _main(args):
-    from h2m2sim.serving.setup import resolve_model
+    from h2m2sim.serving.deployment import resolve_model
     os.makedirs(args.out, exist_ok=True)
     model = resolve_model(MODEL)
     devs = devices()

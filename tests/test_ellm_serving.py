@@ -4,11 +4,13 @@ long context, conservation at the end of a run, determinism."""
 import numpy as np
 import pytest
 
+from h2m2sim.allocators import make_allocator
+from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
-from h2m2sim.memory.allocators import make_allocator
+from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.serving.config import ServingConfig
 from h2m2sim.serving.ellm import ActivationModel, BufferScaler, activation_model
-from h2m2sim.serving.sim import simulate
+from h2m2sim.serving.run import simulate
 from h2m2sim.serving.timing import TableGrid, build_tables
 from h2m2sim.serving.traces import RequestTrace
 
@@ -17,7 +19,7 @@ POOL = 60 * 10**9            # A100 80 GB x 0.95 - weights, roughly
 CTX = 262144
 
 
-class RooflineLike:
+class RooflineLike(PointEvaluator):
     """Decode = weights + KV over 2 TB/s; prefill = 2 x 8e9 FLOPs per token at 200 TFLOP/s
     plus weights. Affine, so the tables are exact."""
 
@@ -38,7 +40,7 @@ class RooflineLike:
 
 @pytest.fixture(scope="module")
 def tables():
-    return build_tables(RooflineLike(), ["paged:16"], TableGrid(256, CTX, 12, 0), cache=False)
+    return build_tables(RooflineLike(), [KVLayout.paged(16)], TableGrid(256, CTX, 12, 0), cache=False)
 
 
 def _trace(n, prompt, out, rate=None, seed=0):
@@ -47,7 +49,7 @@ def _trace(n, prompt, out, rate=None, seed=0):
 
 
 def _run(tables, trace, elastic=True, buf=0, **opts):
-    cfg = ServingConfig(allocator="ellm", max_batch=256, max_prefill_tokens=CTX,
+    cfg = ServingConfig(max_batch=256, max_prefill_tokens=CTX,
                         max_context_tokens=CTX)
     a = make_allocator("ellm", POOL, BPT, elastic=elastic, cpu_buffer_bytes=buf,
                        max_context_tokens=CTX, **opts)
@@ -165,7 +167,7 @@ def test_deterministic(tables):
 
 
 def test_needs_an_activation_model(tables):
-    cfg = ServingConfig(allocator="ellm", max_context_tokens=CTX, max_prefill_tokens=CTX)
+    cfg = ServingConfig(max_context_tokens=CTX, max_prefill_tokens=CTX)
     a = make_allocator("ellm", POOL, BPT, max_context_tokens=CTX)
     with pytest.raises(ConfigError, match="activation_model"):
         simulate(_trace(1, 10, 2), cfg, a, tables)

@@ -1,8 +1,6 @@
-"""``h2m2sim serve``: JSON keys, nulls where not applicable, clear one-line errors, a fake
-model when the model layer is unavailable."""
-import dataclasses
+"""``h2m2sim serve``: JSON keys, nulls where not applicable, clear one-line errors, a
+model from a file."""
 import json
-import sys
 
 import pytest
 
@@ -75,29 +73,12 @@ def test_bad_trace_row_is_named(capsys, tmp_path):
     assert f"{p} row 2" in capsys.readouterr().err
 
 
-def test_missing_model_layer_is_said_clearly(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "h2m2sim.model", None)   # import now fails
-    assert main(BASE + ["--allocator", "paged"]) == 2
-    assert "model layer (h2m2sim.model) is not available" in capsys.readouterr().err
-
-
-def test_runs_with_a_fake_model(capsys, monkeypatch):
-    @dataclasses.dataclass(frozen=True)
-    class FakeSpec:
-        name: str = "fake-1b"
-        layers: int = 4
-        hidden: int = 512
-        heads: int = 8
-        kv_heads: int = 8
-        head_dim: int = 64
-        ffn_dim: int = 2048
-
-        def kv_bytes_per_token_per_layer(self, dtype=None):
-            return 2 * self.kv_heads * self.head_dim * 2
-
-    import h2m2sim.cli.cmd_serve as cmd
-    from h2m2sim.serving import setup
-    monkeypatch.setattr(setup, "resolve_model", lambda name: FakeSpec())
-    m, _ = _serve(capsys, "--allocator", "static")
+def test_runs_with_a_model_from_a_file(capsys, tmp_path):
+    p = tmp_path / "fake-1b.yaml"
+    p.write_text("layers: 4\nhidden: 512\nheads: 8\nffn_dim: 2048\nvocab: 32000\n"
+                 "max_context: 4096\ndtype: fp16\n")
+    argv = BASE[:]
+    argv[argv.index("--model") + 1] = str(p)
+    assert main(argv + ["--allocator", "static"]) == 0
+    m = json.loads(capsys.readouterr().out)
     assert m["model"] == "fake-1b" and m["kv_bytes_per_token"] == 4 * 2 * 8 * 64 * 2
-    assert cmd.JSON_KEYS[0] == "kv_utilization"

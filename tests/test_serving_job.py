@@ -4,16 +4,16 @@ from types import SimpleNamespace as NS
 import pytest
 
 from dram_models.schema import load, to_dict
+from h2m2sim.allocators import ALLOCATORS
 from h2m2sim.errors import ConfigError
-from h2m2sim.memory.allocators import ALLOCATORS
 from h2m2sim.model import load_model
 from h2m2sim.serving.config import ServingConfig
 from h2m2sim.serving.job import run_serving
+from h2m2sim.system import resolve_system
 
 
-def _cfg(fidelity="estimate", allocator="odma", params=None):
-    system = NS(name="two-lpddr", sides=[NS(kind="lpddr", capacity_bytes=24 * 10**9,
-                                            bandwidth_gbps=300.0)] * 2)
+def _cfg(fidelity="estimate", allocator="odma", params=None, cards=2):
+    system = resolve_system({"preset": "mlu370-x4", "name": "two-lpddr", "cards": cards})
     return NS(workload=NS(serving=ServingConfig(trace="azure2023_code", max_requests=120)),
               policy=NS(allocator=allocator, allocator_params=params or {}),
               system=system, model=load_model("deepseek-r1-distill-qwen-7b"),
@@ -28,9 +28,11 @@ def test_job_runs_with_policy_allocator_and_estimate_fidelity():
     assert m["system"] == "two-lpddr" and m["cycle_level"] is False
 
 
-def test_job_refuses_cycle_fidelity_without_cycle_evaluator():
-    with pytest.raises(ConfigError, match="simulation.fidelity"):
-        run_serving(_cfg(fidelity="cycle"))
+def test_job_serves_over_the_systems_cards():
+    """Each card adds its memory: KV capacity = 0.9 x cards x 24 GB - weights."""
+    one, two = (run_serving(_cfg(allocator="paged", cards=c)) for c in (1, 2))
+    grown = two["kv_capacity_bytes"] - one["kv_capacity_bytes"]
+    assert grown == pytest.approx(0.9 * 24e9, rel=1e-6)
 
 
 @pytest.mark.parametrize("name", ["static", "paged", "odma"])

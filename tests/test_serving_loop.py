@@ -5,18 +5,20 @@ import json
 import numpy as np
 import pytest
 
+from h2m2sim.allocators import make_allocator
+from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError, OutOfMemoryError
-from h2m2sim.memory.allocators import make_allocator
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.predictors import make_predictor
 from h2m2sim.serving.config import ServingConfig, resolve_serving
-from h2m2sim.serving.sim import simulate
+from h2m2sim.serving.run import simulate
 from h2m2sim.serving.timing import AnalyticEvaluator, TableGrid, build_tables, interp2
 from h2m2sim.serving.traces import RequestTrace
 
 BPT = 1024  # KV bytes per token in these tests
 
 
-class AffineEval:
+class AffineEval(PointEvaluator):
     """Decode a + b*B + c*sum(ctx) (paged c scaled), prefill a + d*sum(p), copy e*n:
     exactly representable by the bilinear tables."""
 
@@ -31,7 +33,7 @@ class AffineEval:
         self.calls += 1
         ctx = np.asarray(ctx, dtype=float)
         if phase == "decode":
-            f = self.paged_factor if layout.startswith("paged") else 1.0
+            f = self.paged_factor if layout.is_paged else 1.0
             return 2e-3 + 1e-5 * batch + 1e-7 * f * ctx.sum()
         if phase == "prefill":
             return 2e-3 + 1e-6 * ctx.sum()
@@ -56,7 +58,7 @@ def _trace(n=300, seed=0, rate=20.0, max_prompt=100, max_out=200):
 def _run(trace, alloc="paged", cap_tokens=4096, pred=None, **cfg):
     cfg.setdefault("max_batch", 16)
     cfg.setdefault("max_context_tokens", 512)
-    c = ServingConfig(allocator=alloc, **cfg)
+    c = ServingConfig(**cfg)
     opts = {"max_context_tokens": c.max_context_tokens}
     if alloc == "odma":
         opts.update(window=50, refresh_every=20)
@@ -160,7 +162,7 @@ def test_limits_reject_and_cut():
 
 def test_never_admissible_request_is_an_error():
     t = RequestTrace(np.array([0.0]), np.array([400]), np.array([5]), None, "big")
-    c = ServingConfig(allocator="paged", max_batch=4, max_context_tokens=512)
+    c = ServingConfig(max_batch=4, max_context_tokens=512)
     a = make_allocator("paged", 600 * BPT, BPT, max_context_tokens=512, watermark=0.5)
     with pytest.raises(OutOfMemoryError, match="can never admit"):
         simulate(t, c, a, _tables([a.kv_layout], 4, 512))
@@ -168,20 +170,20 @@ def test_never_admissible_request_is_an_error():
 
 def test_tables_exact_for_affine_and_cached(tmp_path):
     ev = AffineEval()
-    tabs = build_tables(ev, ["paged:16"], TableGrid(64, 4096), cache=True, cache_dir=tmp_path)
+    tabs = build_tables(ev, [KVLayout.paged(16)], TableGrid(64, 4096), cache=True, cache_dir=tmp_path)
     assert tabs.errors["decode paged:16"]["max"] < 1e-9
     assert tabs.errors["decode contiguous"]["max"] < 1e-9
     ctx = np.array([100, 3000, 7])
-    assert tabs.decode_step_s(3, ctx, "paged:16") == pytest.approx(
-        ev.evaluate("decode", 3, ctx, "paged:16"))
+    assert tabs.decode_step_s(3, ctx, KVLayout.paged(16)) == pytest.approx(
+        ev.evaluate("decode", 3, ctx, KVLayout.paged(16)))
     assert tabs.prefill_s(np.array([10, 20])) == pytest.approx(2e-3 + 1e-6 * 30)
     assert tabs.kv_copy_s(1000) == pytest.approx(1e-5)
     calls = ev.calls
-    again = build_tables(ev, ["paged:16"], TableGrid(64, 4096), cache=True, cache_dir=tmp_path)
+    again = build_tables(ev, [KVLayout.paged(16)], TableGrid(64, 4096), cache=True, cache_dir=tmp_path)
     assert ev.calls == calls                                 # served from the cache
-    assert np.array_equal(again.decode["paged:16"], tabs.decode["paged:16"])
+    assert np.array_equal(again.decode[KVLayout.paged(16)], tabs.decode[KVLayout.paged(16)])
     with pytest.raises(ConfigError, match="no decode table"):
-        tabs.decode_step_s(1, [1], "paged:32")
+        tabs.decode_step_s(1, [1], KVLayout.paged(32))
 
 
 def test_interpolation_error_is_measured_for_curved_times():
@@ -190,7 +192,7 @@ def test_interpolation_error_is_measured_for_curved_times():
             ctx = np.asarray(ctx, dtype=float)
             return 1e-3 + 1e-6 * float(np.sum(ctx ** 1.5))
 
-    tabs = build_tables(Curved(), ["contiguous"], TableGrid(32, 2048, error_samples=20),
+    tabs = build_tables(Curved(), [CONTIGUOUS], TableGrid(32, 2048, error_samples=20),
                         cache=False)
     e = tabs.errors["decode contiguous"]
     assert e["max"] > 0.01 and e["mean"] <= e["max"]
@@ -210,20 +212,23 @@ def test_analytic_evaluator_is_labelled_and_layout_sensitive():
                            layout_efficiency={"contiguous": 1.0, "paged": 0.5})
     assert "NOT cycle-level" in ev.label and ev.cycle_level is False
     ctx = np.full(32, 2000)
-    c = ev.evaluate("decode", 32, ctx, "contiguous")
-    p = ev.evaluate("decode", 32, ctx, "paged:16")
+    c = ev.evaluate("decode", 32, ctx, CONTIGUOUS)
+    p = ev.evaluate("decode", 32, ctx, KVLayout.paged(16))
     kv = (ctx.sum() + 32) * 1e5 / 100e9
     assert p - c == pytest.approx(kv)               # half the efficiency: twice the KV time
     with pytest.raises(ConfigError, match="layout_efficiency"):
         AnalyticEvaluator(1, 1, 1, 1, 1.0, 1.0, {"paged": 0.5})
-    with pytest.raises(ConfigError, match="must provide evaluate"):
-        build_tables(object(), ["contiguous"], TableGrid(4, 16), cache=False)
+    with pytest.raises(ConfigError, match="must be a PointEvaluator"):
+        build_tables(object(), [CONTIGUOUS], TableGrid(4, 16), cache=False)
 
 
 def test_serving_config_resolution_names_keys():
-    c = resolve_serving({"trace": "alpaca", "allocator": "odma", "arrival_rate": 2.0},
+    c = resolve_serving({"trace": "alpaca", "predictor": "noisy", "arrival_rate": 2.0},
                         "workload.serving")
-    assert c.allocator == "odma" and c.max_batch == 256
+    assert c.predictor == "noisy" and c.max_batch == 256
+    # the allocator is chosen once, by policy.allocator
+    with pytest.raises(ConfigError, match="workload.serving.allocator: unknown key"):
+        resolve_serving({"allocator": "odma"}, "workload.serving")
     with pytest.raises(ConfigError, match="workload.serving.max_batchh.*did you mean"):
         resolve_serving({"max_batchh": 3}, "workload.serving")
     with pytest.raises(ConfigError, match="workload.serving.max_new_tokens"):
@@ -231,7 +236,8 @@ def test_serving_config_resolution_names_keys():
                         "workload.serving")
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 
 @settings(max_examples=40, deadline=None)
@@ -258,13 +264,13 @@ def test_conservation_property(seed, alloc, preemption, scheduler, n, cap, rate,
 def test_paged_fast_path_matches_step_by_step(preemption):
     """Block growth inside the Numba window must reproduce the step-by-step loop: same
     preemptions, same steps, same block addresses, same times (to rounding)."""
-    from h2m2sim.memory.allocators import PagedAllocator
+    from h2m2sim.allocators import PagedAllocator
 
     class StepByStep(PagedAllocator):
-        grow_blocks = property()          # hides the fast path: hasattr(...) is False
+        grows_in_blocks = False           # the loop grows it one grow() call at a time
 
     tr = _trace(250, seed=11, rate=300.0)
-    c = ServingConfig(allocator="paged", max_batch=16, max_context_tokens=512,
+    c = ServingConfig(max_batch=16, max_context_tokens=512,
                       preemption=preemption)
     out = []
     for cls in (PagedAllocator, StepByStep):

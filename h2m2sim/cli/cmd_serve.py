@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+import numpy as np
+
 __all__ = ["register", "run"]
 
 #: Metrics always present in --json output (null where not applicable).
@@ -18,8 +20,9 @@ JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
 
 
 def _kv(items, what):
-    from h2m2sim.errors import ConfigError
     import yaml
+
+    from h2m2sim.errors import ConfigError
     out = {}
     for item in items or ():
         key, sep, value = item.partition("=")
@@ -33,18 +36,19 @@ def _kv(items, what):
 
 
 def register(subparsers) -> None:
-    from h2m2sim.memory.allocators import ALLOCATORS
+    from h2m2sim.allocators import ALLOCATORS
     p = subparsers.add_parser(
         "serve", help="replay a request trace through a KV-cache allocator",
         description="Replay a request trace (CSV with arrival_s, prompt_tokens, output_tokens "
                     "[, prompt]; .gz allowed; or a bundled name: azure2023_conv, "
                     "azure2023_code, alpaca) with continuous batching and report serving "
-                    "metrics. Iteration times come from tables built by a point evaluator; "
-                    "until the cycle-level evaluator is registered that is an analytic "
-                    "placeholder, and the output says so.")
+                    "metrics. Iteration times come from tables built by a point evaluator: "
+                    "the cycle-level NPU chip and DRAM model by default, or the analytic "
+                    "placeholder, which the output then names.")
     p.add_argument("--trace", required=True, metavar="CSV", help="trace file or bundled name")
     p.add_argument("--system", required=True, metavar="PRESET",
-                   help="system preset (e.g. mlu370-x4)")
+                   help="system preset or YAML file (e.g. mlu370-x4: four cards, tensor "
+                        "parallel)")
     p.add_argument("--model", required=True, metavar="NAME",
                    help="model-zoo name (e.g. deepseek-r1-distill-qwen-7b)")
     p.add_argument("--allocator", required=True, choices=sorted(ALLOCATORS),
@@ -74,9 +78,9 @@ def register(subparsers) -> None:
                    help="allocator option, e.g. block_tokens=32, gamma=0.2 (repeatable)")
     p.add_argument("--predictor-param", action="append", metavar="KEY=VALUE",
                    help="predictor option, e.g. accuracy=0.9 (repeatable)")
-    p.add_argument("--evaluator", default=None, metavar="NAME",
-                   help="iteration-time evaluator (default: 'cycle' when registered, else "
-                        "the 'analytic' placeholder)")
+    p.add_argument("--evaluator", default="cycle", metavar="NAME",
+                   help="iteration-time evaluator: cycle (the NPU chip model and DRAM "
+                        "engine, default) or analytic (a labelled placeholder)")
     p.add_argument("--no-cache", action="store_true", help="do not reuse or store tables")
     p.set_defaults(func=run)
 
@@ -87,7 +91,7 @@ def _clean(obj):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+    if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
@@ -95,15 +99,13 @@ def _clean(obj):
 
 
 def run(args) -> int:
-    from dram_models.schema import load, parse_size, suggest
+    from dram_models.schema import load, parse_size
     from h2m2sim.errors import ConfigError
     from h2m2sim.serving.config import ServingConfig
+    from h2m2sim.serving.deployment import resolve_device, resolve_model
     from h2m2sim.serving.run import EVALUATORS, serve
-    from h2m2sim.serving.setup import resolve_device, resolve_model
 
-    data = {"trace": args.trace, "allocator": args.allocator,
-            "allocator_params": _kv(args.allocator_param, "allocator-param"),
-            "predictor": args.predictor,
+    data = {"trace": args.trace, "predictor": args.predictor,
             "predictor_params": _kv(args.predictor_param, "predictor-param")}
     for key, value in (("max_requests", args.max_requests), ("arrival_rate", args.rate),
                        ("max_batch", args.max_batch), ("max_context_tokens", args.max_context),
@@ -119,13 +121,11 @@ def run(args) -> int:
     cfg = load(ServingConfig, data, "serve")
     device = resolve_device(args.system)
     model = resolve_model(args.model)
-    name = args.evaluator or ("cycle" if "cycle" in EVALUATORS else "analytic")
-    if name not in EVALUATORS:
-        raise ConfigError("--evaluator", f"unknown evaluator {name!r}"
-                          f"{suggest(name, list(EVALUATORS))}; known: {', '.join(EVALUATORS)}")
-    evaluator = EVALUATORS[name](model, device, cfg)
-    result = serve(None, cfg, model=model, device=device, evaluator=evaluator,
-                   seed=args.seed, cache=not args.no_cache)
+    evaluator = EVALUATORS.get(args.evaluator, "--evaluator")(model, device, cfg)
+    result = serve(None, cfg, allocator=args.allocator,
+                   allocator_params=_kv(args.allocator_param, "allocator-param"), model=model,
+                   device=device, evaluator=evaluator, seed=args.seed,
+                   cache=not args.no_cache)
     m = _clean(result.metrics)
     for key in JSON_KEYS:
         m.setdefault(key, None)

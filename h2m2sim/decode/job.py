@@ -18,8 +18,14 @@ import numpy as np
 
 from h2m2sim.cache import options_from
 from h2m2sim.errors import ConfigError
-from h2m2sim.mapping import MAPPERS, NEEDS_TABLES, SUBLAYERS, SublayerTimes, estimate_ns, \
-    head_aware_time
+from h2m2sim.mapping import (
+    MAPPERS,
+    NEEDS_TABLES,
+    SUBLAYERS,
+    SublayerTimes,
+    estimate_ns,
+    head_aware_time,
+)
 from h2m2sim.model import normalize_batch
 
 from .hierarchical import run_hierarchical
@@ -48,6 +54,10 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
              dtype: str | None = None, fidelity: str = "sampled", cache: dict | None = None,
              ) -> dict:
     """Decide with ``mapper`` and simulate one iteration; returns the metrics dict."""
+    if system.cards > 1:
+        raise ConfigError("system.cards", f"the decode-iteration job simulates one card; "
+                          f"{system.name!r} has {system.cards} (set cards: 1, or serve it: "
+                          "serving workloads shard the model over the cards)")
     params = dict(params or {})
     unknown = set(params) - MAPPER_PARAMS
     if unknown:
@@ -145,5 +155,5 @@ def run_iteration(cfg) -> dict:
                           "prefill runs inside serving workloads")
     model = cfg.model
     return simulate(cfg.system, model, w.batch, w.seq, cfg.policy.mapper,
-                    cfg.policy.mapper_params, getattr(model, "dtype", None),
+                    cfg.policy.mapper_params, model.dtype,
                     cfg.simulation.fidelity, options_from(cfg))

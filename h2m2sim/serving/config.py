@@ -13,7 +13,9 @@ __all__ = ["ServingConfig", "resolve_serving"]
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Request-level serving: trace, arrivals, scheduler, allocator, predictor, limits."""
+    """Request-level serving: trace, arrivals, scheduler, predictor, limits. The KV
+    allocator is chosen by the run configuration's ``policy.allocator`` (or ``serve
+    --allocator``)."""
 
     trace: Optional[str] = param(None, doc="Request trace: a CSV path (.gz allowed) or a "
                                            "bundled name (azure2023_conv, azure2023_code, "
@@ -24,10 +26,6 @@ class ServingConfig:
         None, gt=0, unit="requests/s",
         doc="Replace the trace's arrivals by a seeded Poisson process at this rate. "
             "Null = the trace's own arrivals (all at t=0 if it has none).")
-    allocator: str = param("paged", doc="KV allocator: static, paged, odma (or any "
-                                        "registered name).")
-    allocator_params: dict[str, Optional[Any]] = param(
-        default_factory=dict, doc="Options of the allocator (e.g. block_tokens, gamma, tau).")
     predictor: Optional[str] = param(
         None, doc="Length predictor: oracle, noisy, s3, learned. Null = learned for "
                   "allocators that use a prediction (odma), none otherwise.")

@@ -1,5 +1,6 @@
 """Serving side of eLLM: activation footprints from the model, the paper's scheduling
-(Algorithm 1) and SLO-aware logical buffer scaling (Algorithm 2).
+(Algorithm 1), SLO-aware logical buffer scaling (Algorithm 2), and the serving loop that
+runs them (:class:`ElasticServingLoop`).
 
 Activation footprint (:class:`ActivationModel`). Activations are reused layer after
 layer, so what a prefill needs is the *peak of live activation tensors inside one
@@ -20,6 +21,19 @@ activation output = 4096 + 28672 + 14336 elements) = 94 208 B per token; 2K toke
 0.19 GB (0.24 % of 80 GB; the paper's Fig. 3 says 0.3 %), 200K tokens 18.8 GB (23.6 %;
 the paper says 30.8 % -- it also counts allocator slack and sampler buffers we do not
 model). A decode iteration of ``B`` requests is a prefill of ``B`` tokens.
+
+The loop (:class:`ElasticServingLoop`, for allocators that manage activations: the eLLM
+pool and the vLLM static split it is compared with). The allocator starts with the
+activation reserve of the largest prefill (``max(max_prefill_tokens,
+max_context_tokens)`` tokens, what vLLM profiles); the static split keeps it, eLLM lends
+its idle chunks to KV and takes free KV chunks back. A prefill iteration needs the
+activations of its prompt tokens, a decode iteration those of its batch. Admission
+follows Algorithm 1 (:func:`plan_prefill`): KV on the device when it fits, else
+offloaded to the CPU buffer during the prefill (the transfer overlaps the prefill layer
+by layer: the iteration takes the longer of the two); offloaded requests are fetched
+(one host-link transfer each, stalling the engine) before they decode, oldest first, as
+soon as the device holds them (:func:`plan_fetch`). Algorithm 2 rescales the logical CPU
+buffer after every loop turn from TTFT/TPOT SLO violations.
 """
 from __future__ import annotations
 
@@ -28,11 +42,20 @@ from collections import deque
 from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
 from dram_models.schema import param
+from h2m2sim.allocators import ElasticAllocator
+from h2m2sim.errors import ConfigError
+from h2m2sim.model import build_layer_graph, load_model
+from h2m2sim.model.spec import dtype_bytes
+
+from .config import ServingConfig
+from .loop import ServingLoop
+from .timing import IterationTables
 
 __all__ = ["ActivationModel", "activation_model", "BufferScaler", "plan_prefill",
-           "plan_fetch"]
+           "plan_fetch", "ElasticServingLoop"]
 
 _FLASH_EXCLUDED = ("scores", "probs")   # materialized only without FlashAttention
 
@@ -59,8 +82,6 @@ class ActivationModel:
     @classmethod
     def from_model(cls, model, dtype: str = "fp16") -> "ActivationModel":
         """Liveness sweep over the model's prefill layer graph (module docstring)."""
-        from h2m2sim.model import load_model
-        from h2m2sim.model.spec import dtype_bytes
         m = load_model(model) if isinstance(model, str) else model
         per_tok = _peak_live_per_token(m, dtype)
         per_req = int(m.vocab) * (dtype_bytes(dtype) + 4)
@@ -70,7 +91,6 @@ class ActivationModel:
 
 
 def _peak_live_per_token(m, dtype: str, tokens: int = 16) -> int:
-    from h2m2sim.model.graph import build_layer_graph
     G = build_layer_graph(m, 1, [tokens], phase="prefill", dtype=dtype)
     order = [n for n in nx.topological_sort(G) if G.nodes[n]["type"] == "kernel"]
     size: dict[str, int] = {}
@@ -189,3 +209,231 @@ def plan_fetch(alloc, acts: ActivationModel, candidates, running: int, slots: in
         got.append(req)
         m_kv += kv
     return got
+
+
+class ElasticServingLoop(ServingLoop):
+    """:class:`ServingLoop` for an allocator that also holds the activations (module
+    docstring): Algorithm 1 admission with CPU offload and fetch, the decode batch's
+    activations checked before each window, and Algorithm 2 after every turn.
+
+    ``activations`` prices activation memory (default: from the allocator's
+    ``activation_model`` option)."""
+
+    def __init__(self, trace, cfg: ServingConfig, allocator: ElasticAllocator,
+                 tables: IterationTables, prediction=None, *, record_timeline: bool = False,
+                 activations: ActivationModel | None = None):
+        super().__init__(trace, cfg, allocator, tables, prediction,
+                         record_timeline=record_timeline)
+        el = allocator
+        if activations is None and el.activation_model:
+            activations = activation_model(el.activation_model, el.activation_dtype)
+        if activations is None:
+            raise ConfigError("allocator_params.activation_model",
+                              f"the {allocator.name} allocator needs the model's activation "
+                              "footprint: give a zoo model name")
+        self.acts = activations
+        if el.activation_reserve_chunks is None:
+            res_tok = max(cfg.max_prefill_tokens, self.maxctx)
+            el.set_activation_reserve(activations.iteration_bytes(
+                res_tok, min(cfg.max_batch, res_tok)))
+        self.scaler = BufferScaler(el.cpu_buffer_bytes, el.buffer_init_bytes,
+                                   el.buffer_alpha) if el.scales_buffer else None
+        self.offloaded: deque[int] = deque()   # prefilled, KV in the CPU buffer (or swapped)
+        self.first_np = np.full(self.n, np.nan)
+        self.finish_np = np.full(self.n, np.nan)
+
+    # ------------------------------------------------------------------ hooks
+    def _idle(self) -> bool:
+        return super()._idle() and not self.offloaded
+
+    def _blocked_request(self) -> int:
+        return self.waiting[0] if self.waiting else self.offloaded[0]
+
+    def schedule(self) -> bool:
+        """One scheduling turn of Algorithm 1, then Algorithm 2 on what the turn saw."""
+        t0 = self.t
+        self.fetch_offloaded()
+        ran = self.prefill_planned()
+        self._rescale_buffer(t0)
+        return ran
+
+    def make_room_for_decode(self) -> bool:
+        """The batch's decode activations must fit: preempt the latest arrivals until
+        they do."""
+        run = self.running
+        while run.m and not self.allocator.set_activation(self.acts.decode_bytes(run.m)):
+            self.preempt(int(np.argmax(run.idx[:run.m])))
+        return run.m > 0
+
+    def after_decode(self, dt: float) -> None:
+        self._rescale_buffer(self.t - dt)
+
+    def finish(self, j: int) -> None:
+        self.finish_np[int(self.running.idx[j])] = self.t
+        super().finish(j)
+
+    def metrics(self, admit_t, first_t, finish_t) -> dict:
+        m = super().metrics(admit_t, first_t, finish_t)
+        self.allocator.set_activation(0)      # the engine is idle: no live activations
+        m.update(self._elastic_metrics(m["duration_s"]))
+        return m
+
+    # ------------------------------------------------------------------ Algorithm 1
+    def fetch_offloaded(self) -> None:
+        """Fetch offloaded (or swapped-out) requests that now fit on the device, oldest
+        first; each transfer stalls the engine."""
+        el, run, st, waiting = self.allocator, self.running, self.st, self.waiting
+        prompt_l, gen, bpt = self.prompt_l, self.gen, self.bpt
+        # swapped-out (preempted) requests are fetched like offloaded ones, first
+        while waiting and self.swapped[waiting[0]]:
+            self.offloaded.appendleft(waiting.popleft())
+        if not self.offloaded:
+            return
+        cands = [(r, prompt_l[r] + gen[r] + 1) for r in self.offloaded]
+        for r in plan_fetch(el, self.acts, cands, run.m, self.cfg.max_batch):
+            need = prompt_l[r] + gen[r] + 1
+            if el.is_offloaded(r):
+                dt = el.fetch(r, need)
+                if dt is None:
+                    break
+            else:                       # swapped out by a preemption (host memory)
+                if not el.reserve(r, prompt_l[r], need_tokens=need):
+                    break
+                dt = el.link.transfer_s((prompt_l[r] + gen[r]) * bpt)
+                st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
+                self.swapped[r] = False
+            self.offloaded.remove(r)
+            self._advance(dt, int(run.ctx[:run.m].sum()))
+            st["fetch_time_s"] += dt
+            run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], el.capacity_of(r))
+        if run.m:
+            el.set_activation(self.acts.decode_bytes(run.m))   # fits: plan_fetch checked
+
+    def prefill_planned(self) -> bool:
+        """Plan a prefill iteration (device KV or CPU offload) and run it; True if one
+        ran."""
+        el, run, waiting = self.allocator, self.running, self.waiting
+        prompt_l, gen = self.prompt_l, self.gen
+        slots = self.cfg.max_batch - run.m - len(self.offloaded)
+        if not waiting or slots <= 0:
+            return False
+        cands = []
+        for r in waiting:
+            if len(cands) >= slots:
+                break
+            cands.append((r, prompt_l[r] + gen[r], prompt_l[r] + gen[r] + 1))
+        dev, off, act = plan_prefill(el, self.acts, cands, slots, self.cfg.max_prefill_tokens)
+        if not dev and not off:
+            return False
+        if not el.set_activation(act):
+            raise RuntimeError("eLLM plan admitted activations that do not fit")
+        for r in dev:
+            if not self.try_reserve(r):
+                raise RuntimeError("eLLM plan admitted KV that does not fit")
+        off_bytes = 0
+        for r in off:
+            if not el.offload(r, prompt_l[r] + gen[r]):
+                raise RuntimeError("eLLM plan offloaded beyond the logical buffer")
+            off_bytes += (prompt_l[r] + gen[r]) * self.bpt
+        for _ in range(len(dev) + len(off)):
+            waiting.popleft()
+        pre = [r for r, _, _ in cands[:len(dev) + len(off)]]
+        self._run_prefill(pre, dev, off, off_bytes)
+        return True
+
+    def _run_prefill(self, pre: list[int], dev: list[int], off: list[int],
+                     off_bytes: int) -> None:
+        """The prefill iteration of ``pre``; the offload of ``off`` overlaps it."""
+        el, run, st = self.allocator, self.running, self.st
+        prompt_l, gen, out_l = self.prompt_l, self.gen, self.out_l
+        dt_pre = self.tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre]))
+        dt_off = el.link.transfer_s(off_bytes)
+        dt = max(dt_pre, dt_off)       # layer-wise pipelined offload
+        for r in pre:
+            if self.admit_t[r] != self.admit_t[r]:
+                self.admit_t[r] = self.t
+        held = int(run.ctx[:run.m].sum())
+        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in dev))
+        st["prefill_time_s"] += dt_pre
+        st["offload_time_s"] += dt_off
+        st["offload_exposed_s"] += dt - dt_pre
+        st["prefill_iterations"] += 1
+        for r in pre:
+            if gen[r] < out_l[r]:
+                gen[r] += 1
+                if self.first_t[r] != self.first_t[r]:
+                    self.first_t[r] = self.t
+                    self.first_np[r] = self.t
+        for r in dev:
+            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], el.capacity_of(r))
+        for r in off:
+            if out_l[r] - gen[r] == 0:     # done at its first token: never decodes
+                el.drop_offloaded(r)
+                self.finish_t[r] = self.t
+                self.finish_np[r] = self.t
+                self.done += 1
+            else:
+                self.offloaded.append(r)
+        self.finish_done()
+        el.set_activation(self.acts.decode_bytes(run.m) if run.m else 0)
+
+    # ------------------------------------------------------------------ Algorithm 2
+    def _rescale_buffer(self, t_start: float) -> None:
+        if self.scaler is not None:
+            self.allocator.set_logical_buffer(self.scaler.observe(*self.violations(t_start)))
+
+    def violations(self, t_start: float) -> tuple[bool, bool]:
+        """(TTFT violated, TPOT violated) in the turn that began at ``t_start``, counted
+        when the per-request metric is known or certain: a first token later than the
+        TTFT SLO in the turn, or a waiting request already past it; a request finished
+        in the turn whose TPOT exceeded the TPOT SLO, or a running or offloaded request
+        already past its whole TPOT budget ((t - first token) / (output - 1) > SLO)."""
+        el, t, arr, out = self.allocator, self.t, self.arr, self.out
+        first_np, finish_np, run = self.first_np, self.finish_np, self.running
+        ttft, tpot = el.slo_ttft_s, el.slo_tpot_s
+        v1 = bool(self.waiting) and t - self.arr_l[self.waiting[0]] > ttft
+        if not v1:
+            got = (first_np >= t_start) & (first_np <= t)
+            v1 = bool(np.any(first_np[got] - arr[got] > ttft))
+        fin = (finish_np >= t_start) & (finish_np <= t) & (out > 1)
+        v2 = bool(np.any((finish_np[fin] - first_np[fin]) / (out[fin] - 1) > tpot))
+        if not v2:
+            ids = np.concatenate([run.idx[:run.m], np.fromiter(self.offloaded, np.int64,
+                                                               len(self.offloaded))])
+            o = out[ids]
+            ids, o = ids[o > 1], o[o > 1]
+            v2 = bool(np.any((t - first_np[ids]) / (o - 1) > tpot))
+        return v1, v2
+
+    # ------------------------------------------------------------------ results
+    def _elastic_metrics(self, span: float) -> dict:
+        """Extra metrics of a run with activation memory (eLLM or static split)."""
+        el, acts, st, scaler = self.allocator, self.acts, self.st, self.scaler
+        prompt, out, rejected = self.prompt, self.out, self.rejected
+        s = el.stats()
+        served = ~rejected
+        dec_tokens = st["decode_token_steps"]
+        dec_time = st["decode_time_s"] + st["fetch_time_s"]
+        total_tokens = int(prompt[served].sum() + out[served].sum())
+        return {
+            "memory_mode": s["mode"],
+            "max_decode_batch": int(st["max_decode_batch"]),
+            "decode_tokens": int(dec_tokens),
+            "decode_throughput_tps": dec_tokens / dec_time if dec_time > 0 else None,
+            "total_throughput_tps": total_tokens / span if span > 0 else None,
+            "activation_bytes_per_token": acts.bytes_per_token,
+            "activation_reserve_bytes": int(s["activation_reserve_chunks"]) * el.chunk_bytes,
+            "pool_bytes": el.total_chunks * el.chunk_bytes,
+            "peak_kv_bytes": el.peak_kv_chunks * el.chunk_bytes,
+            "peak_activation_bytes": el.peak_act_chunks * el.chunk_bytes,
+            "inflations": int(s["n_inflate"]), "deflations": int(s["n_deflate"]),
+            "inflated_bytes": int(s["n_inflated_chunks"]) * el.chunk_bytes,
+            "deflated_bytes": int(s["n_deflated_chunks"]) * el.chunk_bytes,
+            "offloads": int(s["n_offload"]), "fetches": int(s["n_fetch"]),
+            "offload_bytes": int(s["n_offload_bytes"]), "fetch_bytes": int(s["n_fetch_bytes"]),
+            "peak_cpu_buffer_bytes": int(s["peak_cpu_used_bytes"]),
+            "fetch_time_s": st["fetch_time_s"], "offload_time_s": st["offload_time_s"],
+            "offload_exposed_s": st["offload_exposed_s"],
+            "buffer_events": len(scaler.history) if scaler is not None else 0,
+            "logical_buffer_final_bytes": int(el.logical_buffer_bytes),
+        }

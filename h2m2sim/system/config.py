@@ -36,8 +36,8 @@ from dram_models.errors import ConfigError
 from dram_models.schema import deep_merge, load, param, suggest
 from dram_models.spec import DramSpec, load_standard, preset_file
 from h2m2sim.registry import Registry
-from h2m2sim.system.mmu import MmuSpec
 from h2m2sim.system.chip import NpuChipConfig, resolve_chip
+from h2m2sim.system.mmu import MmuSpec
 
 __all__ = ["SideSpec", "InterconnectSpec", "SyncSpec", "SystemSpec", "resolve_system",
            "build_system", "SYSTEMS", "PRESET_DIR", "list_presets", "preset_data",
@@ -138,6 +138,10 @@ class SystemSpec:
     mmu: MmuSpec = param(default_factory=MmuSpec, doc="address translation (one MMU/TLB "
                          "per chip, one flat page table per side)")
     sync: SyncSpec = param(default_factory=SyncSpec, doc="cross-chip synchronization")
+    cards: int = param(1, ge=1, le=4096, doc="identical cards, each holding all the sides "
+                       "above, that serve one model together: the serving layer shards "
+                       "the model over them (tensor parallel) and adds their memory and "
+                       "bandwidth. The decode-iteration job simulates one card.")
     sources: dict[str, str] = param(default_factory=dict, doc="where the numbers come from")
 
     def _check(self) -> None:

@@ -1,4 +1,4 @@
-"""Speed of the serving loop on 100,000-request traces (``python -m h2m2sim.serving.bench``).
+"""Speed of the serving loop on 100,000-request traces (``python tools/serving_bench.py``).
 
 Two workloads built from the bundled traces, deterministic:
 
@@ -21,13 +21,19 @@ import time
 
 import numpy as np
 
-from .config import ServingConfig
-from .run import analytic_evaluator
-from .setup import (build_allocator, kv_capacity_bytes, model_sizes, resolve_device,
-                    resolve_model)
-from .sim import simulate
-from .timing import TableGrid, build_tables
-from .traces import RequestTrace, load_trace, poisson_arrivals
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
+from h2m2sim.predictors import make_predictor
+from h2m2sim.serving.config import ServingConfig
+from h2m2sim.serving.deployment import (
+    build_allocator,
+    kv_capacity_bytes,
+    model_sizes,
+    resolve_device,
+    resolve_model,
+)
+from h2m2sim.serving.run import analytic_evaluator, simulate
+from h2m2sim.serving.timing import TableGrid, build_tables
+from h2m2sim.serving.traces import RequestTrace, load_trace, poisson_arrivals
 
 
 def tiled(trace: RequestTrace, n: int, name: str, rate: float | None = None,
@@ -46,7 +52,6 @@ def tiled(trace: RequestTrace, n: int, name: str, rate: float | None = None,
 def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
           model_name: str = "deepseek-r1-distill-qwen-7b", system: str = "mlu370-x4",
           only=None) -> list:
-    from h2m2sim.predictors import make_predictor
     model, device = resolve_model(model_name), resolve_device(system)
     workloads = {
         "conv-tiled": tiled(load_trace("azure2023_conv"), n, "conv-tiled"),
@@ -58,19 +63,18 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
         if only and wname not in only:
             continue
         for alloc in allocators:
-            cfg = ServingConfig(allocator=alloc, max_context_tokens=16384
-                                if wname == "conv-tiled" else 2048)
+            cfg = ServingConfig(max_context_tokens=16384 if wname == "conv-tiled" else 2048)
             sizes = model_sizes(model, cfg.kv_dtype)
             cap = kv_capacity_bytes(device, sizes, cfg.memory_fraction)
-            tables = build_tables(analytic_evaluator(model, device, cfg), ["contiguous",
-                                  f"paged:{16}"], TableGrid(cfg.max_batch,
-                                                           cfg.max_context_tokens),
-                                  cache=False)
+            tables = build_tables(analytic_evaluator(model, device, cfg),
+                                  [CONTIGUOUS, KVLayout.paged(16)],
+                                  TableGrid(cfg.max_batch, cfg.max_context_tokens), cache=False)
             pred = make_predictor("noisy", accuracy=0.9, seed=0).predict(trace)
             warm = trace.subset(slice(0, 200))
-            simulate(warm, cfg, build_allocator(cfg, cap, sizes["kv_bytes_per_token"]),
-                     tables, pred.take(slice(0, 200)))
-            a = build_allocator(cfg, cap, sizes["kv_bytes_per_token"])
+            bpt = sizes["kv_bytes_per_token"]
+            simulate(warm, cfg, build_allocator(alloc, {}, cfg, cap, bpt), tables,
+                     pred.take(slice(0, 200)))
+            a = build_allocator(alloc, {}, cfg, cap, bpt)
             t0, c0 = time.perf_counter(), time.process_time()
             res = simulate(trace, cfg, a, tables, pred)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0

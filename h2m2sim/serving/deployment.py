@@ -1,0 +1,126 @@
+"""What a serving run is deployed on and with: the device (a system's memory, bandwidth
+and compute over its cards), the KV capacity left after the weights, the allocator and
+the length predictions.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from h2m2sim.allocators import ALLOCATORS, KVAllocator, make_allocator
+from h2m2sim.errors import OutOfMemoryError
+from h2m2sim.model import ModelSpec, load_model
+from h2m2sim.predictors import Prediction, cross_predict
+from h2m2sim.system.config import SystemSpec, load_system_preset
+
+from .config import ServingConfig
+
+__all__ = ["ServingDevice", "resolve_device", "resolve_model", "model_sizes",
+           "kv_capacity_bytes", "DEFAULT_LAYOUT_EFFICIENCY", "prepare_prediction",
+           "build_allocator", "uses_prediction"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingDevice:
+    """What the serving layer needs of a system: memory per card, bandwidth per card
+    (GB/s = 1e9 B/s), peak dense compute per card (1e12 ops/s), and how many cards serve
+    together (tensor parallel: capacities and bandwidths add). ``system`` is the system
+    whose ``side`` (None: the first) the cycle-level evaluator simulates."""
+
+    name: str
+    memory: str
+    capacity_bytes: int
+    bandwidth_GBps: float
+    peak_tflops: float
+    devices: int
+    system: SystemSpec
+    side: str | None = None
+    source: str = ""
+
+    @classmethod
+    def from_system(cls, system: SystemSpec) -> "ServingDevice":
+        """One card's memory (all its sides), bandwidth and chip peak, times the system's
+        ``cards``; a one-sided system names its side."""
+        sides = system.sides
+        cards = system.cards
+        return cls(system.name, str(sides[0].kind), system.capacity_bytes,
+                   system.bandwidth_gbps, system.peak_tflops, cards, system,
+                   side=sides[0].name if len(sides) == 1 else None,
+                   source=f"system preset{f' x {cards} cards' if cards > 1 else ''}")
+
+    @property
+    def total_capacity_bytes(self) -> int:
+        return self.capacity_bytes * self.devices
+
+    @property
+    def total_bandwidth_GBps(self) -> float:
+        return self.bandwidth_GBps * self.devices
+
+
+#: Placeholder efficiencies for the analytic evaluator (fraction of peak bandwidth reached).
+#: contiguous 1.0 by convention; paged 0.66 = the LPDDR5 random-access cap the ODMA papers
+#: quote from Steiner et al. 2022. Inputs to a placeholder, not results: the cycle-level
+#: evaluator replaces them with what the DRAM model measures.
+DEFAULT_LAYOUT_EFFICIENCY = {"contiguous": 1.0, "paged": 0.66}
+
+
+def resolve_device(name: str) -> ServingDevice:
+    """The serving device of the system preset (or system YAML file) ``name``."""
+    return ServingDevice.from_system(load_system_preset(name))
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """The model-zoo model ``name`` (or a model YAML file)."""
+    return load_model(name)
+
+
+def model_sizes(model: ModelSpec, dtype: str = "fp16", weight_dtype: str | None = None) -> dict:
+    """Bytes and FLOP counts the serving layer needs from a model: ``kv_bytes_per_token``
+    (all layers, K and V, in ``dtype``), ``params`` and ``weight_bytes`` (decoder layers,
+    embeddings and LM head, in ``weight_dtype``, default the model's), and
+    ``attn_flops_per_ctx_token``: 4 * layers * heads * head_dim (scores and weighted sum,
+    2 FLOPs per multiply-add)."""
+    layers = int(model.layers)
+    kvl = model.kv_bytes_per_token_per_layer(dtype)
+    wdt = weight_dtype or model.dtype or dtype
+    return {"layers": layers, "kv_bytes_per_token": int(round(kvl * layers)),
+            "params": float(model.total_params),
+            "weight_bytes": float(model.total_weight_bytes(wdt)),
+            "attn_flops_per_ctx_token": 4.0 * layers * int(model.heads) * int(model.head_dim)}
+
+
+def kv_capacity_bytes(device: ServingDevice, sizes: dict, memory_fraction: float) -> int:
+    """memory_fraction x total device memory - weights (all devices together)."""
+    cap = int(device.total_capacity_bytes * memory_fraction - sizes["weight_bytes"])
+    if cap <= 0:
+        raise OutOfMemoryError(device.name, int(sizes["weight_bytes"]),
+                               int(device.total_capacity_bytes * memory_fraction),
+                               "model weights (no room left for KV cache)")
+    return cap
+
+
+def uses_prediction(allocator_name: str) -> bool:
+    """Whether allocator ``allocator_name`` sizes requests from predicted lengths."""
+    return ALLOCATORS.get(allocator_name).uses_prediction
+
+
+def prepare_prediction(trace, name: str, options: Mapping[str, Any], folds: int, seed: int,
+                       s3_max_length: int | None = None) -> tuple[Prediction, dict]:
+    """(Prediction, report) for every request, out-of-fold for trainable predictors."""
+    opts = dict(options)
+    seed = int(opts.pop("seed", seed))          # predictor_params.seed wins
+    if name == "s3" and s3_max_length is not None and "boundaries" not in opts:
+        opts.setdefault("max_length", int(s3_max_length))
+    return cross_predict(name, trace, folds=folds, seed=seed, **opts)
+
+
+def build_allocator(name: str, params: Mapping[str, Any], cfg: ServingConfig,
+                    kv_capacity: int, kv_bytes_per_token: int) -> KVAllocator:
+    """Allocator ``name`` with ``params`` over ``kv_capacity`` bytes, limited to the
+    server's context (and output cap, for allocators whose worst case it bounds)."""
+    opts = dict(params)
+    opts.setdefault("max_context_tokens", cfg.max_context_tokens)
+    if cfg.max_new_tokens is not None and ALLOCATORS.get(name).bounded_by_max_new_tokens:
+        opts.setdefault("max_new_tokens", cfg.max_new_tokens)
+    return make_allocator(name, kv_capacity, kv_bytes_per_token, **opts)

@@ -1,0 +1,539 @@
+"""The request-level serving loop: arrivals, iteration-level continuous batching, KV
+admission through an allocator, prefill and decode iterations, preemption, metrics.
+
+Model of an engine (vLLM v0 style, the engine the ODMA papers extend):
+
+* Every loop turn first tries to admit waiting requests (scheduler ``fcfs`` or ODMA's
+  bucket-aware co-batching), each needing the allocator to grant its KV. Admitted requests
+  run one *prefill iteration* together (running requests wait), which emits each one's
+  first token.
+* Otherwise all running requests run *decode iterations*, one token each. Between events
+  nothing changes but lengths, so the loop advances a whole window of identical-batch
+  steps in one Numba call (:func:`~h2m2sim.serving.timing.decode_window`). A window ends
+  when a request finishes, when a request needs more KV than it holds (``grow``), or at
+  the next arrival while there is room in the batch.
+* A request needing more KV calls ``allocator.grow``; a contiguous allocator may migrate it
+  (the copy time, priced by the iteration-time tables' ``kv_copy``, stalls the engine).
+  If memory is exhausted the latest-arrived running request is preempted: ``recompute``
+  (drop its KV; it re-enters the queue front and its prompt plus generated tokens are
+  prefilled again) or ``swap`` (its KV crosses the host link both ways).
+* KV accounting: a request that has generated g tokens holds prompt + g tokens of KV.
+* Activation memory, with an allocator that manages it (eLLM's pool or the static split
+  it is compared with), is the business of the subclass
+  :class:`~h2m2sim.serving.ellm.ElasticServingLoop`: it overrides admission (eLLM's
+  Algorithm 1, with CPU offload and fetch), checks the decode batch's activations before
+  a window, and rescales the CPU buffer from SLO violations (Algorithm 2).
+
+:class:`ServingLoop` holds the state of one run and takes it through turns; its steps
+(:meth:`~ServingLoop.admit`, :meth:`~ServingLoop.prefill`, :meth:`~ServingLoop.grow`,
+:meth:`~ServingLoop.preempt`, :meth:`~ServingLoop.decode`, :meth:`~ServingLoop.finish`)
+are methods a subclass may override. Time is in seconds; everything is deterministic.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+
+from h2m2sim.allocators import KVAllocator
+from h2m2sim.errors import OutOfMemoryError
+
+from .config import ServingConfig
+from .timing import IterationTables, advance_blocks, advance_running
+
+__all__ = ["ServingResult", "ServingLoop", "percentiles"]
+
+
+def percentiles(x: np.ndarray) -> dict:
+    """p50/p90/p99/mean of the finite values of x (None when there are none)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p = np.percentile(x, [50, 90, 99])
+    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]), "mean": float(x.mean())}
+
+
+@dataclasses.dataclass(eq=False)
+class ServingResult:
+    """Metrics (JSON-able dict) plus per-request arrays (seconds; NaN = never happened)."""
+
+    metrics: dict
+    arrival_s: np.ndarray
+    admit_s: np.ndarray          # start of the first prefill iteration
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    output_tokens: np.ndarray    # tokens served (after any cut to the limits)
+    preemptions: np.ndarray
+    rejected: np.ndarray
+    allocator_stats: dict
+    timeline: dict | None = None
+    events: list = dataclasses.field(default_factory=list)   # allocator events (migrate, refresh, ...)
+
+
+class _Running:
+    """Running requests as parallel arrays (swap-remove keeps them dense)."""
+
+    def __init__(self, cap: int):
+        self.idx = np.zeros(cap, dtype=np.int64)
+        self.ctx = np.zeros(cap, dtype=np.int64)    # KV tokens held (prompt + generated)
+        self.rem = np.zeros(cap, dtype=np.int64)    # tokens still to generate
+        self.cap = np.zeros(cap, dtype=np.int64)    # KV tokens the allocator granted
+        self.m = 0
+
+    def add(self, r, ctx, rem, cap):
+        j = self.m
+        self.idx[j], self.ctx[j], self.rem[j], self.cap[j] = r, ctx, rem, cap
+        self.m += 1
+
+    def remove(self, j):
+        last = self.m - 1
+        for a in (self.idx, self.ctx, self.rem, self.cap):
+            a[j] = a[last]
+        self.m = last
+
+
+class ServingLoop:
+    """One replay of ``trace`` through ``allocator`` with iteration times from ``tables``.
+
+    ``prediction`` (a :class:`~h2m2sim.predictors.Prediction`) supplies each request's
+    predicted length and uncertainty to the allocator (ODMA) and the co-batching
+    scheduler. ``cfg`` supplies limits, scheduler and preemption policy (its trace and
+    predictor fields are not used here). :meth:`run` returns a :class:`ServingResult`.
+
+    Per-request state is kept in Python lists: the loop reads and writes single entries,
+    which is much cheaper on a list than on an array."""
+
+    def __init__(self, trace, cfg: ServingConfig, allocator: KVAllocator,
+                 tables: IterationTables, prediction=None, *, record_timeline: bool = False):
+        self.trace, self.cfg, self.allocator, self.tables = trace, cfg, allocator, tables
+        self.n = n = len(trace)
+        self.bpt = allocator.bytes_per_token
+        self.maxctx = maxctx = allocator.max_context_tokens
+        self._limit_requests(trace, cfg, maxctx)
+        if prediction is not None:
+            pred_len = np.asarray(prediction.length, dtype=np.float64)
+            pred_u = np.asarray(prediction.uncertainty, dtype=np.float64)
+        else:
+            pred_len = np.full(n, np.nan)
+            pred_u = np.zeros(n)
+        self.pred_len_l, self.pred_u_l = pred_len.tolist(), pred_u.tolist()
+        self.prompt_l, self.out_l = self.prompt.tolist(), self.out.tolist()
+        self.arr_l = self.arr.tolist()
+        self.rejected_l = self.rejected.tolist()
+        nan = float("nan")
+        self.gen = [0] * n
+        self.admit_t = [nan] * n
+        self.first_t = [nan] * n
+        self.finish_t = [nan] * n
+        self.npre = np.zeros(n, dtype=np.int64)
+        self.swapped = [False] * n
+        self.running = _Running(cfg.max_batch)
+        self.waiting: deque[int] = deque()
+        self.layout = allocator.kv_layout
+        self.tab = tables.table(self.layout)
+        self.bg, self.cg = tables.batch_grid, tables.token_grid
+        self.host_bps = cfg.host_link_GBps * 1e9
+        self.tag_of = allocator.bucket_tag \
+            if cfg.scheduler == "bucket" and allocator.tags_buckets else None
+        # block allocators grow inside the Numba window (exactly as step by step, faster)
+        self.block = allocator.block_tokens if allocator.grows_in_blocks else None
+        self.grow_log = np.zeros(0, dtype=np.int64)
+        self.st = {"prefill_iterations": 0, "decode_steps": 0, "decode_token_steps": 0,
+                   "preemptions": 0, "swap_bytes": 0, "migration_time_s": 0.0,
+                   "swap_time_s": 0.0, "prefill_time_s": 0.0, "decode_time_s": 0.0,
+                   "windows": 0, "fetch_time_s": 0.0, "offload_time_s": 0.0,
+                   "max_decode_batch": 0, "offload_exposed_s": 0.0}
+        self.reserved_int = 0.0     # token-seconds of reserved KV
+        self.used_int = 0.0         # token-seconds of KV actually held
+        self.timeline = {"t": [], "reserved_tokens": [], "running": [], "waiting": []} \
+            if record_timeline else None
+        self.done = int(self.rejected.sum())
+        self.need_growth = False
+        self.na = 0
+        self.t = float(self.arr[0]) if n else 0.0
+
+    def _limit_requests(self, trace, cfg: ServingConfig, maxctx: int) -> None:
+        """Outputs cut to ``max_new_tokens`` and to the context; prompts that do not fit
+        the context are rejected."""
+        n = len(trace)
+        self.arr = np.asarray(trace.arrival_s, dtype=np.float64)
+        self.prompt = prompt = np.asarray(trace.prompt_tokens, dtype=np.int64)
+        out = np.asarray(trace.output_tokens, dtype=np.int64).copy()
+        if cfg.max_new_tokens is not None:
+            cut_new = out > cfg.max_new_tokens
+            out = np.minimum(out, cfg.max_new_tokens)
+        else:
+            cut_new = np.zeros(n, dtype=bool)
+        self.rejected = rejected = prompt >= maxctx
+        cut_ctx = (~rejected) & (prompt + out > maxctx)
+        self.out = np.where(rejected, 0, np.minimum(out, maxctx - prompt))
+        self.cut = cut_new | cut_ctx
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> ServingResult:
+        """Serve every request; the result holds the metrics and per-request times."""
+        while self.done < self.n:
+            self._enqueue_arrivals()
+            if self._idle():
+                self.t = max(self.t, self.arr_l[self.na])
+                continue
+            self.allocator.clock = self.t
+            self._record()
+            if self.schedule():
+                self.need_growth = True
+                continue
+            if self.running.m == 0:
+                r = self._blocked_request()
+                raise OutOfMemoryError(
+                    "kv", (self.prompt_l[r] + self.gen[r] + 1) * self.bpt,
+                    self.allocator.free_tokens * self.bpt,
+                    f"request {r} (prompt {self.prompt_l[r]} tokens) with nothing else "
+                    f"running: the {self.allocator.name} allocator can never admit it")
+            # every running request must hold room for one more token
+            if self.need_growth:
+                self.grow()
+                self.need_growth = False
+                if self.running.m == 0:
+                    continue
+            if self.make_room_for_decode():
+                self.decode()
+        return self.result()
+
+    def _enqueue_arrivals(self) -> None:
+        while self.na < self.n and self.arr_l[self.na] <= self.t:
+            if not self.rejected_l[self.na]:
+                self.waiting.append(self.na)
+            self.na += 1
+
+    def _idle(self) -> bool:
+        """Nothing to run until the next arrival."""
+        return self.running.m == 0 and not self.waiting
+
+    def _blocked_request(self) -> int:
+        """The request that cannot start although nothing runs."""
+        return self.waiting[0]
+
+    def _record(self) -> None:
+        if self.timeline is not None:
+            self.timeline["t"].append(self.t)
+            self.timeline["reserved_tokens"].append(self.allocator.reserved_tokens)
+            self.timeline["running"].append(self.running.m)
+            self.timeline["waiting"].append(len(self.waiting))
+
+    def _advance(self, dt: float, held_tokens: float) -> None:
+        """Let ``dt`` seconds pass with ``held_tokens`` KV tokens in use."""
+        self.reserved_int += self.allocator.reserved_tokens * dt
+        self.used_int += held_tokens * dt
+        self.t += dt
+
+    # ------------------------------------------------------------------ admission
+    def schedule(self) -> bool:
+        """Admit waiting requests and run their prefill iteration; True if one ran."""
+        pre, swin = self.admit()
+        if not (pre or swin):
+            return False
+        self.prefill(pre, swin)
+        return True
+
+    def try_reserve(self, r: int) -> bool:
+        g = self.gen[r]
+        return self.allocator.reserve(r, self.prompt_l[r], predicted_output=self.pred_len_l[r],
+                                      uncertainty=self.pred_u_l[r],
+                                      need_tokens=self.prompt_l[r] + g + 1)
+
+    def admit(self) -> tuple[list[int], list[int]]:
+        """Requests admitted now (KV granted), as (prefill list, swap-in list). The oldest
+        waiting request always goes first (no starvation)."""
+        pre: list[int] = []
+        swin: list[int] = []
+        slots = self.cfg.max_batch - self.running.m
+        if not self.waiting or slots <= 0:
+            return pre, swin
+        head = self.waiting[0]
+        if not self.try_reserve(head):
+            return pre, swin
+        self.waiting.popleft()
+        (swin if self.swapped[head] else pre).append(head)
+        budget = self.cfg.max_prefill_tokens
+        if not self.swapped[head]:
+            budget -= self.prompt_l[head] + self.gen[head]
+        if self.tag_of is None:
+            self._admit_in_order(pre, swin, slots, budget)
+        else:
+            self._admit_cobatched(head, pre, swin, slots, budget)
+        return pre, swin
+
+    def _admit_in_order(self, pre, swin, slots, budget) -> None:
+        """First come, first served, until a request does not fit."""
+        waiting = self.waiting
+        while waiting and len(pre) + len(swin) < slots:
+            r = waiting[0]
+            tokens = self.prompt_l[r] + self.gen[r]
+            if not self.swapped[r] and tokens > budget:
+                break
+            if not self.try_reserve(r):
+                break
+            waiting.popleft()
+            if self.swapped[r]:
+                swin.append(r)
+            else:
+                pre.append(r)
+                budget -= tokens
+
+    def _admit_cobatched(self, head, pre, swin, slots, budget) -> None:
+        """ODMA's bucket-aware co-batching: within the lookahead, requests with the head's
+        bucket tag first, then the others."""
+        waiting, prompt_l, tag_of = self.waiting, self.prompt_l, self.tag_of
+        look = [waiting.popleft() for _ in range(min(self.cfg.cobatch_lookahead, len(waiting)))]
+        head_tag = tag_of(prompt_l[head], self.pred_len_l[head], self.pred_u_l[head])
+        tags = [tag_of(prompt_l[r], self.pred_len_l[r], self.pred_u_l[r]) for r in look]
+        order = [i for i in range(len(look)) if tags[i] == head_tag] + \
+                [i for i in range(len(look)) if tags[i] != head_tag]
+        taken = set()
+        for i in order:
+            if len(pre) + len(swin) >= slots:
+                break
+            r = look[i]
+            tokens = prompt_l[r] + self.gen[r]
+            if not self.swapped[r] and tokens > budget:
+                continue
+            if self.try_reserve(r):
+                taken.add(i)
+                if self.swapped[r]:
+                    swin.append(r)
+                else:
+                    pre.append(r)
+                    budget -= tokens
+        waiting.extendleft(reversed([r for i, r in enumerate(look) if i not in taken]))
+
+    def prefill(self, pre: list[int], swin: list[int]) -> None:
+        """One prefill iteration of ``pre`` (running requests wait), after the KV of the
+        swapped-out requests ``swin`` crossed the host link back; each prefilled request
+        emits its next token."""
+        st, prompt_l, gen = self.st, self.prompt_l, self.gen
+        dt_pre = self.tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre])) \
+            if pre else 0.0
+        dt_swap = sum((prompt_l[r] + gen[r]) * self.bpt for r in swin) / self.host_bps
+        dt = dt_pre + dt_swap
+        for r in pre + swin:
+            if self.admit_t[r] != self.admit_t[r]:      # NaN: first admission
+                self.admit_t[r] = self.t
+        held = int(self.running.ctx[:self.running.m].sum())
+        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in pre + swin))
+        st["prefill_time_s"] += dt_pre
+        st["swap_time_s"] += dt_swap
+        if pre:
+            st["prefill_iterations"] += 1
+        for r in swin:
+            self.swapped[r] = False
+            st["swap_bytes"] += (prompt_l[r] + gen[r]) * self.bpt
+        for r in pre:
+            if gen[r] < self.out_l[r]:          # the prefill emits the next token
+                gen[r] += 1
+                if self.first_t[r] != self.first_t[r]:
+                    self.first_t[r] = self.t
+        for r in pre + swin:
+            self.running.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r],
+                             self.allocator.capacity_of(r))
+        self.finish_done()
+
+    def finish_done(self) -> None:
+        """Finish every running request with nothing left to generate."""
+        for j in range(self.running.m - 1, -1, -1):
+            if self.running.rem[j] == 0:
+                self.finish(j)
+
+    # ------------------------------------------------------------------ request events
+    def finish(self, j: int) -> None:
+        """Running request at position ``j`` generated its last token."""
+        r = int(self.running.idx[j])
+        self.finish_t[r] = self.t
+        self.gen[r] = self.out_l[r]
+        self.allocator.release(r, generated_tokens=self.out_l[r], completed=True)
+        self.running.remove(j)
+        self.done += 1
+
+    def preempt(self, j: int) -> None:
+        """Running request at position ``j`` gives its KV back and waits at the queue
+        front: recompute (its prompt and generated tokens are prefilled again) or swap
+        (its KV crosses the host link now, and back when it resumes)."""
+        r = int(self.running.idx[j])
+        self.gen[r] = int(self.running.ctx[j]) - self.prompt_l[r]
+        if self.cfg.preemption == "swap":
+            nbytes = int(self.running.ctx[j]) * self.bpt
+            dt = nbytes / self.host_bps
+            self.reserved_int += self.allocator.reserved_tokens * dt
+            self.t += dt
+            self.st["swap_bytes"] += nbytes
+            self.st["swap_time_s"] += dt
+            self.swapped[r] = True
+        self.allocator.release(r, completed=False)
+        self.running.remove(j)
+        self.npre[r] += 1
+        self.st["preemptions"] += 1
+        self.waiting.appendleft(r)
+
+    def grow(self) -> None:
+        """Give every running request room for one more token, oldest first; preempt the
+        latest-arrived running request whenever memory runs out."""
+        run, allocator = self.running, self.allocator
+        while True:
+            need = np.flatnonzero(run.cap[:run.m] <= run.ctx[:run.m])
+            if need.size == 0:
+                return
+            order = need[np.argsort(run.idx[need], kind="stable")].tolist()
+            for j in order:
+                r = int(run.idx[j])
+                ev0 = len(allocator.events)
+                if not allocator.grow(r, int(run.ctx[j]) + 1):
+                    self.preempt(int(np.argmax(run.idx[:run.m])))   # latest arrival goes
+                    break                                           # positions moved: rescan
+                run.cap[j] = allocator.capacity_of(r)
+                self._charge_migrations(ev0)
+            else:
+                return
+
+    def _charge_migrations(self, ev0: int) -> None:
+        """The copies of the allocator's ``migrate`` events since event ``ev0`` stall the
+        engine (priced by the tables' ``kv_copy``)."""
+        allocator, run = self.allocator, self.running
+        for ev in allocator.events[ev0:]:
+            if ev.kind == "migrate":
+                dt = self.tables.kv_copy_s(ev.nbytes // self.bpt)
+                self._advance(dt, float(run.ctx[:run.m].sum()))
+                self.st["migration_time_s"] += dt
+
+    # ------------------------------------------------------------------ decoding
+    def make_room_for_decode(self) -> bool:
+        """Whatever a decode window needs beyond KV; False if nothing can run."""
+        return True
+
+    def decode(self) -> None:
+        """A window of identical-batch decode steps (one Numba call): it ends when a
+        request finishes, a request needs more KV than it holds, or at the next arrival
+        while there is room in the batch."""
+        run, st, allocator = self.running, self.st, self.allocator
+        m = run.m
+        if m > st["max_decode_batch"]:
+            st["max_decode_batch"] = m
+        t_limit = self.arr_l[self.na] if (self.na < self.n and m < self.cfg.max_batch) \
+            else np.inf
+        if self.block is None:
+            k, dt, used, n_fin, n_grow = advance_running(
+                run.ctx, run.rem, run.cap, m, self.bg, self.cg, self.tab, self.t, t_limit)
+            self.reserved_int += allocator.reserved_tokens * dt
+        else:
+            k, dt, used, n_fin, n_grow = self._advance_blocks(m, t_limit)
+        self.used_int += used
+        self.t += dt
+        st["decode_steps"] += k
+        st["decode_token_steps"] += k * m
+        st["decode_time_s"] += dt
+        st["windows"] += 1
+        if n_fin:
+            for j in np.flatnonzero(run.rem[:m] == 0)[::-1]:
+                self.finish(int(j))
+        self.need_growth = n_grow > 0
+        self.after_decode(dt)
+
+    def _advance_blocks(self, m: int, t_limit: float):
+        """A decode window of a block allocator, granting blocks inside the window."""
+        run, allocator, block = self.running, self.allocator, self.block
+        order = np.argsort(run.idx[:m], kind="stable")
+        log_len = m * (min(int(run.rem[:m].min()), 4096) // block + 2)
+        if self.grow_log.shape[0] < log_len:
+            self.grow_log = np.zeros(log_len, dtype=np.int64)
+        k, dt, used, extra_int, n_log, n_fin = advance_blocks(
+            run.ctx, run.rem, run.cap, m, order, block, allocator.free_blocks, self.grow_log,
+            self.bg, self.cg, self.tab, self.t, t_limit)
+        self.reserved_int += allocator.reserved_tokens * dt + extra_int
+        if n_log:
+            allocator.grow_blocks(run.idx[self.grow_log[:n_log]].tolist())
+        # blocks are granted inside the next window; only a window that could not start
+        # (k == 0: blocks exhausted) needs grow(), which preempts
+        n_grow = 1 if k == 0 else 0
+        return k, dt, used, n_fin, n_grow
+
+    def after_decode(self, dt: float) -> None:
+        """Called after every decode window of ``dt`` seconds."""
+
+    # ------------------------------------------------------------------ results
+    def result(self) -> ServingResult:
+        admit_t, first_t, finish_t = (np.asarray(x, dtype=np.float64)
+                                      for x in (self.admit_t, self.first_t, self.finish_t))
+        metrics = self.metrics(admit_t, first_t, finish_t)
+        timeline = self.timeline
+        if timeline is not None:
+            timeline = {k: np.asarray(v) for k, v in timeline.items()}
+        return ServingResult(metrics, self.arr, admit_t, first_t, finish_t, self.out,
+                             self.npre, self.rejected, self.allocator.stats(), timeline,
+                             list(self.allocator.events))
+
+    def metrics(self, admit_t, first_t, finish_t) -> dict:
+        """The run's metrics (throughput, latencies, KV use, allocator statistics)."""
+        allocator, st, bpt, arr, out = self.allocator, self.st, self.bpt, self.arr, self.out
+        served = ~self.rejected
+        completed = int(np.sum(np.isfinite(finish_t)))
+        tokens = int(out[served].sum())
+        t0 = float(arr[served].min()) if served.any() else 0.0
+        t1 = float(np.nanmax(finish_t)) if completed else t0
+        span = max(t1 - t0, 0.0)
+        ttft = first_t - arr
+        multi = np.isfinite(first_t) & (out >= 2)
+        tpot = np.full(len(out), np.nan)
+        tpot[multi] = (finish_t[multi] - first_t[multi]) / (out[multi] - 1)
+        queue = admit_t - arr
+        e2e = finish_t - arr
+        s = allocator.stats()
+        reserved_int, used_int = self.reserved_int, self.used_int
+        m = {
+            "requests": int(len(out)),
+            "requests_completed": completed,
+            "requests_rejected": int(self.rejected.sum()),
+            "requests_cut": int(self.cut.sum()),
+            "output_tokens": tokens,
+            "duration_s": span,
+            "total_time_ns": span * 1e9,
+            "tokens_per_s": tokens / span if span > 0 else None,
+            "requests_per_s": completed / span if span > 0 else None,
+            "kv_utilization": allocator.kv_utilization(),
+            "kv_capacity_bytes": allocator.capacity_bytes,
+            "peak_reserved_bytes": int(s["peak_reserved_tokens"]) * bpt,
+            "mean_reserved_bytes": reserved_int / span * bpt if span > 0 else None,
+            "mean_used_bytes": used_int / span * bpt if span > 0 else None,
+            "time_weighted_kv_occupancy": used_int / reserved_int if reserved_int > 0 else None,
+            "preemptions": int(st["preemptions"]),
+            "preempted_requests": int(np.count_nonzero(self.npre)),
+            "migrations": int(s.get("n_migrate", 0)),
+            "migration_rate": allocator.migration_rate(),
+            "migrated_bytes": int(s.get("migrated_bytes", 0)),
+            "reserve_denials": int(s.get("n_deny", 0)),
+            "predictor_accuracy": allocator.predictor_accuracy(),
+            "prefill_iterations": st["prefill_iterations"],
+            "decode_steps": st["decode_steps"],
+            "mean_decode_batch": (st["decode_token_steps"] / st["decode_steps"]
+                                  if st["decode_steps"] else None),
+            "time_breakdown_s": {k: st[k] for k in ("prefill_time_s", "decode_time_s",
+                                                    "migration_time_s", "swap_time_s")},
+            "swap_bytes": int(st["swap_bytes"]),
+            "allocator": allocator.name,
+            "kv_layout": str(allocator.kv_layout),
+            "scheduler": self.cfg.scheduler,
+            "preemption_policy": self.cfg.preemption,
+            "iteration_time_model": self.tables.label,
+            "cycle_level": self.tables.cycle_level,
+            "interpolation_error": self.tables.error_summary(),
+        }
+        if "n_regular" in s:   # ODMA-style routing statistics
+            routed = s["n_regular"] + s["n_large_uncertain"] + s["n_large_no_bucket"]
+            m["large_bucket_fraction"] = ((s["n_large_uncertain"] + s["n_large_no_bucket"]) /
+                                          routed if routed else None)
+            m["regular_bucket_accuracy"] = s.get("regular_bucket_accuracy")
+            m["bucket_boundaries"] = s.get("boundaries")
+            m["bucket_refreshes"] = s.get("n_boundary_refreshes")
+        for name, x in (("ttft", ttft), ("tpot", tpot), ("queue_delay", queue), ("e2e", e2e)):
+            for q, v in percentiles(x).items():
+                m[f"{name}_{q}_s"] = v
+        return m
