@@ -59,7 +59,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
             names = sorted(self._items)
             raise ConfigError(key or self.key, f"unknown {self.kind} {name!r}"
                               + suggest(str(name), names)
-                              + f"; known: {', '.join(names)}"
+                              + f"; available: {', '.join(names)}"
                               + (f" ({self.hint})" if self.hint else "")) from None
 
     def names(self) -> list[str]:

@@ -2,10 +2,10 @@
 
 The work itself is done by a *job* chosen by the kind of workload (:data:`JOBS`):
 
-* ``"iteration"`` (no ``workload.serving``): decode/prefill iterations of a fixed batch,
-  ``h2m2sim.decode.job:run_iteration``;
+* ``"iteration"`` (no ``workload.serving``): decode iterations of a fixed batch,
+  :func:`h2m2sim.decode.job.run_iteration`;
 * ``"serving"`` (``workload.serving`` set): a request-level serving run,
-  ``h2m2sim.serving.job:run_serving``.
+  :func:`h2m2sim.serving.job.run_serving`.
 
 A job is ``fn(cfg) -> dict`` of JSON-able metrics: flat scalars (names carry units,
 e.g. ``iteration_time_ns``) plus optional nested mappings such as ``breakdown``. It must
@@ -25,16 +25,21 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from h2m2sim.config.lazy import Unavailable, import_ref
+from h2m2sim.cache import plain
+from h2m2sim.decode.job import run_iteration
 from h2m2sim.errors import SimError
+from h2m2sim.parallel import use_threads
+from h2m2sim.registry import Registry
+from h2m2sim.serving.job import run_serving
 
 __all__ = ["JOBS", "TIME_METRIC", "job_kind", "get_job", "run", "JobError"]
 
-#: Workload kind -> job (``"module:function"`` or the function itself).
-JOBS: dict[str, Any] = {
-    "iteration": "h2m2sim.decode.job:run_iteration",
-    "serving": "h2m2sim.serving.job:run_serving",
-}
+Job = Callable[[Any], Mapping[str, Any]]
+
+#: Workload kind -> job.
+JOBS: Registry[Job] = Registry("job", key="workload")
+JOBS.register("iteration", run_iteration)
+JOBS.register("serving", run_serving)
 
 #: Workload kind -> the metric (lower is better) that speedups compare.
 TIME_METRIC: dict[str, str] = {
@@ -52,18 +57,14 @@ def job_kind(cfg: Any) -> str:
     return "serving" if cfg.workload.serving is not None else "iteration"
 
 
-def get_job(kind: str) -> Callable[[Any], Mapping[str, Any]]:
+def get_job(kind: str) -> Job:
     """The job function registered for a workload kind."""
     if kind not in JOBS:
         raise JobError(f"no job registered for workload kind '{kind}'")
-    try:
-        return import_ref(JOBS[kind])
-    except Unavailable as err:
-        raise JobError(f"cannot run {kind} workloads yet: {err}") from None
+    return JOBS[kind]
 
 
 def _clean(metrics: Any, where: str) -> dict[str, Any]:
-    from h2m2sim.cache import plain
     if not isinstance(metrics, Mapping):
         raise JobError(f"{where} returned {type(metrics).__name__}, expected a dict of metrics")
     out = plain(metrics)
@@ -74,16 +75,14 @@ def _clean(metrics: Any, where: str) -> dict[str, Any]:
     return out
 
 
-def run(cfg: Any, job: Callable[[Any], Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def run(cfg: Any, job: Job | None = None) -> dict[str, Any]:
     """Run ``cfg`` (with ``job``, default: the registered job for its workload kind)
     and return its metrics, plus ``speedup`` when a baseline is configured."""
-    from h2m2sim.parallel import use_threads
-
-    with use_threads(getattr(getattr(cfg, "simulation", None), "threads", None)):
+    with use_threads(cfg.simulation.threads):
         return _run(cfg, job)
 
 
-def _run(cfg: Any, job: Callable[[Any], Mapping[str, Any]] | None) -> dict[str, Any]:
+def _run(cfg: Any, job: Job | None) -> dict[str, Any]:
     kind = job_kind(cfg)
     job = get_job(kind) if job is None else job
     name = getattr(job, "__qualname__", repr(job))

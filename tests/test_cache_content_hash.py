@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 
 from h2m2sim import cache
-from h2m2sim.cache import (cache_path, cached, canonical_json, code_digest, code_salt,
-                           default_cache_dir, hash_key)
+from h2m2sim.cache import (
+    cache_path,
+    cached,
+    canonical_json,
+    code_digest,
+    code_salt,
+    default_cache_dir,
+    hash_key,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -137,7 +144,9 @@ def test_concurrent_writers_of_one_entry(tmp_path):
 
 
 def test_options_from_run_config(tmp_path):
-    from h2m2sim.config import fakes, load_config
+    import fakes
+
+    from h2m2sim.config import load_config
     with pytest.MonkeyPatch.context() as mp:
         fakes.install(mp.setitem)
         cfg = load_config({"system": "h2m2", "model": "gpt3-175b",

@@ -1,16 +1,16 @@
 """Malformed run configurations and sweep files: each gives exactly one line
 ``error: <full.key.path>: <message>`` on stderr and exit status 2, never a traceback.
 
-The physics layers are replaced by the fakes in :mod:`h2m2sim.config.fakes`, which
+The physics layers are replaced by the fakes in ``tests/fakes.py``, which
 follow the resolver / registry interfaces the real layers implement."""
 from __future__ import annotations
 
 import textwrap
 
+import fakes
 import pytest
 
 from h2m2sim.cli import main
-from h2m2sim.config import fakes
 
 GOOD = {
     "system": {"preset": "h2m2"},
@@ -130,12 +130,11 @@ def test_missing_file(tmp_path, capsys):
     assert line == f"error: {tmp_path / 'nope.yaml'}: no such file"
 
 
-def test_job_not_available_is_one_line(tmp_path, capsys, monkeypatch):
+def test_job_not_registered_is_one_line(tmp_path, capsys, monkeypatch):
     from h2m2sim import runner
-    monkeypatch.setitem(runner.JOBS, "iteration", "h2m2sim.no_such_layer.job:run")
+    monkeypatch.delitem(runner.JOBS, "iteration")
     line = one_error(capsys, ["run", write(tmp_path, _yaml(GOOD))])
-    assert line.startswith("error: cannot run iteration workloads yet")
-    assert "h2m2sim.no_such_layer" in line
+    assert line == "error: no job registered for workload kind 'iteration'"
 
 
 def test_out_of_memory_during_run_is_one_line(tmp_path, capsys):

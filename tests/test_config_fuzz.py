@@ -2,12 +2,12 @@
 ConfigError (one line, with a key) — never any other exception."""
 from __future__ import annotations
 
+import fakes
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h2m2sim.config import (ConfigError, RunConfig, apply_sets, fakes, load_config,
-                            parse_yaml)
+from h2m2sim.config import ConfigError, RunConfig, apply_sets, load_config, parse_yaml
 from h2m2sim.sweep import build_sweep
 
 KEYS = ["system", "model", "workload", "policy", "simulation", "preset", "sides", "name",

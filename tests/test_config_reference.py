@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_configuration_reference_is_up_to_date():
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_config_reference.py"),
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_config_reference.py"),
                         "--check"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
 
@@ -17,6 +17,7 @@ def test_configuration_reference_is_up_to_date():
 def test_reference_documents_every_field_of_the_owned_sections():
     text = (ROOT / "docs" / "configuration.md").read_text()
     import dataclasses
+
     from h2m2sim.config import PolicyConfig, SimulationConfig, WorkloadConfig
     for prefix, cls in (("workload", WorkloadConfig), ("policy", PolicyConfig),
                         ("simulation", SimulationConfig)):

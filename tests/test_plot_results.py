@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import csv
 
+import fakes
 import pytest
 
 from h2m2sim import plotting
 from h2m2sim.cli import main
-from h2m2sim.config import fakes
 from h2m2sim.store import read_csv
 from h2m2sim.sweep import build_sweep, run_sweep
 

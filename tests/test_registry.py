@@ -25,7 +25,7 @@ def test_unknown_name_names_the_key_suggests_and_lists():
         reg.get("rond")
     msg = str(err.value)
     assert msg.startswith("policy.widget: unknown widget 'rond'")
-    assert "did you mean 'round'" in msg and "known: round, square (or a file)" in msg
+    assert "did you mean 'round'" in msg and "available: round, square (or a file)" in msg
     with pytest.raises(ConfigError, match="^elsewhere: "):
         reg.get("x", "elsewhere")
     with pytest.raises(ConfigError, match="unknown widget"):

@@ -5,13 +5,20 @@ import json
 import multiprocessing
 import os
 
+import fakes
 import pytest
 
 from h2m2sim import __version__
 from h2m2sim import store as store_mod
-from h2m2sim.config import fakes
-from h2m2sim.store import (ResultStore, atomic_write_bytes, decode_cell, encode_cell,
-                           flatten_metrics, git_revision, read_csv)
+from h2m2sim.store import (
+    ResultStore,
+    atomic_write_bytes,
+    decode_cell,
+    encode_cell,
+    flatten_metrics,
+    git_revision,
+    read_csv,
+)
 from h2m2sim.sweep import build_sweep, run_sweep
 
 

@@ -2,12 +2,13 @@
 counts (in-process, 2-process pool) and on a Dask distributed cluster."""
 from __future__ import annotations
 
+import fakes
 import pytest
 import yaml
 
 from h2m2sim import runner
 from h2m2sim.cli import main
-from h2m2sim.config import apply_sets, fakes, load_config
+from h2m2sim.config import apply_sets, load_config
 from h2m2sim.store import ResultStore
 
 BASE = {"system": "h2m2", "model": "chinchilla-70b",

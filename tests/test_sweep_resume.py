@@ -8,14 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import fakes
 import pytest
 import yaml
 
 from h2m2sim.cli import main
-from h2m2sim.config import fakes
 from h2m2sim.store import ResultStore
 from h2m2sim.sweep import build_sweep, run_sweep
+
+TESTS = str(Path(__file__).resolve().parent)   # where fakes.py is, for subprocesses
 
 SPEC = {"name": "resume",
         "base": {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2}},
@@ -76,7 +79,8 @@ def test_crash_then_resume_equals_uninterrupted(tmp_path, monkeypatch, reference
 
 def _sweep_cmd(sweep_path, out, workers):
     code = ("import sys\n"
-            "from h2m2sim.config import fakes\n"
+            f"sys.path.insert(0, {TESTS!r})\n"
+            "import fakes\n"
             "fakes.install()\n"
             "from h2m2sim.cli import main\n"
             "if __name__ == '__main__':\n"

@@ -9,31 +9,39 @@ A run configuration has five sections::
     simulation:  fidelity, seed, cache, cache_dir, workers, threads
 
 ``system``, ``model`` and ``workload.serving`` are resolved by the layers that own them,
-through the :data:`RESOLVERS` table (``"module:function"`` entries, resolved lazily);
-mapper and allocator names are checked against the :data:`REGISTRIES` table. Both are
-plain dicts: assign items to swap an implementation or install a fake.
+through the :data:`RESOLVERS` table; mapper and allocator names are checked against the
+layers' registries in :data:`REGISTRIES`.
 
 Typical use::
 
     from h2m2sim.config import load_file, dump_yaml
     cfg = load_file("run.yaml", sets=["workload.batch=64"])
 """
-from h2m2sim.config.schema import (EXAMPLE_YAML, REGISTRIES, REQUIRED_SECTIONS, RESOLVERS, SECTIONS,
-                                   PolicyConfig, RunConfig, SimulationConfig,
-                                   WorkloadConfig)
-from h2m2sim.config.lazy import Unavailable, import_ref, optional_ref
-from h2m2sim.config.loader import (apply_sets, dump_yaml, load_config, load_file,
-                                   normalize_raw, parse_yaml, read_yaml, resolve_section)
+from h2m2sim.cache import config_hash
+from h2m2sim.config.loader import (
+                                   apply_sets,
+                                   dump_yaml,
+                                   load_config,
+                                   load_file,
+                                   normalize_raw,
+                                   parse_yaml,
+                                   read_yaml,
+                                   resolve_section,
+)
+from h2m2sim.config.schema import (
+                                   EXAMPLE_YAML,
+                                   REGISTRIES,
+                                   REQUIRED_SECTIONS,
+                                   RESOLVERS,
+                                   SECTIONS,
+                                   PolicyConfig,
+                                   RunConfig,
+                                   SimulationConfig,
+                                   WorkloadConfig,
+)
 from h2m2sim.errors import ConfigError
 
 __all__ = ["EXAMPLE_YAML", "RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "RunConfig",
            "WorkloadConfig", "PolicyConfig", "SimulationConfig", "ConfigError",
-           "Unavailable", "import_ref", "optional_ref", "apply_sets", "dump_yaml",
-           "load_config", "load_file", "normalize_raw", "parse_yaml", "read_yaml",
-           "resolve_section", "config_hash"]
-
-
-def config_hash(cfg: RunConfig) -> str:
-    """Content hash of a resolved configuration (see :func:`h2m2sim.cache.config_hash`)."""
-    from h2m2sim.cache import config_hash as _hash
-    return _hash(cfg)
+           "apply_sets", "dump_yaml", "load_config", "load_file", "normalize_raw",
+           "parse_yaml", "read_yaml", "resolve_section", "config_hash"]

@@ -16,10 +16,14 @@ from typing import Any
 import yaml
 
 from dram_models.schema import load, set_path, suggest, to_dict
+from h2m2sim.cache import plain
 from h2m2sim.config import schema
-from h2m2sim.config.lazy import Unavailable, import_ref, optional_ref
-from h2m2sim.config.schema import (PolicyConfig, RunConfig, SimulationConfig,
-                                   WorkloadConfig)
+from h2m2sim.config.schema import (
+    PolicyConfig,
+    RunConfig,
+    SimulationConfig,
+    WorkloadConfig,
+)
 from h2m2sim.errors import ConfigError, join_key
 
 __all__ = ["read_yaml", "parse_yaml", "normalize_raw", "apply_sets", "load_config",
@@ -122,19 +126,14 @@ def apply_sets(raw: Any, sets: Iterable[str] = ()) -> Any:
 
 
 def resolve_section(section: str, raw: Any, key: str) -> Any:
-    """Resolve ``raw`` with ``RESOLVERS[section]``; the raw value (checked only for its
-    shape) is kept when the owning layer does not exist yet."""
+    """Resolve ``raw`` (checked first for its shape) with ``RESOLVERS[section]``."""
     if section == "serving":
         if not isinstance(raw, Mapping):
             raise ConfigError(key, f"must be a mapping (trace, rate, ...), got {_what(raw)}")
     elif not isinstance(raw, (str, Mapping)):
         what = "preset name" if section == "system" else "model-zoo name"
         raise ConfigError(key, f"must be a {what} or a mapping, got {_what(raw)}")
-    try:
-        resolver = import_ref(schema.RESOLVERS[section])
-    except Unavailable:
-        return raw
-    return resolver(raw, key)
+    return schema.RESOLVERS[section](raw, key)
 
 
 def _what(value: Any) -> str:
@@ -146,9 +145,7 @@ def _what(value: Any) -> str:
 
 
 def _check_registry(policy: PolicyConfig, field: str) -> PolicyConfig:
-    registry = optional_ref(schema.REGISTRIES.get(field))
-    if registry is None:
-        return policy
+    registry = schema.REGISTRIES[field]
     name = getattr(policy, field)
     key = f"policy.{field}"
     if name not in registry:
@@ -208,6 +205,5 @@ def load_file(path: str | os.PathLike, sets: Iterable[str] = ()) -> RunConfig:
 
 def dump_yaml(cfg: RunConfig) -> str:
     """The resolved configuration as YAML (loadable again: every section is inline)."""
-    from h2m2sim.cache import plain
     return yaml.safe_dump(plain(cfg), sort_keys=False, default_flow_style=False,
                           allow_unicode=True)

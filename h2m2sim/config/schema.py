@@ -1,19 +1,26 @@
 """The run configuration: one YAML file, five sections, frozen dataclasses.
 
-``system`` and ``model`` are owned by their layers and turned into dataclasses by the
-*resolvers* named in :data:`RESOLVERS`; ``workload``, ``policy`` and ``simulation`` are
-declared here. Mapper and allocator names are checked against the registries named in
-:data:`REGISTRIES`. Both tables map to ``"module:attribute"`` strings resolved on first
-use; change them by item assignment (``RESOLVERS['system'] = ...``), not by rebinding.
+``system``, ``model`` and ``workload.serving`` are owned by their layers and turned into
+dataclasses by the layers' *resolvers* in :data:`RESOLVERS`; ``workload``, ``policy``
+and ``simulation`` are declared here. Mapper and allocator names are checked against the
+layers' registries in :data:`REGISTRIES`. Tests swap entries of both tables by item
+assignment (``monkeypatch.setitem(RESOLVERS, "system", ...)``).
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 from dram_models.schema import param
+from h2m2sim.allocators import ALLOCATORS
 from h2m2sim.errors import ConfigError
+from h2m2sim.mapping import MAPPERS
+from h2m2sim.model import load_model
+from h2m2sim.registry import Registry
+from h2m2sim.serving.config import resolve_serving
+from h2m2sim.system.config import resolve_system
 
 __all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "EXAMPLE_YAML",
            "WorkloadConfig", "PolicyConfig", "SimulationConfig", "RunConfig"]
@@ -21,17 +28,18 @@ __all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "EXAMPLE_
 #: Section name -> ``fn(raw_value, key) -> frozen dataclass`` raising ConfigError with the
 #: full key path. ``system`` also resolves ``policy.baseline``; ``serving`` resolves
 #: ``workload.serving``.
-RESOLVERS: dict[str, Any] = {
-    "system": "h2m2sim.system.config:resolve_system",
-    "model": "h2m2sim.model:load_model",
-    "serving": "h2m2sim.serving.config:resolve_serving",
+RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
+    "system": resolve_system,
+    "model": load_model,
+    "serving": resolve_serving,
 }
 
-#: Policy field -> registry ``{name: class}``. A class may declare a dataclass ``Params``;
-#: the matching ``*_params`` mapping is then validated against it (defaults filled in).
-REGISTRIES: dict[str, Any] = {
-    "mapper": "h2m2sim.mapping:MAPPERS",
-    "allocator": "h2m2sim.memory.allocators:ALLOCATORS",
+#: Policy field -> registry of names. A registered object may declare a dataclass
+#: ``Params``; the matching ``*_params`` mapping is then validated against it (defaults
+#: filled in).
+REGISTRIES: dict[str, Registry] = {
+    "mapper": MAPPERS,
+    "allocator": ALLOCATORS,
 }
 
 SECTIONS = ("system", "model", "workload", "policy", "simulation")

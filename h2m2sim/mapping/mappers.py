@@ -28,12 +28,22 @@ them (they use their own cheap models), the search-based ones do.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Optional
 
 import numpy as np
 
-from ..errors import OutOfMemoryError
-from .base import SUBLAYERS, Mapping, Problem, SublayerTimes, head_aware_time, \
-    sublayer_granular_time
+from h2m2sim.errors import OutOfMemoryError
+from h2m2sim.registry import Registry
+
+from .base import (
+    SUBLAYERS,
+    Mapping,
+    Problem,
+    SublayerTimes,
+    head_aware_time,
+    sublayer_granular_time,
+)
 
 GREEDY_ORDER = ("attention", "qkv", "fc")
 
@@ -271,16 +281,13 @@ def all_second(problem: Problem, times: SublayerTimes | None = None) -> Mapping:
     return Mapping({sl: 0 for sl in SUBLAYERS}, "all-second")
 
 
-MAPPERS = {
-    "greedy": greedy,
-    "oracle": oracle,
-    "q-major": _major("qkv"),
-    "a-major": _major("attention"),
-    "f-major": _major("fc"),
-    "naive": naive,
-    "flexgen": flexgen,
-    "hierarchical": hierarchical,
-    "all-first": all_first,
-    "all-second": all_second,
-}
-NEEDS_TABLES = {"oracle", "q-major", "a-major", "f-major", "naive"}
+#: Mapper name -> ``fn(problem, times) -> Mapping`` (``policy.mapper``).
+MAPPERS: Registry[Callable[[Problem, Optional[SublayerTimes]], Mapping]] = \
+    Registry("mapper", key="policy.mapper")
+for _name, _fn in (("greedy", greedy), ("oracle", oracle), ("q-major", _major("qkv")),
+                   ("a-major", _major("attention")), ("f-major", _major("fc")),
+                   ("naive", naive), ("flexgen", flexgen), ("hierarchical", hierarchical),
+                   ("all-first", all_first), ("all-second", all_second)):
+    MAPPERS.register(_name, _fn)
+#: Mappers that decide from per-sublayer time tables (simulated before they decide).
+NEEDS_TABLES = frozenset({"oracle", "q-major", "a-major", "f-major", "naive"})

@@ -21,6 +21,7 @@ import yaml
 
 from dram_models.errors import ConfigError, join_key
 from dram_models.schema import load, param, suggest, to_dict
+from h2m2sim.registry import Registry
 from workloads import MODELS_DIR
 
 __all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes"]
@@ -212,17 +213,15 @@ class ModelSpec:
 
 
 # ----- zoo ------------------------------------------------------------------------
-def _zoo() -> dict[str, Path]:
-    """lower-case zoo name -> YAML path."""
-    out = {}
-    for p in sorted(MODELS_DIR.glob("*.yaml")):
-        out[p.stem.lower()] = p
-    return out
+#: The model zoo: lower-case name -> YAML file of ``workloads/models/``.
+MODELS: Registry[Path] = Registry("model", key="model", hint="or a .yaml file, or a mapping")
+for _path in sorted(MODELS_DIR.glob("*.yaml")):
+    MODELS.register(_path.stem.lower(), _path)
 
 
 def list_models() -> list[str]:
     """Names of the models in the zoo (``workloads/models/*.yaml``), sorted."""
-    return sorted(_zoo())
+    return MODELS.names()
 
 
 @functools.lru_cache(maxsize=256)
@@ -268,13 +267,10 @@ def load_model(name_or_mapping, key: str = "model") -> ModelSpec:
         raise ConfigError(key, f"must be a model name or a mapping, got "
                           f"{type(name_or_mapping).__name__}")
     text = str(name_or_mapping)
-    zoo = _zoo()
-    path = zoo.get(text.lower())
-    if path is None and text.endswith((".yaml", ".yml")):
+    if text.lower() not in MODELS and text.endswith((".yaml", ".yml")):
         path = Path(text)
         if not path.is_file():
             raise ConfigError(key, f"model file {text} does not exist")
-    if path is None:
-        raise ConfigError(key, f"unknown model {text!r}{suggest(text.lower(), list(zoo))}; "
-                          f"available: {', '.join(zoo)}")
+    else:
+        path = MODELS.get(text.lower(), key)
     return _load_file(str(path.resolve()), path.stat().st_mtime, key)

@@ -14,33 +14,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
+from h2m2sim.registry import Registry
 
-from .base import (LengthPredictor, Prediction, bucket_coverage_accuracy, bucket_of,
-                   exact_bucket_accuracy)
+from .base import (
+    LengthPredictor,
+    Prediction,
+    bucket_coverage_accuracy,
+    bucket_of,
+    exact_bucket_accuracy,
+)
 from .learned import LearnedPredictor, S3Predictor, prompt_features
 from .simple import NoisyPredictor, OraclePredictor
 
-PREDICTORS: dict[str, type[LengthPredictor]] = {
-    "oracle": OraclePredictor,
-    "noisy": NoisyPredictor,
-    "s3": S3Predictor,
-    "learned": LearnedPredictor,
-}
-
-
-def register(name: str, cls: type[LengthPredictor]) -> None:
-    """Add a predictor class under ``name``."""
-    PREDICTORS[name] = cls
+PREDICTORS: Registry[type[LengthPredictor]] = Registry("predictor", key="predictor")
+for _cls in (OraclePredictor, NoisyPredictor, S3Predictor, LearnedPredictor):
+    PREDICTORS.register(_cls.name, _cls)
 
 
 def make_predictor(name: str, **options) -> LengthPredictor:
     """Build predictor ``name`` with keyword ``options`` (ConfigError if unknown)."""
     cls = PREDICTORS.get(name)
-    if cls is None:
-        raise ConfigError("predictor", f"unknown predictor {name!r}{suggest(name, list(PREDICTORS))}"
-                          f"; known: {', '.join(PREDICTORS)}")
     try:
         return cls(**options)
     except TypeError as err:
@@ -75,7 +69,7 @@ def cross_predict(name: str, trace, *, folds: int = 2, seed: int = 0,
         if n < folds:
             raise ConfigError("predictor", f"{n} request(s) cannot be split into {folds} folds")
         ids = fold_ids(n, folds, seed)
-        X = proto.features(trace) if hasattr(proto, "features") else None
+        X = proto.features(trace)
         length = np.zeros(n)
         unc = np.zeros(n)
         upper = np.zeros(n, dtype=np.int64)
@@ -104,7 +98,7 @@ def cross_predict(name: str, trace, *, folds: int = 2, seed: int = 0,
     return pred, report
 
 
-__all__ = ["PREDICTORS", "register", "make_predictor", "cross_predict", "fold_ids",
+__all__ = ["PREDICTORS", "make_predictor", "cross_predict", "fold_ids",
            "LengthPredictor", "Prediction", "OraclePredictor", "NoisyPredictor",
            "S3Predictor", "LearnedPredictor", "bucket_coverage_accuracy",
            "exact_bucket_accuracy", "bucket_of", "prompt_features"]

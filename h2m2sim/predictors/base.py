@@ -49,6 +49,12 @@ class LengthPredictor(abc.ABC):
     def fit(self, trace) -> "LengthPredictor":
         return self
 
+    def features(self, trace):
+        """The trace's feature matrix, computed once and sliced per fold by
+        :func:`~h2m2sim.predictors.cross_predict` (then passed to ``fit`` and
+        ``predict``); None for a predictor that reads the trace itself."""
+        return None
+
     @abc.abstractmethod
     def predict(self, trace) -> Prediction:
         """Predictions for every request of ``trace``."""

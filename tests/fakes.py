@@ -1,10 +1,10 @@
 """Stand-ins for the physics layers, for testing the configuration / sweep / plot
-framework before (and independently of) the real system, model and serving layers.
+framework on its own and fast.
 
 They follow the real interfaces exactly: resolvers ``fn(raw, key) -> frozen dataclass``
-raising ConfigError with the full key path, registries ``{name: class}``, jobs
-``fn(cfg) -> dict``. The numbers are toy roofline arithmetic, not simulation results.
-:func:`install` puts them into every table (pass ``monkeypatch.setitem`` in tests).
+raising ConfigError with the full key path, registries of names, jobs ``fn(cfg) ->
+dict``. The numbers are toy roofline arithmetic, not simulation results. :func:`install`
+puts them into every table (pass ``monkeypatch.setitem`` in tests).
 
 Two environment variables let tests interrupt a sweep deterministically:
 ``H2M2SIM_FAKE_FAIL_SEQ=N`` makes the iteration job raise RuntimeError for a point whose
@@ -21,7 +21,12 @@ from typing import Any, Literal, Optional
 import numpy as np
 
 from dram_models.schema import deep_merge, load, param, suggest
+from h2m2sim import runner
+from h2m2sim.cache import config_hash
+from h2m2sim.cli import cmd_presets
+from h2m2sim.config import schema
 from h2m2sim.errors import ConfigError, OutOfMemoryError
+from h2m2sim.registry import Registry
 
 __all__ = ["FakeSide", "FakeSystem", "FakeModel", "FakeServing", "SYSTEM_PRESETS",
            "MODEL_ZOO", "MAPPERS", "ALLOCATORS", "resolve_system", "load_model",
@@ -95,8 +100,12 @@ class _Oracle:
         max_configs: int = param(64, ge=1, doc="configurations to search per sublayer")
 
 
-MAPPERS = {"greedy": _Greedy, "oracle": _Oracle, "flexgen": _Greedy}
-ALLOCATORS = {"static": object, "paged": object, "odma": object}
+MAPPERS: Registry[type] = Registry("mapper", key="policy.mapper")
+for _name, _cls in (("greedy", _Greedy), ("oracle", _Oracle), ("flexgen", _Greedy)):
+    MAPPERS.register(_name, _cls)
+ALLOCATORS: Registry[type] = Registry("allocator", key="policy.allocator")
+for _name in ("static", "paged", "odma"):
+    ALLOCATORS.register(_name, object)
 
 
 def _named(kind: str, table: Mapping[str, Any], name: Any, key: str) -> dict[str, Any]:
@@ -131,7 +140,6 @@ def resolve_serving(raw: Any, key: str) -> FakeServing:
 
 
 def _rng(cfg: Any) -> np.random.Generator:
-    from h2m2sim.cache import config_hash
     return np.random.default_rng([cfg.simulation.seed, int(config_hash(cfg)[:12], 16)])
 
 
@@ -185,18 +193,14 @@ def list_standards() -> list[str]:
 def install(setitem: Callable[[dict, str, Any], None] | None = None) -> None:
     """Point every interface table at these fakes (``setitem(table, name, value)``;
     default: plain assignment; in tests pass ``monkeypatch.setitem``)."""
-    from h2m2sim import runner
-    from h2m2sim.cli import cmd_presets
-    from h2m2sim.config import schema
     put = setitem or (lambda d, k, v: d.__setitem__(k, v))
-    me = __name__
-    for section, fn in (("system", "resolve_system"), ("model", "load_model"),
-                        ("serving", "resolve_serving")):
-        put(schema.RESOLVERS, section, f"{me}:{fn}")
-    put(schema.REGISTRIES, "mapper", f"{me}:MAPPERS")
-    put(schema.REGISTRIES, "allocator", f"{me}:ALLOCATORS")
-    put(runner.JOBS, "iteration", f"{me}:run_iteration")
-    put(runner.JOBS, "serving", f"{me}:run_serving")
-    for what, fn in (("systems", "list_presets"), ("dram", "list_standards"),
-                     ("models", "list_models")):
-        put(cmd_presets.LISTERS, what, f"{me}:{fn}")
+    for section, fn in (("system", resolve_system), ("model", load_model),
+                        ("serving", resolve_serving)):
+        put(schema.RESOLVERS, section, fn)
+    put(schema.REGISTRIES, "mapper", MAPPERS)
+    put(schema.REGISTRIES, "allocator", ALLOCATORS)
+    put(runner.JOBS, "iteration", run_iteration)
+    put(runner.JOBS, "serving", run_serving)
+    for what, fn in (("systems", list_presets), ("dram", list_standards),
+                     ("models", list_models)):
+        put(cmd_presets.LISTERS, what, fn)
