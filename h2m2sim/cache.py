@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from h2m2sim import __version__
 from h2m2sim.store import atomic_write_bytes
 
 __all__ = ["cached", "cache_path", "canonical", "canonical_json", "hash_key", "config_hash",
@@ -156,7 +157,6 @@ def code_digest(*packages: str) -> str:
 
 def code_salt() -> str:
     """Default salt: h2m2sim version and a digest of the h2m2sim and dram_models code."""
-    from h2m2sim import __version__
     return f"{__version__}+{code_digest('h2m2sim', 'dram_models')}"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
-from h2m2sim.store import ResultStore, encode_cell, read_csv
+from h2m2sim.store import ResultStore, decode_cell, encode_cell, read_csv
 
 __all__ = ["Results", "load_results", "filter_rows", "find_baseline_column", "column",
            "guess_better", "add_speedup", "check_out", "pivot", "plot", "format_pivot", "FORMATS"]
@@ -73,7 +73,6 @@ def _same(a: Any, b: Any) -> bool:
 
 def filter_rows(res: Results, where: Iterable[str]) -> list[dict[str, Any]]:
     """Rows matching every ``COL=VALUE`` (VALUE compared as it appears in the CSV)."""
-    from h2m2sim.store import decode_cell
     rows = res.rows
     for cond in where:
         col, sep, val = cond.partition("=")
@@ -89,7 +88,6 @@ def filter_rows(res: Results, where: Iterable[str]) -> list[dict[str, Any]]:
 
 def find_baseline_column(res: Results, spec: str) -> tuple[str, Any]:
     """``COL=VALUE`` or just ``VALUE``: the column (a swept one if known) holding it."""
-    from h2m2sim.store import decode_cell
     if "=" in spec:
         col, _, val = spec.partition("=")
         return column(res, col, "--baseline"), decode_cell(val)

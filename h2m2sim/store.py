@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from h2m2sim import __version__
 from h2m2sim.errors import ConfigError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
@@ -180,7 +181,6 @@ class ResultStore:
     # -- writing ---------------------------------------------------------------------
     def start(self, spec_yaml: str, axes: list[str], plan: list[dict[str, Any]]) -> None:
         """Record the sweep (spec, axes and every point's index/hash/swept values)."""
-        from h2m2sim import __version__
         self.points_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.spec_path, spec_yaml)
         atomic_write_json(self.plan_path, {"axes": axes, "points": plan})

@@ -70,7 +70,7 @@ def _tensor_sig(t) -> tuple:
 def kernel_signature(k) -> tuple:
     """What determines a kernel's time on a side: op, shape, FLOPs and its tensors'
     sizes (not their names, addresses or the request they belong to)."""
-    return (k.op, int(k.m), int(k.k), int(k.n), int(getattr(k, "batch", 1)), int(k.flops),
+    return (k.op, int(k.m), int(k.k), int(k.n), int(k.batch), int(k.flops),
             tuple(_tensor_sig(t) for t in k.operands), tuple(_tensor_sig(t) for t in k.outputs))
 
 

@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
 from h2m2sim.system.mmu import PTE_BYTES, check_page_size
 
 from .address_space import Region, VirtualAddressSpace
+from .dram import stream_bandwidth_gbps
 from .frames import FrameManager
 from .mmu import make_translation
 from .page_table import PageTable
@@ -123,7 +125,6 @@ class SystemMemory:
     def tensor(self, name: str) -> Tensor:
         t = self.tensors.get(name)
         if t is None:
-            from dram_models.schema import suggest
             raise ConfigError("tensor", f"no tensor {name!r} is placed"
                               + suggest(name, list(self.tensors)))
         return t
@@ -190,7 +191,6 @@ class SystemMemory:
         dst streaming write), GB/s."""
         def rates(side):
             if side not in self._rates:
-                from .dram import stream_bandwidth_gbps
                 s = self.system.side(side)
                 self._rates[side] = (stream_bandwidth_gbps(s, False),
                                      stream_bandwidth_gbps(s, True))

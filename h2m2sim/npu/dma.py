@@ -31,8 +31,8 @@ import dataclasses
 import numpy as np
 
 from dram_models.memory import MemorySystem, Streams
-
 from h2m2sim.memory.dram import channel_granularity, split_ranges
+from h2m2sim.memory.frames import merge_extents
 from h2m2sim.memory.mmu import make_translation
 from h2m2sim.system.mmu import PTE_BYTES
 
@@ -277,7 +277,6 @@ def translation_for(layout: DmaLayout, memory, side: str, tick_ns: float) -> Dma
     if hi - lo <= DENSE_LIMIT:
         tr = memory.translation(side, lo << shift, hi << shift, tick_ns)
         return dataclasses.replace(layout, translation=tr)
-    from h2m2sim.memory.frames import merge_extents
     rs, re_ = merge_extents(v0, v1)
     lens = re_ - rs
     local = np.concatenate(([0], np.cumsum(lens)[:-1]))

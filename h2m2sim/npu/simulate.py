@@ -31,11 +31,13 @@ import numpy as np
 from dram_models.errors import ConfigError
 from dram_models.schema import suggest
 from dram_models.stats import DramStats
-
 from h2m2sim.memory.dram import memory_system, stream_bandwidth_gbps
+from h2m2sim.memory.frames import merge_extents
 from h2m2sim.memory.system_memory import SystemMemory
+from h2m2sim.model import VECTOR_FLOPS, dtype_bytes
+from h2m2sim.system.config import SystemSpec, resolve_system
 
-from .dma import KIND_READ, DmaLayout, build_streams, translation_for
+from .dma import KIND_READ, DmaLayout, build_streams, dma_params, translation_for
 from .tiling import Operand, TilePlan, concat_plans, plan_matmul, plan_vector
 from .units import vector_passes
 
@@ -116,7 +118,6 @@ class _Ctx:
 
     def __init__(self, system: Any, side: str, memory: SystemMemory | None,
                  page_size: int | None, placement: str, seed: int, translate: str | None):
-        from h2m2sim.system.config import SystemSpec, resolve_system
         if not isinstance(system, SystemSpec):
             system = resolve_system(system, "system")
         self.system = system
@@ -135,7 +136,6 @@ class _Ctx:
         self.ideal = mode == "ideal"
         self.tick_ns = self.ms.tick_ns
         self.bw_gbps = 0.9 * self.side.bandwidth_gbps
-        from .dma import dma_params
         q, chunk, _ = dma_params(self.chip, self.ms, self.memory.page_size)
         # bytes the cores' buffers must hold in flight to keep every channel streaming
         self.inflight = min(q, self.ms.channels) * chunk * INFLIGHT_PER_CHANNEL
@@ -152,7 +152,6 @@ def _check_fidelity(fidelity: str) -> None:
 
 
 def _dtype_bytes(dtype: str) -> int:
-    from h2m2sim.model import dtype_bytes
     return dtype_bytes(dtype)
 
 
@@ -438,7 +437,6 @@ def _simulate(ctx: _Ctx, plans: list[TilePlan], fidelity: str):
 
 def _pages(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> int:
     """Distinct virtual pages the tiles in ``subset`` touch."""
-    from h2m2sim.memory.frames import merge_extents
     sh = ctx.memory.page_shift
     v0, v1 = [], []
     for t, o, f, ln in ((plan.r_tile, plan.r_op, plan.r_off, plan.r_len),
@@ -574,7 +572,6 @@ def _shape_plans(ctx: _Ctx, op: str, m: int, k: int, n: int, batch: int, db: int
     ops = [Operand.of(nm.rsplit(".", 1)[1], a[nm], nb, kd) for nm, nb, kd in tens]
     ins = [i for i, t in enumerate(tens) if not t[0].endswith(".out")]
     outs = [nin]
-    from h2m2sim.model import VECTOR_FLOPS
     fpe = {"layernorm": VECTOR_FLOPS["layernorm"], "softmax": VECTOR_FLOPS["softmax"],
            "residual": 1, "activation": VECTOR_FLOPS["gelu"], "elementwise": 0}[op]
     return [plan_vector(chip, op, ops, ins, outs, rows, n, vector_passes(op, fpe or None),

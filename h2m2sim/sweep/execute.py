@@ -8,12 +8,13 @@ machines need no shared file system.
 from __future__ import annotations
 
 import concurrent.futures as cf
-from concurrent.futures.process import BrokenProcessPool
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
 __all__ = ["run_point", "execute", "Task", "WorkerDied"]
@@ -31,7 +32,6 @@ def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
     """Run one point. A user error (:class:`SimError`, e.g. out of memory) is a result
     of the point and is returned as ``error``; anything else is a bug and propagates,
     which stops the sweep (finished points are kept)."""
-    from h2m2sim import runner
     t0 = time.perf_counter()
     try:
         metrics, error = runner.run(cfg, job), None

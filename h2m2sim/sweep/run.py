@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from h2m2sim import runner
+from h2m2sim import __version__, runner
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import ResultStore, git_revision
@@ -50,7 +50,6 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
     sweep resumed with ``resume=True`` runs only what is missing and ends with exactly
     the result set of an uninterrupted run. ``progress``: None = a bar on terminals only.
     """
-    from h2m2sim import __version__
     store = ResultStore(out)
     done = store.finished()
     if not resume and (done or store.plan_path.exists()):
