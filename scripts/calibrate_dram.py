@@ -5,10 +5,10 @@ saturating, same standard, mapping and queue depth) and sets our numbers beside 
 
     python scripts/calibrate_dram.py --out out/calibration [--requests 1000000]
 
-Writes calibration.csv and calibration.md (a table for docs/validation.md). The reference
-numbers below are the measurements listed in the project's reference notes
-(../shared/reference/dram-reference.md): Ramulator 2.1 (commit c5b1c3a) and DRAMsim3
-(commit 2981759) on 1,000,000-request traces. They are other models, not ground truth.
+Writes calibration.csv and calibration.md (the table of docs/validation/dram.md). The
+reference numbers below are measurements of Ramulator 2.1 (commit c5b1c3a) and DRAMsim3
+(commit 2981759) on 1,000,000-request traces with the same settings. They are other
+models, not ground truth.
 """
 from __future__ import annotations
 

@@ -4,7 +4,9 @@
     python scripts/h2m2_summary.py DIR
 
 Averages are arithmetic means over the figure's points, as the paper reports them
-("on average"). Paper values: ../shared/reference/paper-figures.md (H2M2 section).
+("on average"). Paper values: the averages the H2M2 paper states in its text (Hwang et
+al., "Hardware-based Heterogeneous Memory Management for Large Language Model
+Inference", arXiv 2025); docs/validation/h2m2.md sets them beside ours.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Reproduce the BMC paper's analysis (papers/bmc-compute-copy.txt) in the simulator.
+"""Reproduce the BMC paper's analysis in the simulator (Ramachandran et al., "Striking the
+Right Balance between Compute and Copy: Improving LLM Inferencing Under Speculative
+Decoding", arXiv 2025).
 
     python scripts/reproduce_bmc.py --out DIR [--json] [--no-npu]
 

@@ -1,5 +1,6 @@
-"""Reproduce eLLM (papers/ellm-elastic-memory.txt): elastic memory vs the vLLM static split
-for Llama3-8B (FP16) on the a100-80gb preset (HBM2E, 80 GB).
+"""Reproduce eLLM (Xu et al., "eLLM: Elastic Memory Management Framework for Efficient LLM
+Serving", arXiv 2025): elastic memory vs the vLLM static split for Llama3-8B (FP16) on the
+a100-80gb preset (HBM2E, 80 GB).
 
     python scripts/reproduce_ellm.py --out DIR [--json] [--quick]
 

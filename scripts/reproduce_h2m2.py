@@ -1,4 +1,5 @@
-"""Reproduce the H2M2 evaluation (Hwang et al., papers/h2m2-heterogeneous-memory.txt).
+"""Reproduce the H2M2 evaluation (Hwang et al., "Hardware-based Heterogeneous Memory
+Management for Large Language Model Inference", arXiv 2025).
 
     python scripts/reproduce_h2m2.py --figure 12 --out DIR [--fidelity sampled|estimate]
     python scripts/reproduce_h2m2.py --figure 14 --out DIR   # HBM occupancy (Fig. 12 points)
@@ -13,7 +14,7 @@ content hash ($H2M2SIM_CACHE), so re-plotting costs nothing.
 Systems (the CSV's ``system`` column):
 
 * ``baseline``     -- LPDDR-only: one LPDDR5X pool (546 GB/s, 512 GB) shared by both chips
-  (8 cores); see docs/validation.md for why this topology is the paper's baseline;
+  (8 cores); see docs/validation/h2m2.md for why this topology is the paper's baseline;
 * ``h2m2``         -- HBM3 + LPDDR5X, greedy mapping (Algorithm 1), MMU/TLB on;
 * ``oracle``       -- same hardware, exhaustive search on cycle-level tables, no
   translation cost (the paper's Oracle);

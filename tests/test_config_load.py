@@ -31,7 +31,7 @@ def _fakes(monkeypatch):
     fakes.install(monkeypatch.setitem)
 
 
-def test_minimal_config_from_the_issue_validates(tmp_path):
+def test_minimal_example_config_validates(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL)
     cfg = load_file(path)

@@ -79,7 +79,7 @@ def test_sampled_matches_cycle_compute_bound():
 
 @pytest.mark.slow
 def test_large_gemm_and_gemv_full_size(h2m2):
-    """The issue's reference kernels at full size (about 40 s)."""
+    """The reference GEMM and GEMV of docs/validation/npu.md at full size (about 40 s)."""
     m, k, n = 2048, 12288, 12288
     chip = h2m2.side("hbm").chip
     ideal_ns = ideal_mm_cycles(chip, m, k, n) / chip.cores * chip.cycle_ns

@@ -1,7 +1,7 @@
-"""scripts/reproduce_h2m2.py writes what the issue names (CSV columns, systems, PNG),
+"""scripts/reproduce_h2m2.py writes its promised outputs (CSV columns, systems, PNG),
 stores each point and reuses it, and the summary script reads its output. Run at
 `estimate` fidelity (roofline tables for the mappers; baseline and hierarchical still
-simulate one layer) to stay fast; the figures themselves are in docs/validation.md."""
+simulate one layer) to stay fast; the figures themselves are in docs/validation/h2m2.md."""
 import csv
 import subprocess
 import sys

@@ -112,7 +112,7 @@ def test_tables_match_direct_runs_at_grid_points_and_interpolate_between(system,
         assert tabs.table[first][sl][n] == pytest.approx(direct, rel=1e-9)
     # in between: close to linear in the head count. Small kernels (32 heads, B=4) are
     # step-like (heads per core, tiles), measured up to 11 % off the line here; the
-    # GPT3-size error is reported by scripts/h2m2_table_error.py (docs/validation.md)
+    # GPT3-size error is reported by scripts/h2m2_table_error.py (docs/validation/h2m2.md)
     n = table_grid(N)[1] + 3
     split = {"qkv": N, "attention": n, "fc": 0}
     per, _ = layer_kernels(model, BATCH, SEQ, split, prob.sides)
