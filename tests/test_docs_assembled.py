@@ -8,6 +8,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_validation_and_performance_docs_are_assembled():
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "assemble_docs.py"), "--check"],
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "assemble_docs.py"), "--check"],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
