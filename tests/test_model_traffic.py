@@ -8,7 +8,9 @@ import pytest
 
 from dram_models.errors import ConfigError
 from dram_models.trace import load, save
-from h2m2sim.model import layer_traffic, load_model
+from h2m2sim.memory.kv_layout import KVLayout
+from h2m2sim.memory.layer_traffic import layer_traffic
+from h2m2sim.model import load_model
 
 R = 32
 SEQS = [100, 37, 16, 1]
@@ -39,8 +41,8 @@ def test_request_counts_equal_weight_and_kv_bytes():
 
 def test_paged_changes_addresses_not_volume():
     m = load_model("llama3-8b")
-    c = layer_traffic(m, 4, SEQS, kv_layout="contiguous", request_bytes=64)
-    p = layer_traffic(m, 4, SEQS, kv_layout="paged", block_tokens=16, request_bytes=64)
+    c = layer_traffic(m, 4, SEQS, request_bytes=64)
+    p = layer_traffic(m, 4, SEQS, kv_layout=KVLayout.paged(16), request_bytes=64)
     assert len(c) == len(p) and c.is_write.sum() == p.is_write.sum()
     assert not np.array_equal(c.addr, p.addr)
     # contiguous KV: each request's K (and V) read is one sequential stream; paged: jumps
@@ -50,13 +52,14 @@ def test_paged_changes_addresses_not_volume():
         return int((np.diff(a) != 64).sum())
     assert jumps(p) > jumps(c)
     # same seed, same trace; another seed scatters differently
-    assert layer_traffic(m, 4, SEQS, kv_layout="paged", request_bytes=64) == p
-    assert layer_traffic(m, 4, SEQS, kv_layout="paged", request_bytes=64, seed=1) != p
+    assert layer_traffic(m, 4, SEQS, kv_layout=KVLayout.paged(16), request_bytes=64) == p
+    assert layer_traffic(m, 4, SEQS, kv_layout=KVLayout.paged(16), request_bytes=64,
+                         seed=1) != p
 
 
 def test_paged_blocks_stay_in_kv_pool():
     m = load_model("opt-350m")
-    tr = layer_traffic(m, 2, [33, 16], kv_layout="paged", block_tokens=16, activations=False)
+    tr = layer_traffic(m, 2, [33, 16], kv_layout=KVLayout.paged(16), activations=False)
     base = (m.weight_bytes_per_layer() + 4095) // 4096 * 4096
     a = tr.addr.astype(np.int64)
     kv = a[a >= m.weight_bytes_per_layer()]
@@ -90,14 +93,14 @@ def test_prefill_writes_whole_prompt():
 
 @pytest.mark.parametrize("fmt", ["npz", "ramulator", "dramsim3"])
 def test_trace_round_trips(tmp_path, fmt):
-    tr = layer_traffic(load_model(TINY), 2, [8, 5], kv_layout="paged")
+    tr = layer_traffic(load_model(TINY), 2, [8, 5], kv_layout=KVLayout.paged(16))
     path = save(tr, tmp_path / f"layer.{fmt}", fmt)
     back = load(path, fmt)
     assert np.array_equal(back.addr, tr.addr) and np.array_equal(back.is_write, tr.is_write)
 
 
 @pytest.mark.parametrize("kwargs, key", [
-    (dict(kv_layout="scattered"), "kv_layout"), (dict(block_tokens=0), "block_tokens"),
+    (dict(kv_layout="scattered"), "kv_layout"),
     (dict(request_bytes=0), "request_bytes"), (dict(side="hbm"), "side"),
     (dict(split={"qkv": 1, "attention": 1, "fc": 1}, side="dram"), "side"),
 ])

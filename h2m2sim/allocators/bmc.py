@@ -1,6 +1,6 @@
 """BMC allocator: contiguous KV extents with ``r`` spare rows, re-allocated (allocate +
 copy) whenever the spare rows run out (Ramachandran et al., "Striking the Right Balance
-between Compute and Copy"; the cost model is :mod:`h2m2sim.compute.bmc`).
+between Compute and Copy", arXiv 2025; the cost model is :mod:`h2m2sim.compute.bmc`).
 
 A request's extent always holds a multiple of ``r`` tokens (capped at
 ``max_context_tokens``). ``grow`` beyond it takes a new extent of the next multiple, logs a

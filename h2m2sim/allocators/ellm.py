@@ -1,5 +1,5 @@
 """eLLM elastic memory (Xu et al., "eLLM: Elastic Memory Management Framework for
-Efficient LLM Serving", papers/ellm-elastic-memory.txt) and its baseline, the vLLM-style
+Efficient LLM Serving", arXiv 2506.15155, 2025) and its baseline, the vLLM-style
 static split, as one allocator class ``ellm``.
 
 Model (Sections 4.2-4.3 of the paper):

@@ -11,10 +11,11 @@ from dram_models.schema import suggest
 from dram_models.trace import FORMATS, save
 
 from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_footprint,
-                           kernels, layer_traffic, list_models, load_model, normalize_batch,
+                           kernels, list_models, load_model, normalize_batch,
                            partition_layer, split_units, total_flops, transfer_bytes,
                            transfers, unique_bytes)
-from h2m2sim.model.traffic import KV_LAYOUTS
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
+from h2m2sim.memory.layer_traffic import layer_traffic
 
 
 def register(subparsers) -> None:
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--export-trace", default=None, metavar="FILE",
                    help="write the layer's DRAM requests to FILE")
     p.add_argument("--format", default="npz", help="trace format: " + " | ".join(FORMATS))
-    p.add_argument("--kv-layout", default="contiguous", help=" | ".join(KV_LAYOUTS))
+    p.add_argument("--kv-layout", default="contiguous", help="contiguous | paged")
     p.add_argument("--block-tokens", default="16", help="tokens per KV block (paged layout)")
     p.add_argument("--request-bytes", default="32", help="bytes per DRAM request")
     p.add_argument("--seed", default="0", help="seed of the paged block scatter")
@@ -145,19 +146,20 @@ def run(args) -> int:
         raise ConfigError("--side", "only meaningful with --split")
     if args.export_trace:
         fmt = _choice(args.format, "--format", FORMATS)
-        layout = _choice(args.kv_layout, "--kv-layout", KV_LAYOUTS)
+        kind = _choice(args.kv_layout, "--kv-layout", ("contiguous", "paged"))
+        layout = CONTIGUOUS if kind == "contiguous" else \
+            KVLayout.paged(_int(args.block_tokens, "--block-tokens", 1))
         if split is not None and args.side is None:
             raise ConfigError("--side", f"--export-trace with --split needs --side "
                               f"({' or '.join(sides)})")
         tr = layer_traffic(model, batch, seqs, kv_layout=layout,
-                           block_tokens=_int(args.block_tokens, "--block-tokens", 1),
                            request_bytes=_int(args.request_bytes, "--request-bytes", 1),
                            dtype=dtype, seed=_int(args.seed, "--seed"), split=split,
                            side=args.side, phase=phase, sides=sides,
                            activations=not args.no_activations)
         path = save(tr, args.export_trace, fmt)
         out["trace"] = {"file": str(path), "format": fmt, "requests": len(tr),
-                        "writes": int(tr.is_write.sum()), "kv_layout": layout}
+                        "writes": int(tr.is_write.sum()), "kv_layout": kind}
     if args.json:
         json.dump(out, sys.stdout, indent=None)
         print()

@@ -1,5 +1,6 @@
 """BMC: Balancing Memory and Compute for the KV cache (Ramachandran et al., "Striking the
-Right Balance between Compute and Copy", papers/bmc-compute-copy.txt).
+Right Balance between Compute and Copy: Improving LLM Inferencing Under Speculative
+Decoding", arXiv 2511.12031, 2025).
 
 The K and V tensors of a request are contiguous and hold ``r`` spare rows: every ``r``
 generated tokens a bigger pair is allocated (``r`` more rows) and the KV written so far is

@@ -115,7 +115,7 @@ class SimulationConfig:
     fidelity: Literal["cycle", "sampled", "estimate"] = param(
         "sampled", doc="cycle = every tile of every kernel through the cycle-level NPU and "
         "DRAM engine; sampled = the same models on a steady-state prefix of each core's "
-        "tiles, extrapolated (error against cycle in docs/validation.md); estimate = "
+        "tiles, extrapolated (error against cycle in docs/validation/npu.md); estimate = "
         "roofline arithmetic only (no simulation).")
     seed: int = param(0, ge=0, doc="Seed of every random choice (arrivals, predictors, "
                                    "noise); same config and seed give identical results.")

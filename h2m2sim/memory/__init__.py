@@ -12,5 +12,9 @@ tables, MMU/TLB, page migration and duplication, and KV-cache allocators.
   migrates pages between sides (costs from the interconnect and both sides' streaming
   rates), H2M2 Eq. 2 fragmentation, translations for kernel runs;
 * :mod:`.dram` -- the cached engine per side, streaming bandwidth and idle latency;
-* :mod:`.allocators` -- KV-cache allocators (static, paged, ODMA, ...).
+* :mod:`.kv_layout` -- :class:`KVLayout`, how a KV allocator lays a request's KV out;
+* :mod:`.layer_traffic` -- the DRAM requests of one decoder layer as a trace, for replay
+  in any DRAM model.
+
+The KV-cache allocators that choose a layout are :mod:`h2m2sim.allocators`.
 """

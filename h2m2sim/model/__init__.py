@@ -4,19 +4,19 @@
   :func:`load_model`, :func:`list_models`, :data:`DTYPE_BYTES`;
 * :mod:`.graph` -- :class:`Kernel`, :class:`TensorRef`, :func:`build_layer_graph`,
   :func:`partition_layer` (head-aware split over two memory sides), :func:`split_units`;
-* :mod:`.footprint` -- :func:`footprint` per sublayer and tensor kind;
-* :mod:`.traffic` -- :func:`layer_traffic`, the DRAM requests of one layer as a
-  :class:`dram_models.trace.Trace`.
+* :mod:`.footprint` -- :func:`footprint` per sublayer and tensor kind.
+
+The DRAM requests of one layer, once its tensors are placed, are the memory layer's
+(:func:`h2m2sim.memory.layer_traffic.layer_traffic`).
 """
 from .spec import DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model
 from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, TensorRef, Transfer,
                     barriers, build_layer_graph, kernels, normalize_batch, partition_layer,
                     split_units, total_flops, transfer_bytes, transfers, unique_bytes)
 from .footprint import footprint, graph_footprint
-from .traffic import layer_traffic
 
 __all__ = ["DTYPE_BYTES", "ModelSpec", "dtype_bytes", "list_models", "load_model",
            "KINDS", "OPS", "SUBLAYERS", "VECTOR_FLOPS", "Barrier", "Kernel", "TensorRef",
            "Transfer", "barriers", "build_layer_graph", "kernels", "normalize_batch",
            "partition_layer", "split_units", "total_flops", "transfer_bytes", "transfers",
-           "unique_bytes", "footprint", "graph_footprint", "layer_traffic"]
+           "unique_bytes", "footprint", "graph_footprint"]

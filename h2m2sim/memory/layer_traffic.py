@@ -12,7 +12,7 @@ Address map of one memory side (each side has its own address space starting at 
 * weights, packed in order of first use, each aligned to ``request_bytes``;
 * the KV region (starting on a 4 KiB boundary). ``contiguous``: each request owns one
   region holding its K then its V, each laid out [kv head][token][head_dim], regions
-  back to back in request order. ``paged``: blocks of ``block_tokens`` tokens, each
+  back to back in request order. paged: blocks of the layout's ``block_tokens`` tokens, each
   holding [K|V][kv head][token in block][head_dim], placed at seeded random slots of a
   pool with exactly as many slots as blocks (vLLM-style scatter, no waste);
 * activations, packed in order of first use (4 KiB aligned region).
@@ -28,11 +28,10 @@ import numpy as np
 
 from dram_models.errors import ConfigError
 from dram_models.trace import Trace
-from .graph import build_layer_graph, partition_layer
+from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
+from h2m2sim.model.graph import build_layer_graph, partition_layer
 
-__all__ = ["layer_traffic", "KV_LAYOUTS"]
-
-KV_LAYOUTS = ("contiguous", "paged")
+__all__ = ["layer_traffic"]
 _REGION_ALIGN = 4096
 
 
@@ -85,12 +84,13 @@ class _Chunks:
         return Trace.open_loop(addr.astype(np.uint64), np.repeat(w, counts))
 
 
-class _KVLayout:
+class _KVAddresses:
     """Addresses of the K/V caches of one side."""
 
-    def __init__(self, caches: dict, base: int, layout: str, block_tokens: int, req: int,
-                 seed: int, db: int):
+    def __init__(self, caches: dict, base: int, layout: KVLayout, req: int, seed: int,
+                 db: int):
         # caches: name -> (request, 0 for K / 1 for V, kv heads u, tokens S, head_dim)
+        block_tokens = layout.block_tokens
         self.caches, self.layout, self.bt, self.db = caches, layout, block_tokens, db
         per_req: dict[int, tuple] = {}
         for _, (r, _, u, s, hd) in caches.items():
@@ -98,7 +98,7 @@ class _KVLayout:
         self.req_base: dict[int, int] = {}
         self.block_slots: dict[int, np.ndarray] = {}
         addr = base
-        if layout == "contiguous":
+        if not layout.is_paged:
             for r in sorted(per_req):
                 u, s, hd = per_req[r]
                 self.req_base[r] = addr
@@ -122,7 +122,7 @@ class _KVLayout:
         r, which, u, s, hd = self.caches[name]
         tok = hd * self.db
         heads = np.arange(u, dtype=np.int64)
-        if self.layout == "contiguous":
+        if not self.layout.is_paged:
             base = self.req_base[r] + which * u * s * tok
             starts = base + heads * s * tok + t0 * tok
             return starts, np.full(u, (t1 - t0) * tok, dtype=np.int64)
@@ -136,8 +136,8 @@ class _KVLayout:
         return starts.ravel(), np.ascontiguousarray(lens).ravel()
 
 
-def layer_traffic(model, batch, seq_lens, kv_layout: str = "contiguous",
-                  block_tokens: int = 16, request_bytes: int = 32, dtype: str | None = None,
+def layer_traffic(model, batch, seq_lens, kv_layout: KVLayout = CONTIGUOUS,
+                  request_bytes: int = 32, dtype: str | None = None,
                   seed: int = 0, split=None, side: str | None = None,
                   phase: str = "decode", sides=("hbm", "lpddr"),
                   activations: bool = True) -> Trace:
@@ -147,9 +147,9 @@ def layer_traffic(model, batch, seq_lens, kv_layout: str = "contiguous",
     its kernels, plus the reads of activations it sends and the writes of copies it
     receives. ``activations=False`` keeps only weight and KV traffic.
     """
-    if kv_layout not in KV_LAYOUTS:
-        raise ConfigError("kv_layout", f"must be one of {', '.join(KV_LAYOUTS)}, got {kv_layout!r}")
-    for key, v in (("block_tokens", block_tokens), ("request_bytes", request_bytes)):
+    if not isinstance(kv_layout, KVLayout):
+        raise ConfigError("kv_layout", f"must be a KVLayout, got {kv_layout!r}")
+    for key, v in (("request_bytes", request_bytes),):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(key, f"must be an integer >= 1, got {v!r}")
     if split is None:
@@ -196,8 +196,7 @@ def layer_traffic(model, batch, seq_lens, kv_layout: str = "contiguous",
             if t.kind == "weight" and t.name not in addr:
                 addr[t.name] = weight_end
                 weight_end = _align(weight_end + t.bytes, req)
-    kv = _KVLayout(caches, _align(weight_end, _REGION_ALIGN), kv_layout, int(block_tokens),
-                   req, seed, db)
+    kv = _KVAddresses(caches, _align(weight_end, _REGION_ALIGN), kv_layout, req, seed, db)
     act_next = _align(kv.end, _REGION_ALIGN)
 
     out = _Chunks()
