@@ -13,7 +13,7 @@ import pytest
 from dram_models.trace import load
 from h2m2sim.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = ["layers", "params_per_layer", "weight_bytes_per_layer", "kv_bytes_per_layer",
             "activation_bytes_per_layer", "total_weight_bytes", "total_kv_bytes",
             "flops_per_layer", "kernels_per_layer"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_bmc.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_bmc.py"
 NS = ("128", "512", "1024", "2048", "4096")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Layers from the bottom up. A module may import its own layer's modules and those of
 #: lower layers. Layers on one line are peers: they may not import each other.

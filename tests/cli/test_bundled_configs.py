@@ -8,7 +8,7 @@ import pytest
 
 from h2m2sim.config.loader import load_file, read_yaml
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "workloads" / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "workloads" / "configs").glob("*.yaml"))
 
 
 def test_the_readme_default_exists():

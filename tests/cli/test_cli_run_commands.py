@@ -12,7 +12,7 @@ from h2m2sim import __version__, runner
 from h2m2sim.cli import cmd_presets, main
 from h2m2sim.config import EXAMPLE_YAML, load_config
 
-TESTS = str(Path(__file__).resolve().parent)   # where fakes.py is, for subprocesses
+TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subprocesses
 
 CONFIG = EXAMPLE_YAML
 

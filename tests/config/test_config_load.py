@@ -23,7 +23,7 @@ from h2m2sim.config import (
 )
 
 MINIMAL = EXAMPLE_YAML
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(Path(__file__).resolve().parents[1])
 
 
 @pytest.fixture(autouse=True)

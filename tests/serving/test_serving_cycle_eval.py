@@ -16,7 +16,7 @@ from h2m2sim.serving.cycle_eval import CycleEvaluator, _split_groups, shard_mode
 from h2m2sim.serving.run import EVALUATORS
 from h2m2sim.serving.timing import TableGrid, build_tables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # one KV head of 128 (as each card of the 4-way sharded 7B model): a 16-token block is a
 # 4 KiB run per layer, half of the mlu370-x4 channel-interleave unit

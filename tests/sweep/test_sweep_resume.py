@@ -18,7 +18,7 @@ from h2m2sim.cli import main
 from h2m2sim.store import ResultStore
 from h2m2sim.sweep import build_sweep, run_sweep
 
-TESTS = str(Path(__file__).resolve().parent)   # where fakes.py is, for subprocesses
+TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subprocesses
 
 SPEC = {"name": "resume",
         "base": {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2}},
