@@ -100,7 +100,7 @@ def _dask(tasks: Sequence[Task], address: str, on_done: OnDone) -> None:
         from distributed import Client, as_completed
     except ImportError:
         raise ConfigError("--scheduler", "Dask distributed is not installed "
-                                         "(pip install 'dask[distributed]')") from None
+                                         "(pip install 'h2m2sim[distributed]')") from None
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as err:
