@@ -3,7 +3,9 @@
 Each subcommand lives in its own module ``h2m2sim/cli/cmd_<name>.py`` that defines
 ``register(subparsers)``; it adds its parser and sets ``func`` (called with the parsed
 arguments, returning an exit status). Modules are discovered automatically, so adding
-a subcommand never touches this file.
+a subcommand never touches this file. Every subcommand module is imported to build the
+parser, so they import the simulator inside ``func``: ``h2m2sim --help`` and a mistyped
+command answer without loading the DRAM engine.
 
 User errors (:class:`~h2m2sim.errors.SimError`, including every configuration error)
 print one line, ``error: <key>: <message>``, and exit with status 2.

@@ -3,7 +3,7 @@
 A decode iteration runs every decoder layer. All layers have the same shape and, under a
 head-aware mapping, the same split, so one layer is simulated and the result scaled by
 the layer count (:func:`run_iteration` says so in its result, and
-``tests/test_system_iteration.py`` checks two simulated layers against twice one).
+``tests/decode/test_decode_iteration.py`` checks two simulated layers against twice one).
 
 One layer: the kernel graph is partitioned by the mapping (:func:`h2m2sim.model.
 partition_layer`); for each sublayer (qkv-linear, attention, fc) each side runs its

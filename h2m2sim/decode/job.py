@@ -72,7 +72,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
                            "layers_simulated": 1, "batch": batch,
                            "scaling": "one decoder layer simulated, times the layer count "
                                       "(identical layers; checked in "
-                                      "tests/test_system_iteration.py)"}
+                                      "tests/decode/test_decode_iteration.py)"}
     sim_fid = "sampled" if fidelity == "estimate" else fidelity
     if len(sides) == 1 or mapper in ("all-first", "all-second"):
         side = sides[0] if mapper != "all-second" else sides[1]
