@@ -41,6 +41,9 @@ class LengthPredictor(abc.ABC):
 
     name: ClassVar[str] = "abstract"
     trainable: ClassVar[bool] = False
+    #: it predicts static buckets over ``[0, max_length]`` and, when the caller gives no
+    #: bucket bounds, takes ``max_length`` from the server's limit
+    buckets_up_to_server_limit: ClassVar[bool] = False
 
     def __init__(self, seed: int = 0):
         self.seed = int(seed)

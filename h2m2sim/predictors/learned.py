@@ -175,6 +175,7 @@ class S3Predictor(_ClassifierPredictor):
     """
 
     name = "s3"
+    buckets_up_to_server_limit = True
 
     def __init__(self, boundaries=None, num_buckets: int = 10, max_length: int = 2048,
                  seed: int = 0, alpha: float = 2e-5, max_iter: int = 15):
