@@ -174,13 +174,18 @@ class ServingLoop:
     # ------------------------------------------------------------------ the loop
     def run(self) -> ServingResult:
         """Serve every request; the result holds the metrics and per-request times."""
-        while self.done < self.n:
-            self._enqueue_arrivals()
+        n, arr_l, rejected_l, waiting = self.n, self.arr_l, self.rejected_l, self.waiting
+        while self.done < n:
+            while self.na < n and arr_l[self.na] <= self.t:    # arrivals until now
+                if not rejected_l[self.na]:
+                    waiting.append(self.na)
+                self.na += 1
             if self._idle():
                 self.t = max(self.t, self.arr_l[self.na])
                 continue
             self.allocator.clock = self.t
-            self._record()
+            if self.timeline is not None:
+                self._record()
             if self.schedule():
                 self.need_growth = True
                 continue
@@ -201,12 +206,6 @@ class ServingLoop:
                 self.decode()
         return self.result()
 
-    def _enqueue_arrivals(self) -> None:
-        while self.na < self.n and self.arr_l[self.na] <= self.t:
-            if not self.rejected_l[self.na]:
-                self.waiting.append(self.na)
-            self.na += 1
-
     def _idle(self) -> bool:
         """Nothing to run until the next arrival."""
         return self.running.m == 0 and not self.waiting
@@ -216,11 +215,10 @@ class ServingLoop:
         return self.waiting[0]
 
     def _record(self) -> None:
-        if self.timeline is not None:
-            self.timeline["t"].append(self.t)
-            self.timeline["reserved_tokens"].append(self.allocator.reserved_tokens)
-            self.timeline["running"].append(self.running.m)
-            self.timeline["waiting"].append(len(self.waiting))
+        self.timeline["t"].append(self.t)
+        self.timeline["reserved_tokens"].append(self.allocator.reserved_tokens)
+        self.timeline["running"].append(self.running.m)
+        self.timeline["waiting"].append(len(self.waiting))
 
     def _advance(self, dt: float, held_tokens: float) -> None:
         """Let ``dt`` seconds pass with ``held_tokens`` KV tokens in use."""
@@ -312,37 +310,43 @@ class ServingLoop:
         """One prefill iteration of ``pre`` (running requests wait), after the KV of the
         swapped-out requests ``swin`` crossed the host link back; each prefilled request
         emits its next token."""
-        st, prompt_l, gen = self.st, self.prompt_l, self.gen
+        st, prompt_l, gen, out_l, bpt = self.st, self.prompt_l, self.gen, self.out_l, self.bpt
+        run, admit_t, first_t = self.running, self.admit_t, self.first_t
+        both = pre + swin
         dt_pre = self.tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre])) \
             if pre else 0.0
-        dt_swap = sum((prompt_l[r] + gen[r]) * self.bpt for r in swin) / self.host_bps
+        dt_swap = sum((prompt_l[r] + gen[r]) * bpt for r in swin) / self.host_bps
         dt = dt_pre + dt_swap
-        for r in pre + swin:
-            if self.admit_t[r] != self.admit_t[r]:      # NaN: first admission
-                self.admit_t[r] = self.t
-        held = int(self.running.ctx[:self.running.m].sum())
-        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in pre + swin))
+        t = self.t
+        for r in both:
+            if admit_t[r] != admit_t[r]:      # NaN: first admission
+                admit_t[r] = t
+        held = int(run.ctx[:run.m].sum())
+        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in both))
+        t = self.t
         st["prefill_time_s"] += dt_pre
         st["swap_time_s"] += dt_swap
         if pre:
             st["prefill_iterations"] += 1
         for r in swin:
             self.swapped[r] = False
-            st["swap_bytes"] += (prompt_l[r] + gen[r]) * self.bpt
+            st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
         for r in pre:
-            if gen[r] < self.out_l[r]:          # the prefill emits the next token
+            if gen[r] < out_l[r]:          # the prefill emits the next token
                 gen[r] += 1
-                if self.first_t[r] != self.first_t[r]:
-                    self.first_t[r] = self.t
-        for r in pre + swin:
-            self.running.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r],
-                             self.allocator.capacity_of(r))
+                if first_t[r] != first_t[r]:
+                    first_t[r] = t
+        capacity_of = self.allocator.capacity_of
+        for r in both:
+            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r))
         self.finish_done()
 
     def finish_done(self) -> None:
-        """Finish every running request with nothing left to generate."""
+        """Finish every running request with nothing left to generate (from the highest
+        position down: a finish moves the last request into its place)."""
+        rem = self.running.rem
         for j in range(self.running.m - 1, -1, -1):
-            if self.running.rem[j] == 0:
+            if rem[j] == 0:
                 self.finish(j)
 
     # ------------------------------------------------------------------ request events
@@ -432,7 +436,7 @@ class ServingLoop:
         st["decode_token_steps"] += k * m
         st["decode_time_s"] += dt
         st["windows"] += 1
-        if n_fin:
+        if n_fin:      # a whole batch may be running: find the finished ones in NumPy
             for j in np.flatnonzero(run.rem[:m] == 0)[::-1]:
                 self.finish(int(j))
         self.need_growth = n_grow > 0
