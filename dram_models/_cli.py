@@ -58,7 +58,7 @@ def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1,
     """Run once on a small trace (to load or compile the Numba engine), then time
     ``repeat`` runs of the real one. Returns the statistics, the wall time of the fastest
     run and the controller that ran it ("engine" or "lean", see
-    :mod:`dram_models.lean`). Runs that disagree (they never should: the same trace
+    :mod:`dram_models.engine.reads`). Runs that disagree (they never should: the same trace
     gives bit-identical results) raise :class:`SimError`."""
     ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
                                  * np.uint64(ms.spec.burst_bytes)), threads=threads)

@@ -17,9 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import engine as E
-from . import lean as L
 from ._jit import compile_for
+from .engine import address, reads, run, state
+from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
+    C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
+    NCFG, NCMD, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PTE, TL_SETS, \
+    TL_SHIFT, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
 from .rules import act_domain_is_pc, command_slots, compile_rules, timing_values
@@ -130,11 +133,11 @@ def _on_threads(fn, n: int) -> None:
 
 
 def _merge_stats(stats: list[np.ndarray]) -> np.ndarray:
-    """Statistics (``engine.S_*``) of threads that simulated disjoint sets of channels,
+    """Statistics (``layout.S_*``) of threads that simulated disjoint sets of channels,
     as one thread gives them: counts add up, the end tick and the error flag take the
     maximum."""
     stat = np.sum(stats, axis=0)
-    for k in (E.S_END, E.S_DEADLOCK):
+    for k in (S_END, S_DEADLOCK):
         stat[k] = max(st[k] for st in stats)
     return stat
 
@@ -156,62 +159,62 @@ def _merge(outs: list[tuple]) -> tuple:
 
 
 def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> tuple:
-    """Run the engine on its input arrays (the arguments of ``engine._channels`` before
-    the state) and return what ``engine._collect`` returns; ``load`` is the number of
+    """Run the engine on its input arrays (the arguments of ``run._channels`` before
+    the state) and return what ``run._collect`` returns; ``load`` is the number of
     descriptors of each stream. Allocates the state, then runs all channels together,
-    or, for an open-loop trace (``engine._perch_ok``), one channel at a time in two
+    or, for an open-loop trace (``run._perch_ok``), one channel at a time in two
     rounds (each to its own end, then the early ones to the common end). Those channels
     are spread over up to ``threads`` threads (:func:`_deal`), each with its own state;
     the results do not depend on the thread count (:func:`_merge`)."""
     cfg = inputs[0]
-    compile_for(E._perch_ok, inputs)
-    perch = bool(E._perch_ok(*inputs))
+    compile_for(run._perch_ok, inputs)
+    perch = bool(run._perch_ok(*inputs))
     if perch:
         chans = _deal(load, threads)
     else:
         chans = [np.zeros(0, dtype=np.int64)]   # all channels together
     alloc_args = (*inputs, log_cap)
-    compile_for(E._alloc, alloc_args)
-    states = [E._alloc(*alloc_args) for _ in chans]
-    compile_for(E._channels, (*inputs, states[0], chans[0], 0, 0))
-    compile_for(E._collect, (cfg, states[0]))
+    compile_for(state._alloc, alloc_args)
+    states = [state._alloc(*alloc_args) for _ in chans]
+    compile_for(run._channels, (*inputs, states[0], chans[0], 0, 0))
+    compile_for(run._collect, (cfg, states[0]))
 
     def run_round(rnd: int, end: int) -> None:
-        _on_threads(lambda i: E._channels(*inputs, states[i], chans[i], rnd, end),
+        _on_threads(lambda i: run._channels(*inputs, states[i], chans[i], rnd, end),
                     len(chans))
 
     run_round(0, 0)
     if perch:
-        run_round(1, max(int(st[E.ST_ENDS].max()) for st in states))
-    return _merge([E._collect(cfg, st) for st in states])
+        run_round(1, max(int(st[state.ST_ENDS].max()) for st in states))
+    return _merge([run._collect(cfg, st) for st in states])
 
 
 def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: list[int],
               recorded: int, log_cap: int, threads: int) -> tuple:
-    """:func:`_engine_run` on the lean controller (:mod:`dram_models.lean`; the caller
+    """:func:`_engine_run` on the lean controller (:mod:`dram_models.engine.reads`; the caller
     has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
     descriptor arrays of its streams: one channel at a time in the same two rounds, on
-    up to ``threads`` threads, with the results in ``engine._collect``'s form;
+    up to ``threads`` threads, with the results in ``run._collect``'s form;
     ``recorded`` bursts (all of them, or 0 without a per-burst record)."""
     tim, slots, busid, off = ms.tim, ms.slots, ms.busid, ms.off
-    r_off, r_lvl, r_next, r_lat = L.read_rules(ms.rules, int(cfg[E.C_REFMODE]))
+    r_off, r_lvl, r_next, r_lat = reads.read_rules(ms.rules, int(cfg[C_REFMODE]))
     m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
     m_chunk, m_pos = ms.chunk_tables
-    C = int(cfg[E.C_CH])
+    C = int(cfg[C_CH])
     # a command log (ordered by tick, then channel: one command per channel and tick on
     # one bus) comes from one thread
     chans = _deal(load, 1 if log_cap else threads)
-    compile_for(L.alloc, (cfg, tim))
-    state = L.alloc(cfg, tim)
+    compile_for(reads.alloc, (cfg, tim))
+    state = reads.alloc(cfg, tim)
     # each channel's command counts and each thread's statistics on their own cache
-    # lines, as the lean state is (L.ROW_PAD)
-    cmdc = np.zeros((C, E.NCMD + L.ROW_PAD), dtype=np.int64)
+    # lines, as the lean state is (reads.ROW_PAD)
+    cmdc = np.zeros((C, NCMD + reads.ROW_PAD), dtype=np.int64)
     d_left = nb.copy()
     d_done = np.full(len(nb), -1, dtype=np.int64)
     b_done = np.full(recorded, -1, dtype=np.int64)
     b_cnt = np.zeros(recorded, dtype=np.int64)
-    stats = np.zeros((len(chans), E.NSTAT + L.ROW_PAD), dtype=np.int64)
-    hists = [np.zeros(E.LAT_BINS, dtype=np.int64) for _ in chans]
+    stats = np.zeros((len(chans), NSTAT + reads.ROW_PAD), dtype=np.int64)
+    hists = [np.zeros(LAT_BINS, dtype=np.int64) for _ in chans]
     log = np.zeros((log_cap, 8), dtype=np.int64)
     nlog = np.zeros(1, dtype=np.int64)
 
@@ -221,18 +224,18 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
                 state, chans[i], floor, stats[i], cmdc, hists[i], d_left, d_done, b_done,
                 b_cnt, log, nlog)
 
-    compile_for(L.run_channels, args(0, 0))
-    _on_threads(lambda i: L.run_channels(*args(i, 0)), len(chans))
-    end = int(state[-1][:, L.SC_END].max())
+    compile_for(reads.run_channels, args(0, 0))
+    _on_threads(lambda i: reads.run_channels(*args(i, 0)), len(chans))
+    end = int(state[-1][:, reads.SC_END].max())
     if end > 0:
-        _on_threads(lambda i: L.run_channels(*args(i, end)), len(chans))
-    stat = _merge_stats([st[:E.NSTAT] for st in stats])
+        _on_threads(lambda i: reads.run_channels(*args(i, end)), len(chans))
+    stat = _merge_stats([st[:NSTAT] for st in stats])
     if nlog[0] > log_cap:
-        stat[E.S_DEADLOCK] = 2          # the log overflowed: the caller retries
+        stat[S_DEADLOCK] = 2          # the log overflowed: the caller retries
     log = log[:min(int(nlog[0]), log_cap)]
     log = log[np.lexsort((log[:, 2], log[:, 0]))]
     # (no groups: the engine's one slot of group times; no TLB)
-    return (stat, cmdc[:, :E.NCMD].copy(), np.sum(hists, axis=0), d_done,
+    return (stat, cmdc[:, :NCMD].copy(), np.sum(hists, axis=0), d_done,
             np.zeros(1, dtype=np.int64),
             np.full(1, -1, dtype=np.int64), b_done, b_cnt, log,
             np.zeros(len(first), dtype=np.int64))
@@ -268,27 +271,27 @@ class MemorySystem:
         o = spec.organization
         v = timing_values(spec)
         k = self.tpc
-        cfg = np.zeros(E.NCFG, dtype=np.int64)
-        cfg[E.C_CH], cfg[E.C_PC], cfg[E.C_RK] = o.channels, o.pseudo_channels, o.ranks
-        cfg[E.C_BG], cfg[E.C_BA] = o.bank_groups, o.banks_per_group
-        cfg[E.C_RQ], cfg[E.C_WQ] = ctrl.read_queue, ctrl.write_queue
-        cfg[E.C_WHI] = max(1, int(round(ctrl.write_high * ctrl.write_queue)))
-        cfg[E.C_WLO] = int(round(ctrl.write_low * ctrl.write_queue))
-        cfg[E.C_CLOSED] = ctrl.page_policy == "closed"
-        cfg[E.C_CAP] = ctrl.row_hit_cap
-        cfg[E.C_REFMODE] = {"none": 0, "all_bank": 1, "per_bank": 2}[ctrl.refresh]
-        cfg[E.C_APC] = act_domain_is_pc(spec)
-        cfg[E.C_SPLIT] = spec.command_bus.split
-        cfg[E.C_SHIFT] = spec.burst_bytes.bit_length() - 1
-        cfg[E.C_XOR] = self.mapping.xor
+        cfg = np.zeros(NCFG, dtype=np.int64)
+        cfg[C_CH], cfg[C_PC], cfg[C_RK] = o.channels, o.pseudo_channels, o.ranks
+        cfg[C_BG], cfg[C_BA] = o.bank_groups, o.banks_per_group
+        cfg[C_RQ], cfg[C_WQ] = ctrl.read_queue, ctrl.write_queue
+        cfg[C_WHI] = max(1, int(round(ctrl.write_high * ctrl.write_queue)))
+        cfg[C_WLO] = int(round(ctrl.write_low * ctrl.write_queue))
+        cfg[C_CLOSED] = ctrl.page_policy == "closed"
+        cfg[C_CAP] = ctrl.row_hit_cap
+        cfg[C_REFMODE] = {"none": 0, "all_bank": 1, "per_bank": 2}[ctrl.refresh]
+        cfg[C_APC] = act_domain_is_pc(spec)
+        cfg[C_SPLIT] = spec.command_bus.split
+        cfg[C_SHIFT] = spec.burst_bytes.bit_length() - 1
+        cfg[C_XOR] = self.mapping.xor
         self.cfg = cfg
-        tim = np.zeros(E.NTIM, dtype=np.int64)
-        tim[E.T_CL] = v["tCL"] * k
-        tim[E.T_CWL] = v["tCWL"] * k
-        tim[E.T_BL] = v["tBL"] * k
-        tim[E.T_FAW] = v["tFAW"] * k
-        tim[E.T_REFI] = v["tREFI"] * k
-        tim[E.T_REFIPB] = v["tREFIpb"] * k
+        tim = np.zeros(NTIM, dtype=np.int64)
+        tim[T_CL] = v["tCL"] * k
+        tim[T_CWL] = v["tCWL"] * k
+        tim[T_BL] = v["tBL"] * k
+        tim[T_FAW] = v["tFAW"] * k
+        tim[T_REFI] = v["tREFI"] * k
+        tim[T_REFIPB] = v["tREFIpb"] * k
         self.tim = tim
         self.slots, self.busid, self.off = command_slots(spec)
         self.rules = compile_rules(spec)
@@ -318,8 +321,8 @@ class MemorySystem:
         ``log`` then simulates the channels one at a time, with identical results, and
         ``threads`` > 1 spreads those channels over that many threads (the results do not
         depend on the thread count; other runs ignore it). Such a run takes the lean
-        controller (:mod:`dram_models.lean`, identical results) when it is in its scope
-        (:func:`dram_models.lean.out_of_scope`) unless ``lean`` is False; ``lean=True``
+        controller (:mod:`dram_models.engine.reads`, identical results) when it is in its scope
+        (:func:`dram_models.engine.reads.out_of_scope`) unless ``lean`` is False; ``lean=True``
         requires it (an error names what is out of scope)."""
         if not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ConfigError("threads", f"must be an integer >= 1, got {threads!r}")
@@ -327,9 +330,9 @@ class MemorySystem:
         addr = np.ascontiguousarray(streams.addr, dtype=np.uint64)
         nbytes = np.ascontiguousarray(streams.nbytes, dtype=np.int64)
         # (bursts are a power of two bytes long, the engine's shift)
-        args = (addr, nbytes, int(self.cfg[E.C_SHIFT]))
-        compile_for(E._burst_counts, args)
-        nb, total, most, empty = E._burst_counts(*args)
+        args = (addr, nbytes, int(self.cfg[C_SHIFT]))
+        compile_for(address._burst_counts, args)
+        nb, total, most, empty = address._burst_counts(*args)
         if empty:
             raise ConfigError("streams.nbytes", "every descriptor needs at least one byte")
         arrival = _column(streams.arrival, n, -1)
@@ -339,9 +342,9 @@ class MemorySystem:
             np.ascontiguousarray(streams.max_outstanding, dtype=np.int64)
         ng = 0 if streams.compute is None else len(streams.compute)
         cfg = self.cfg.copy()
-        cfg[E.C_LOG] = log
-        cfg[E.C_REC] = record
-        cfg[E.C_PERCH] = stream_per_channel and S == self.channels and \
+        cfg[C_LOG] = log
+        cfg[C_REC] = record
+        cfg[C_PERCH] = stream_per_channel and S == self.channels and \
             self._bursts_stay(addr, nb, most)
         log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
         if log:
@@ -350,7 +353,7 @@ class MemorySystem:
         first = np.ascontiguousarray(streams.first, dtype=np.int64)
         last = np.ascontiguousarray(streams.last, dtype=np.int64)
         load = (last - first).tolist()
-        why = L.out_of_scope(cfg, bool(cfg[E.C_PERCH]) or S == self.channels == 1,
+        why = reads.out_of_scope(cfg, bool(cfg[C_PERCH]) or S == self.channels == 1,
                              bool(is_write.any()), translation is not None,
                              ng > 0 or streams.group is not None or streams.gate is not None,
                              bool((maxout > 0).any()), record, total)
@@ -367,18 +370,18 @@ class MemorySystem:
                                 total if record else 0, log_cap if log else 0, threads)
             else:
                 out = _engine_run(inputs, load, log_cap, threads)
-            if out[0][E.S_DEADLOCK] != 2:
+            if out[0][S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room
         stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, cmdlog, s_tlb = out
         stats = summarize(self.spec, self.controller.mapping, stat, cmdc, lat_hist,
                           self.tick_ns)
         return RunResult(stats, self.tick_ns, d_done, g_ready, g_end, b_done, b_cnt, cmdlog,
-                         s_tlb, bool(stat[E.S_DEADLOCK]), "lean" if use_lean else "engine")
+                         s_tlb, bool(stat[S_DEADLOCK]), "lean" if use_lean else "engine")
 
     def _engine_inputs(self, cfg, streams: Streams, translation: Translation | None,
                        first, last, maxout, addr, nb, is_write, arrival) -> tuple:
-        """The engine's input arrays (the arguments of ``engine._channels`` before the
+        """The engine's input arrays (the arguments of ``run._channels`` before the
         state) for a run of ``streams``."""
         n = streams.n_desc
         group = _column(streams.group, n, -1)
@@ -393,20 +396,20 @@ class MemorySystem:
         nxt[prev[has_prev]] = np.nonzero(has_prev)[0]
         if ng and ((group >= ng).any() or (gate >= ng).any()):
             raise ConfigError("streams.group", "group or gate index out of range")
-        tl = np.zeros(E.NTLB, dtype=np.int64)
+        tl = np.zeros(NTLB, dtype=np.int64)
         if translation is None:
             pt = np.zeros(0, dtype=np.int64)
-            tl[E.TL_SETS] = 1
-            tl[E.TL_WAYS] = 1
+            tl[TL_SETS] = 1
+            tl[TL_WAYS] = 1
         else:
             pt = np.ascontiguousarray(translation.page_table, dtype=np.int64)
-            tl[E.TL_SHIFT] = translation.page_shift
-            tl[E.TL_VBASE] = translation.vpn_base
-            tl[E.TL_SETS] = translation.entries // translation.ways
-            tl[E.TL_WAYS] = translation.ways
-            tl[E.TL_MISS] = translation.miss_ticks
-            tl[E.TL_WALK] = translation.walk
-            tl[E.TL_PTE] = translation.pte_base
+            tl[TL_SHIFT] = translation.page_shift
+            tl[TL_VBASE] = translation.vpn_base
+            tl[TL_SETS] = translation.entries // translation.ways
+            tl[TL_WAYS] = translation.ways
+            tl[TL_MISS] = translation.miss_ticks
+            tl[TL_WALK] = translation.walk
+            tl[TL_PTE] = translation.pte_base
         m_field, m_radix, m_log2, m_dst, m_sizes = self.map_tables
         r_off, r_lvl, r_next, r_lat = self.rules
         return (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
@@ -428,16 +431,16 @@ class MemorySystem:
         return bool((self.channel_of(first) == self.channel_of(first + bb)).all())
 
     def _channel_decode(self) -> tuple:
-        """The arguments after the addresses of ``engine._channel_numbers`` (and of
-        ``engine._partition`` after its columns): what decodes an address's channel."""
+        """The arguments after the addresses of ``address._channel_numbers`` (and of
+        ``address._partition`` after its columns): what decodes an address's channel."""
         m_field, m_radix, m_log2, m_dst, _ = self.map_tables
         return (self.mapping.offset_bits, m_field, m_radix, m_log2, m_dst, self.channels)
 
     def channel_of(self, addr: np.ndarray) -> np.ndarray:
         """The channel of every byte address (int32)."""
         args = (np.ascontiguousarray(addr, dtype=np.uint64), *self._channel_decode())
-        compile_for(E._channel_numbers, args)
-        return E._channel_numbers(*args)[0]
+        compile_for(address._channel_numbers, args)
+        return address._channel_numbers(*args)[0]
 
     def trace_streams(self, trace: Trace) -> tuple[Streams, np.ndarray]:
         """Per-channel streams for a trace; also the permutation from stream order back
@@ -456,8 +459,8 @@ class MemorySystem:
             args = (np.ascontiguousarray(addr, dtype=np.uint64),
                     np.ascontiguousarray(is_write), arrival if timed else arrival[:0],
                     *self._channel_decode())
-            compile_for(E._partition, args)
-            counts, order, addr, is_write, permuted = E._partition(*args)
+            compile_for(address._partition, args)
+            counts, order, addr, is_write, permuted = address._partition(*args)
             if timed:
                 arrival = permuted
         last = np.cumsum(counts)

@@ -6,7 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from . import engine as E
+from .engine.layout import S_CONFLICTS, S_END, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, \
+    S_TLBHIT, S_TLBMISS, S_TLBSTALL, S_WRITES
 from .rules import CMDS
 
 
@@ -53,18 +54,18 @@ def _percentile(hist: np.ndarray, frac: float) -> int:
 
 def summarize(spec, mapping: str, stat: np.ndarray, cmdc: np.ndarray, lat_hist: np.ndarray,
               tick_ns: float, start_tick: int = 0) -> DramStats:
-    reads = int(stat[E.S_READS])
-    writes = int(stat[E.S_WRITES])
+    reads = int(stat[S_READS])
+    writes = int(stat[S_WRITES])
     nbytes = (reads + writes) * spec.burst_bytes
-    ticks = max(int(stat[E.S_END]) - start_tick, 0)
+    ticks = max(int(stat[S_END]) - start_tick, 0)
     sim_ns = ticks * tick_ns
     bw = nbytes / sim_ns if sim_ns > 0 else 0.0
     channels = cmdc.shape[0]
     o = spec.organization
     peak = spec.data_rate_mtps * 1e6 * o.channel_width_bits / 8 * o.pseudo_channels \
         * channels / 1e9
-    hits, misses, conf = (int(stat[E.S_HITS]), int(stat[E.S_MISSES]),
-                          int(stat[E.S_CONFLICTS]))
+    hits, misses, conf = (int(stat[S_HITS]), int(stat[S_MISSES]),
+                          int(stat[S_CONFLICTS]))
     served = hits + misses + conf
     counts = cmdc.sum(axis=0)
     return DramStats(
@@ -72,11 +73,11 @@ def summarize(spec, mapping: str, stat: np.ndarray, cmdc: np.ndarray, lat_hist: 
         sim_cycles=ticks / spec.ticks_per_ck, sim_ns=sim_ns, reads=reads, writes=writes,
         bytes=nbytes, bandwidth_gbps=bw, peak_gbps=peak,
         efficiency=bw / peak if peak else 0.0,
-        avg_read_latency_ns=(stat[E.S_LATSUM] / reads * tick_ns) if reads else 0.0,
+        avg_read_latency_ns=(stat[S_LATSUM] / reads * tick_ns) if reads else 0.0,
         p50_read_latency_ns=_percentile(lat_hist, 0.5) * tick_ns,
         p99_read_latency_ns=_percentile(lat_hist, 0.99) * tick_ns,
         row_hits=hits, row_misses=misses, row_conflicts=conf,
         row_hit_rate=hits / served if served else 0.0,
         commands={name: int(counts[i]) for i, name in enumerate(CMDS)},
-        tlb_hits=int(stat[E.S_TLBHIT]), tlb_misses=int(stat[E.S_TLBMISS]),
-        tlb_stall_ns=float(stat[E.S_TLBSTALL]) * tick_ns, pte_reads=int(stat[E.S_PTE]))
+        tlb_hits=int(stat[S_TLBHIT]), tlb_misses=int(stat[S_TLBMISS]),
+        tlb_stall_ns=float(stat[S_TLBSTALL]) * tick_ns, pte_reads=int(stat[S_PTE]))

@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINE_PY = REPO / "dram_models" / "engine.py"
+ENGINE_PY = REPO / "dram_models" / "engine" / "general.py"
 LOOP = "_loop"
 SETUP = "loop setup"
 FREQ = 2000                                     # samples per CPU second
@@ -371,7 +371,8 @@ def _child(a) -> int:
     sys.path.insert(0, str(REPO))
     import numpy as np
 
-    from dram_models import engine
+    from dram_models.engine import general
+    from dram_models.engine import run as engine
     from dram_models.memory import MemorySystem
     from dram_models.patterns import make
     from dram_models.spec import load_standard
@@ -380,8 +381,8 @@ def _child(a) -> int:
     tr = make(a.pattern, a.requests, ms.spec.burst_bytes, 0)
     ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
                                  * np.uint64(ms.spec.burst_bytes)))   # compile or load
-    if Path(engine.__file__).resolve() != ENGINE_PY:
-        raise ProfileError(f"imported {engine.__file__}, not {ENGINE_PY}")
+    if Path(general.__file__).resolve() != ENGINE_PY:
+        raise ProfileError(f"imported {general.__file__}, not {ENGINE_PY}")
     if ENGINE_PY.read_bytes() != before:
         raise ProfileError("engine.py changed while the engine was compiled; run again")
     if len(engine._channels.overloads) != 1:
@@ -407,7 +408,7 @@ def _child(a) -> int:
            "mreq_per_cpu_s": runs * a.requests / cpu / 1e6, "t_start": t0, "t_end": t1,
            "symbol": symbol, "ptr": ptr, "section": section, "regions": regions,
            "linked_elsewhere": elsewhere,
-           "engine_file": engine.__file__}
+           "engine_file": general.__file__}
     (work / "run.json").write_text(json.dumps(run))
     return 0
 

@@ -1,15 +1,15 @@
-"""The lean controller (dram_models/lean.py) must give exactly the engine's results on
-every run in its scope: statistics, command counts, the read-latency histogram,
-per-descriptor and per-burst completion ticks and the command log. It is a second,
-separately written implementation of the same controller model, so this is also an
-independent check of the engine's scheduling, timing and refresh."""
+"""The lean controller (dram_models/engine/reads.py) must give exactly the general
+controller's results on every run in its scope: statistics, command counts, the
+read-latency histogram, per-descriptor and per-burst completion ticks and the command
+log. It is a second, separately written implementation of the same controller model, so
+this is also an independent check of the engine's scheduling, timing and refresh."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dram_models import engine as E
-from dram_models import lean as L
+from dram_models.engine import layout as E
+from dram_models.engine import reads as L
 from dram_models.checker import check
 from dram_models.errors import ConfigError
 from dram_models.memory import MemorySystem

@@ -15,7 +15,7 @@ def test_export_makes_an_importable_copy(tmp_path, rev):
     ab = load_script("engine_ab")
     dest = tmp_path / "ab_copy"
     ab._export(rev, dest)
-    assert (dest / "engine.py").is_file() and not (dest / "__pycache__").exists()
+    assert (dest / "engine" / "general.py").is_file() and not (dest / "__pycache__").exists()
     # the copy imports under its own name, with its own modules (relative imports only)
     out = subprocess.run([sys.executable, "-c",
                           "import ab_copy.spec as s, ab_copy.memory as m; "
@@ -24,4 +24,4 @@ def test_export_makes_an_importable_copy(tmp_path, rev):
     assert str(dest) in out.splitlines()[0]
     assert out.splitlines()[1].lower().startswith("lpddr5")
     ab._export(rev, dest)                   # exporting again replaces the copy
-    assert (dest / "engine.py").is_file()
+    assert (dest / "engine" / "general.py").is_file()

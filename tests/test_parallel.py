@@ -57,9 +57,9 @@ def test_engine_releases_the_gil_and_threaded_runs_equal_serial_runs():
         threaded = map_ordered(lambda t: ms.run_trace(t, record=True), traces)
     for a, b in zip(serial, threaded):
         assert a.stats == b.stats and np.array_equal(a.burst_done, b.burst_done)
-    from dram_models import engine
-    assert engine._channels.targetoptions.get("nogil") is True
-    assert engine._loop.targetoptions.get("nogil") is True
+    from dram_models.engine import general, run
+    assert run._channels.targetoptions.get("nogil") is True
+    assert general._loop.targetoptions.get("nogil") is True
 
 
 def test_layer_results_do_not_depend_on_the_thread_count():

@@ -1,7 +1,7 @@
 """The lean controller: the engine's controller model for open-loop trace runs of reads,
 written for speed.
 
-:mod:`dram_models.engine` is general: request streams with descriptors, gates, tile
+:mod:`dram_models.engine.general` is general: request streams with descriptors, gates, tile
 groups, outstanding caps and address translation feed any number of channels, with read
 and write queues, all in one event loop. A plain trace run of reads (bench, replay)
 needs none of the front-end and no write queue. For that case this module simulates
@@ -50,9 +50,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import engine as E
+from .address import _decode
+from .layout import ACT, BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_PC, C_REFMODE, \
+    C_RK, C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, NCMD, PRE, \
+    PREA, RD, RDA, REF, REFPB, S_CONFLICTS, S_DEADLOCK, S_DECISIONS, S_END, S_HITS, \
+    S_LATSUM, S_MISSES, S_READS, T_BL, T_CL, T_FAW, T_REFI, T_REFIPB
+from .timing import _first_refresh, _log_cmd, _raise, _rank_lb, _refresh_cmd
 
-BIG = E.BIG
 # scalar state of a channel (sc[...]): the current tick, the tick of the last decision
 # that issued, queued requests, the next descriptor and burst in it, the next age,
 # completions, the last completion, refresh domains pending, the earliest refresh due
@@ -75,9 +79,9 @@ DM_DUE, DM_PEND, DM_PTR, DM_FAWI = range(4)
 # a scan key (see _scan): ticks after the origin (capped at DCAP) << 44 | age << 8 | bank
 D_SHIFT = 44
 DCAP = (1 << 17) - 1                # keys stay below BIG = 2**62
-AGE_LIMIT = 1 << (D_SHIFT - E.LANE_BITS)
+AGE_LIMIT = 1 << (D_SHIFT - LANE_BITS)
 # the age of "no candidate": its key is at least BIG, whatever its tick and bank
-NONE = BIG >> E.LANE_BITS
+NONE = BIG >> LANE_BITS
 # int64s of slack after each channel's row of every per-channel array (and after each
 # thread's statistics, memory._lean_run): threads that simulate neighbouring channels
 # then never write to one cache line, nor to one of the 128-byte pairs of lines the CPU
@@ -93,13 +97,13 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
     loop, at most 256 banks per channel (the bank field of a scan key), a per-burst
     record only with one channel (the record is in enqueue order), and fewer than
     AGE_LIMIT (2**36) bursts, so that a burst's age fits its scan key."""
-    NBC = int(cfg[E.C_PC] * cfg[E.C_RK] * cfg[E.C_BG] * cfg[E.C_BA])
+    NBC = int(cfg[C_PC] * cfg[C_RK] * cfg[C_BG] * cfg[C_BA])
     for bad, why in ((not per_channel, "not one stream per channel"),
-                     (NBC > 1 << E.LANE_BITS, f"{NBC} banks per channel (the limit is "
-                                             f"{1 << E.LANE_BITS})"),
+                     (NBC > 1 << LANE_BITS, f"{NBC} banks per channel (the limit is "
+                                             f"{1 << LANE_BITS})"),
                      (writes, "writes"), (translation, "address translation"),
                      (groups, "tile groups"), (capped, "outstanding caps"),
-                     (record and int(cfg[E.C_CH]) > 1, "a burst record of several "
+                     (record and int(cfg[C_CH]) > 1, "a burst record of several "
                       "channels"), (bursts >= AGE_LIMIT, f"{bursts} bursts (the limit is "
                                     f"{AGE_LIMIT})")):
         if bad:
@@ -115,8 +119,8 @@ def read_rules(rules: tuple, refmode: int) -> tuple:
     never asks when a write could issue, so raising those ticks is work without effect;
     without it, issuing a command applies fewer rules and the results are the same."""
     r_off, r_lvl, r_next, r_lat = rules
-    wanted = {E.RD, E.ACT, E.PRE}
-    wanted |= {1: {E.PREA, E.REF}, 2: {E.REFPB}}.get(int(refmode), set())
+    wanted = {RD, ACT, PRE}
+    wanted |= {1: {PREA, REF}, 2: {REFPB}}.get(int(refmode), set())
     keep = np.isin(r_next, sorted(wanted))
     counts = [int(keep[r_off[c]:r_off[c + 1]].sum()) for c in range(len(r_off) - 1)]
     return (np.concatenate(([0], np.cumsum(counts))).astype(r_off.dtype), r_lvl[keep],
@@ -132,33 +136,33 @@ def alloc(cfg, tim):
     (``DM_*``), the release ticks of the row (or only) and column command buses, scalars
     (``SC_*``). Channel-local versions of the engine's arrays of the same names, each
     row followed by ROW_PAD unused entries."""
-    C = cfg[E.C_CH]
-    NLR = cfg[E.C_PC] * cfg[E.C_RK]
-    NBC = NLR * cfg[E.C_BG] * cfg[E.C_BA]
-    NDC = cfg[E.C_PC] if cfg[E.C_APC] != 0 else NLR
-    Q = cfg[E.C_RQ]
+    C = cfg[C_CH]
+    NLR = cfg[C_PC] * cfg[C_RK]
+    NBC = NLR * cfg[C_BG] * cfg[C_BA]
+    NDC = cfg[C_PC] if cfg[C_APC] != 0 else NLR
+    Q = cfg[C_RQ]
     P = ROW_PAD
     slot = np.zeros((C, SL_DESC + 1, NBC * Q + P), dtype=np.int64)
     bank = np.zeros((C, BK_HIDE + 1, NBC + P), dtype=np.int64)
     cand = np.full((C, 3 * NBC + 3 + P), NONE, dtype=np.int64)
     cand[:, 3 * NBC:] = 0
-    nxt_ok = np.zeros((C, E.NCMD * NBC + P), dtype=np.int64)
-    rank_ok = np.zeros((C, NLR * E.NCMD + P), dtype=np.int64)
-    faw = np.full((C, NDC * 4 + P), -E.INF // 2, dtype=np.int64)
+    nxt_ok = np.zeros((C, NCMD * NBC + P), dtype=np.int64)
+    rank_ok = np.zeros((C, NLR * NCMD + P), dtype=np.int64)
+    faw = np.full((C, NDC * 4 + P), -INF // 2, dtype=np.int64)
     dom = np.zeros((C, DM_FAWI + 1, NDC + P), dtype=np.int64)
     bus = np.zeros((C, 2 + P), dtype=np.int64)
     sc = np.zeros((C, NSC + P), dtype=np.int64)
-    refmode = cfg[E.C_REFMODE]
+    refmode = cfg[C_REFMODE]
     for c in range(C):
         for b in range(NBC):
             bank[c, BK_ROW, b] = -1
             bank[c, BK_HIT, b] = -1
             bank[c, BK_CONF, b] = -1
-            bank[c, BK_GRP, b] = b - b % cfg[E.C_BA]
+            bank[c, BK_GRP, b] = b - b % cfg[C_BA]
         sc[c, SC_LAST] = -1
         sc[c, SC_DUEMIN] = BIG
         for dd in range(NDC):
-            v = E._first_refresh(refmode, tim, c * NDC + dd, C * NDC, NDC)
+            v = _first_refresh(refmode, tim, c * NDC + dd, C * NDC, NDC)
             dom[c, DM_DUE, dd] = v
             if v < sc[c, SC_DUEMIN]:
                 sc[c, SC_DUEMIN] = v
@@ -236,7 +240,7 @@ def _min_key(cand, kind, nxt_ok, cmd, NBC, f, g):
     for i in range(NBC):
         lane = np.int64(i)
         v = min(max(nxt_ok[b0 + i], f), cap) - g
-        k = (v << D_SHIFT) | (cand[c0 + i] << E.LANE_BITS) | lane
+        k = (v << D_SHIFT) | (cand[c0 + i] << LANE_BITS) | lane
         r = k if k < r else r
     return r
 
@@ -246,17 +250,17 @@ def _scan(cand, nxt_ok, colc, NBC, f0, f1, f2, g0, g1, g2):
     """Per kind (column command ``colc``, ACT, PRE), the smallest key (d << 44 | age << 8
     | bank) over its candidates, where d is how many ticks after the origin ``g0..2`` (f
     in the kind's reference-slot ticks) the candidate can issue: its bank's next-allowed
-    tick (which includes its rank's, :func:`dram_models.engine._fold`) raised to the
+    tick (which includes its rank's, :func:`dram_models.engine.timing._fold`) raised to the
     floor ``f0..2`` (the origin raised to the command bus's release), capped at DCAP; at
     least BIG if none (an age of NONE).
     The smallest key therefore names both the earliest tick at which a candidate of that
     kind can issue and the oldest candidate that can issue then, so one pass per kind
-    does what the engine does in two (:func:`dram_models.engine._ready_min3` for the
+    does what the engine does in two (:func:`dram_models.engine.candidates._ready_min3` for the
     tick, then again for the oldest ready). A kind no bank has a candidate of (streaming
     traffic mostly finds its rows open: no ACT, no PRE) needs no pass."""
     return (_min_key(cand, 0, nxt_ok, colc, NBC, f0, g0),
-            _min_key(cand, 1, nxt_ok, E.ACT, NBC, f1, g1),
-            _min_key(cand, 2, nxt_ok, E.PRE, NBC, f2, g2))
+            _min_key(cand, 1, nxt_ok, ACT, NBC, f1, g1),
+            _min_key(cand, 2, nxt_ok, PRE, NBC, f2, g2))
 
 
 @njit(inline="always", _nrt=False)
@@ -264,7 +268,7 @@ def _floor(cmd, f, fold, rank_ok, off, bus, busid):
     """A pass's floor for ``cmd`` (:func:`_scan`): tick f raised to the command bus's
     release and, with one rank (``fold`` 0), to the rank's bound (with several, each
     bank's tick includes its rank's), in reference-slot ticks."""
-    lb = bus[busid[cmd]] if fold > 0 else E._rank_lb(cmd, 0, 0, rank_ok, off, bus, busid)
+    lb = bus[busid[cmd]] if fold > 0 else _rank_lb(cmd, 0, 0, rank_ok, off, bus, busid)
     return max(f, lb) + off[cmd]
 
 
@@ -279,7 +283,7 @@ def _issue(cmd, now, b, lr, pc, dd, row, geo, apc, r_off, r_lvl, r_next, r_lat, 
            slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw, cmdc, c, bank, log, nlog):
     """Issue ``cmd`` to bank b (``row``: -1 for refresh) of local rank ``lr``,
     pseudo-channel ``pc`` and activation domain ``dd`` of channel c at tick ``now``:
-    occupy its command bus, raise the next-allowed ticks (:func:`engine._raise` on the
+    occupy its command bus, raise the next-allowed ticks (:func:`timing._raise` on the
     channel's own arrays); count it and, if ``log`` has rows, log it as the engine does
     (global pseudo-channel, rank, bank group and bank numbers). ``geo`` = (banks per
     group, banks per channel, ranks per pseudo-channel, ranks per channel,
@@ -287,22 +291,22 @@ def _issue(cmd, now, b, lr, pc, dd, row, geo, apc, r_off, r_lvl, r_next, r_lat, 
     0)."""
     B, NBC, R, NLR, P, fold = geo
     bus[busid[cmd]] = now + slots[cmd]
-    E._raise(cmd, now + off[cmd], b, bank[BK_GRP, b], lr, pc, 0, NBC, B, R, NLR, apc,
+    _raise(cmd, now + off[cmd], b, bank[BK_GRP, b], lr, pc, 0, NBC, B, R, NLR, apc,
              r_off, r_lvl, r_next, r_lat, nxt_ok, rank_ok, faw, dom[DM_FAWI], dd, tfaw,
              fold)
     cmdc[cmd] += 1
     if log.shape[0] > 0:
-        E._log_cmd(log, nlog, now, cmd, c, c * P + pc, c * NLR + lr, (c * NBC + b) // B,
+        _log_cmd(log, nlog, now, cmd, c, c * P + pc, c * NLR + lr, (c * NBC + b) // B,
                    c * NBC + b, row)
 
 
 @njit(inline="always", _nrt=False)
 def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bus, busid):
     """The next command of domain dd's pending refresh, its bank
-    (:func:`engine._refresh_cmd`) and the earliest tick it can issue. Its rank is the
+    (:func:`timing._refresh_cmd`) and the earliest tick it can issue. Its rank is the
     domain's first (as in the engine)."""
-    cmd, tb = E._refresh_cmd(dd * NBD, NBD, refmode, bank[BK_ROW], dom[DM_PTR, dd])
-    t = E._rank_lb(cmd, 0, dd << LD, rank_ok, off, bus, busid)
+    cmd, tb = _refresh_cmd(dd * NBD, NBD, refmode, bank[BK_ROW], dom[DM_PTR, dd])
+    t = _rank_lb(cmd, 0, dd << LD, rank_ok, off, bus, busid)
     v = nxt_ok[cmd * NBC + tb] - off[cmd]
     return cmd, tb, (v if v > t else t)
 
@@ -320,10 +324,10 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     there, so that a channel that finished early sees the refreshes of the whole run).
     Adds to ``stat``, ``cmdc`` (this channel's row), ``lat_hist``; sets ``d_done`` and,
     if ``b_done`` is not empty, the completion of every burst in enqueue order."""
-    B = cfg[E.C_BA]
-    NBR = cfg[E.C_BG] * B           # banks per rank
-    P = cfg[E.C_PC]
-    R = cfg[E.C_RK]
+    B = cfg[C_BA]
+    NBR = cfg[C_BG] * B           # banks per rank
+    P = cfg[C_PC]
+    R = cfg[C_RK]
     NLR = P * R                     # ranks per channel
     NBC = NLR * NBR                 # banks per channel
     LR = 0                          # log2 of ranks per pseudo-channel
@@ -332,29 +336,29 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     LNBR = 0                        # log2 of banks per rank
     while (1 << LNBR) < NBR:
         LNBR += 1
-    apc = cfg[E.C_APC] != 0         # activation domain = pseudo-channel (HBM)
+    apc = cfg[C_APC] != 0         # activation domain = pseudo-channel (HBM)
     NBD = NBR * R if apc else NBR   # banks per domain
     NDC = P if apc else NLR         # domains per channel
     LD = LR if apc else 0           # a rank's domain is lr >> LD
     # several ranks: their bounds are folded into the banks' next-allowed ticks
-    # (engine._fold), so that a pass needs no bound per rank
+    # (timing._fold), so that a pass needs no bound per rank
     fold = NBR if NLR > 1 else 0
     geo = (B, NBC, R, NLR, P, fold)
-    Q = cfg[E.C_RQ]
-    cap = cfg[E.C_CAP]
-    closed = cfg[E.C_CLOSED] != 0
-    refmode = cfg[E.C_REFMODE]
-    split = cfg[E.C_SPLIT] != 0
-    shift = np.uint64(cfg[E.C_SHIFT])
-    xor = cfg[E.C_XOR] != 0
+    Q = cfg[C_RQ]
+    cap = cfg[C_CAP]
+    closed = cfg[C_CLOSED] != 0
+    refmode = cfg[C_REFMODE]
+    split = cfg[C_SPLIT] != 0
+    shift = np.uint64(cfg[C_SHIFT])
+    xor = cfg[C_XOR] != 0
     gbits = 0
     while (1 << gbits) < m_sizes[3]:
         gbits += 1
     gmask = m_sizes[3] - 1
     bmask = m_sizes[4] - 1
-    tcl = tim[E.T_CL]
-    tbl = tim[E.T_BL]
-    tfaw = tim[E.T_FAW]
+    tcl = tim[T_CL]
+    tbl = tim[T_BL]
+    tfaw = tim[T_FAW]
     rec = b_done.shape[0] > 0
     now = sc[SC_NOW]
     last = sc[SC_LAST]
@@ -380,7 +384,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         # enqueue, in trace order, what has arrived while the queue has room
         while queued < Q and d < d1 and d_arrival[d] <= now:
             addr = (d_addr[d] >> shift) + np.uint64(k)
-            E._decode(addr, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos, m_sizes, xor,
+            _decode(addr, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos, m_sizes, xor,
                       gbits, gmask, bmask, fields)
             lr = fields[1] * R + fields[2]
             b = (lr << LNBR) + fields[3] * B + fields[4]
@@ -411,8 +415,8 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 if bank[BK_HIT, b] < 0 or bank[BK_HITS, b] >= cap:
                     _put(cand, bank, NBC, 2, b, seq)
             if split and now == last and orow != row:
-                cmd = E.ACT if orow < 0 else E.PRE
-                te = E._rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)
+                cmd = ACT if orow < 0 else PRE
+                te = _rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)
                 if nxt_ok[cmd * NBC + b] - off[cmd] <= now and te <= now:
                     again = True
             seq += 1
@@ -447,11 +451,11 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         k1 = BIG
         k2 = BIG
         if queued > 0:
-            k0, k1, k2 = _scan(cand, nxt_ok, E.RD, NBC,
-                               _floor(E.RD, f, fold, rank_ok, off, bus, busid),
-                               _floor(E.ACT, f, fold, rank_ok, off, bus, busid),
-                               _floor(E.PRE, f, fold, rank_ok, off, bus, busid),
-                               f + off[E.RD], f + off[E.ACT], f + off[E.PRE])
+            k0, k1, k2 = _scan(cand, nxt_ok, RD, NBC,
+                               _floor(RD, f, fold, rank_ok, off, bus, busid),
+                               _floor(ACT, f, fold, rank_ok, off, bus, busid),
+                               _floor(PRE, f, fold, rank_ok, off, bus, busid),
+                               f + off[RD], f + off[ACT], f + off[PRE])
             m = min(m, _tick(k0, f), _tick(k1, f), _tick(k2, f))
         if queued < Q and d < d1 and d_arrival[d] <= m:
             now = d_arrival[d]          # requests enter before the tick's decision
@@ -459,7 +463,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         if done == total and m > end and m > floor:
             break
         if m >= BIG:
-            stat[E.S_DEADLOCK] = 1
+            stat[S_DEADLOCK] = 1
             break
         now = m
         decisions += 1
@@ -487,17 +491,17 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                    bank, log, nlog)
             # (the banks it closes wait for the refresh: their candidates stay NONE and
             # are derived afresh, from the closed row, when they stop waiting)
-            if rcmd == E.PREA:
+            if rcmd == PREA:
                 for i in range(dd * NBD, (dd + 1) * NBD):
                     bank[BK_ROW, i] = -1
-            elif rcmd == E.PRE:
+            elif rcmd == PRE:
                 bank[BK_ROW, tb] = -1
             else:
                 _wait(dd, False, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
-                if rcmd == E.REF:
-                    dom[DM_DUE, dd] += tim[E.T_REFI]
+                if rcmd == REF:
+                    dom[DM_DUE, dd] += tim[T_REFI]
                 else:
-                    dom[DM_DUE, dd] += tim[E.T_REFIPB]
+                    dom[DM_DUE, dd] += tim[T_REFIPB]
                     dom[DM_PTR, dd] = (dom[DM_PTR, dd] + 1) % NBD
                 dom[DM_PEND, dd] = 0
                 npend -= 1
@@ -516,12 +520,12 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         if now - f >= DCAP:
             continue
         lim = ((now - f) << D_SHIFT) | ((1 << D_SHIFT) - 1)
-        colb = (k0 & E.LANE_MASK) if k0 <= lim else -1
+        colb = (k0 & LANE_MASK) if k0 <= lim else -1
         kr = k1 if k1 < k2 else k2
-        rowb = (kr & E.LANE_MASK) if kr <= lim else -1
-        rcmd = E.ACT if k1 < k2 else E.PRE
+        rowb = (kr & LANE_MASK) if kr <= lim else -1
+        rcmd = ACT if k1 < k2 else PRE
         if split:
-            if rcmd == E.PRE and rowb == colb:
+            if rcmd == PRE and rowb == colb:
                 rowb = -1               # never close the row the column command needs
         elif colb >= 0:
             rowb = -1                   # a ready column command wins a shared bus
@@ -532,14 +536,14 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             b = rowb
             p0 = b * Q
             lr = b >> LNBR
-            if rcmd == E.ACT:
+            if rcmd == ACT:
                 rrow = slot[SL_ROW, p0]
             else:
                 rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
             _issue(rcmd, now, b, lr, lr >> LR, lr >> LD, rrow, geo, apc, r_off, r_lvl,
                    r_next, r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw,
                    cmdc, c, bank, log, nlog)
-            if rcmd == E.ACT:
+            if rcmd == ACT:
                 bank[BK_ROW, b] = rrow
                 slot[SL_FLAG, p0] |= 1
                 bank[BK_HITS, b] = 0
@@ -554,22 +558,22 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             j = bank[BK_HIT, b]
             p = p0 + j
             auto = closed and bank[BK_NHIT, b] == 1
-            cmd = E.RDA if auto else E.RD
+            cmd = RDA if auto else RD
             _issue(cmd, now, b, lr, lr >> LR, lr >> LD, slot[SL_ROW, p], geo, apc, r_off,
                    r_lvl, r_next, r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus,
                    tfaw, cmdc, c, bank, log, nlog)
             tc = now + off[cmd] + tcl + tbl
             lat = tc - slot[SL_ENQ, p]
-            stat[E.S_READS] += 1
-            stat[E.S_LATSUM] += lat
-            lat_hist[lat if lat < E.LAT_BINS else E.LAT_BINS - 1] += 1
+            stat[S_READS] += 1
+            stat[S_LATSUM] += lat
+            lat_hist[lat if lat < LAT_BINS else LAT_BINS - 1] += 1
             flag = slot[SL_FLAG, p]
             if flag & 2:
-                stat[E.S_CONFLICTS] += 1
+                stat[S_CONFLICTS] += 1
             elif flag & 1:
-                stat[E.S_MISSES] += 1
+                stat[S_MISSES] += 1
             else:
-                stat[E.S_HITS] += 1
+                stat[S_HITS] += 1
             if tc > end:
                 end = tc
             dd = slot[SL_DESC, p]
@@ -602,9 +606,9 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     sc[SC_DONE] = done
     sc[SC_END] = end
     sc[SC_NPEND] = npend
-    stat[E.S_DECISIONS] += decisions
-    if end > stat[E.S_END]:
-        stat[E.S_END] = end
+    stat[S_DECISIONS] += decisions
+    if end > stat[S_END]:
+        stat[S_END] = end
 
 
 @njit(cache=True, nogil=True)
