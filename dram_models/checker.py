@@ -23,8 +23,8 @@ import dataclasses
 
 import numpy as np
 
-from .rules import (ACT, CMDS, PRE, PREA, RD, RDA, REF, REFPB, WR, WRA, act_domain_is_pc,
-                    timing_values)
+from .commands import ACT, CMDS, PRE, PREA, RD, RDA, REF, REFPB, WR, WRA
+from .rules import act_domain_is_pc, timing_values
 from .spec import ControllerConfig, DramSpec
 
 RDS = (RD, RDA)

@@ -18,11 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ._jit import compile_for
+from .commands import NCMD
 from .engine import address, reads, run, state
 from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
     C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
-    NCFG, NCMD, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PTE, TL_SETS, \
-    TL_SHIFT, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
+    NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
+    TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
 from .rules import act_domain_is_pc, command_slots, compile_rules, timing_values

@@ -22,19 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .commands import (ACT, COL_CMDS, LEVELS, L_A, L_BG, L_BK, L_CH, L_D, L_K, L_SIB, NCMD,
+                       PRE, PREA, RD, RDA, RDS, REF, REFPB, WR, WRA, WRS)
 from .spec import DramSpec, ceil_ticks
-
-CMDS = ("ACT", "PRE", "PREA", "RD", "WR", "RDA", "WRA", "REF", "REFPB")
-ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = range(len(CMDS))
-NCMD = len(CMDS)
-ROW_CMDS = (ACT, PRE, PREA, REF, REFPB)
-COL_CMDS = (RD, WR, RDA, WRA)
-
-LEVELS = ("CH", "D", "A", "K", "SIB", "BG", "BK")
-L_CH, L_D, L_A, L_K, L_SIB, L_BG, L_BK = range(len(LEVELS))
-
-RDS = (RD, RDA)
-WRS = (WR, WRA)
 
 
 def act_domain_is_pc(spec: DramSpec) -> bool:

@@ -6,9 +6,9 @@ import dataclasses
 
 import numpy as np
 
+from .commands import CMDS
 from .engine.layout import S_CONFLICTS, S_END, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, \
     S_TLBHIT, S_TLBMISS, S_TLBSTALL, S_WRITES
-from .rules import CMDS
 
 
 @dataclasses.dataclass(frozen=True)

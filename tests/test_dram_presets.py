@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dram_models import commands as C
 from dram_models import rules as R
 from dram_models.errors import ConfigError
 from dram_models.schema import to_dict
@@ -279,8 +280,8 @@ def _reach(table, p, n):
     another pseudo-channel, own bank, another bank of the bank group), 0 if nothing.
     Worked out from what each level covers, independently of the compiler."""
     covers = {  # level -> the places it reaches
-        R.L_CH: {0, 1, 2}, R.L_D: {0, 1}, R.L_K: {0}, R.L_SIB: {1}, R.L_BG: {3, 4},
-        R.L_BK: {3}}
+        C.L_CH: {0, 1, 2}, C.L_D: {0, 1}, C.L_K: {0}, C.L_SIB: {1}, C.L_BG: {3, 4},
+        C.L_BK: {3}}
     out = [0] * 5
     for (pp, lvl, nn), dist in table.items():
         if (pp, nn) == (p, n):
@@ -298,9 +299,9 @@ def test_compiled_rule_table_imposes_exactly_the_rules_of_the_standard(name):
     raw = R.distances(spec)
     off, lvl, nxt, lat = R.compile_rules(spec)
     compiled = {(p, int(lvl[i]), int(nxt[i])): int(lat[i])
-                for p in range(R.NCMD) for i in range(off[p], off[p + 1])}
+                for p in range(C.NCMD) for i in range(off[p], off[p + 1])}
     assert len(compiled) == off[-1]         # no (preceding, level, following) twice
     assert len(compiled) <= len(raw)
     for p, _, n in raw:
         assert _reach(compiled, p, n) == _reach(raw, p, n), \
-            (name, R.CMDS[p], R.CMDS[n])
+            (name, C.CMDS[p], C.CMDS[n])

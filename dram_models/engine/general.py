@@ -60,18 +60,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..commands import ACT, NCMD, PRE, PREA, RD, RDA, REF, WR, WRA
 from .address import _decode
 from .candidates import _no_candidate, _pending_min, _ready_min, _ready_min3, _recat, \
     _setbit, _sync_cs, _wake
-from .layout import (ACT, BF_ASEQ, BF_CNT, BF_CONF, BF_CSEQ, BF_HEAD, BF_HIT, BF_HSEQ,
-    BF_NHITS, BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_REC,
-    C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, F_BANK, F_BID,
-    F_DESC, F_ENQ, F_FLAG, F_GRP, F_KIND, F_NEXT, F_PREV, F_ROW, F_SEQ, F_STREAM, INF,
-    K_ACT, K_COL, K_PRE, LANE_BITS, LANE_MASK, LAT_BINS, NBF, NCMD, NOLINK, NQF, PRE, PREA,
-    RD, RDA, REF, S_CONFLICTS, S_DEADLOCK, S_DECISIONS, S_END, S_EVENTS, S_HITS, S_LATSUM,
-    S_MISSES, S_PTE, S_READS, S_TLBHIT, S_TLBMISS, S_TLBSTALL, S_WRITES, TL_MISS, TL_PTE,
-    TL_SETS, TL_SHIFT, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI,
-    T_REFIPB, U1, WR, WRA)
+from .layout import BF_ASEQ, BF_CNT, BF_CONF, BF_CSEQ, BF_HEAD, BF_HIT, BF_HSEQ, BF_NHITS, \
+    BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_REC, C_REFMODE, \
+    C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, F_BANK, F_BID, F_DESC, F_ENQ, \
+    F_FLAG, F_GRP, F_KIND, F_NEXT, F_PREV, F_ROW, F_SEQ, F_STREAM, INF, K_ACT, K_COL, \
+    K_PRE, LANE_BITS, LANE_MASK, LAT_BINS, NBF, NOLINK, NQF, S_CONFLICTS, S_DEADLOCK, \
+    S_DECISIONS, S_END, S_EVENTS, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, S_TLBHIT, \
+    S_TLBMISS, S_TLBSTALL, S_WRITES, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, TL_VBASE, \
+    TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
 from .timing import _bank_part, _log_cmd, _raise, _rank_lb, _refresh_cmd
 from .tree import _targmin, _tset
 

@@ -41,10 +41,6 @@ LAT_BINS = 1 << 16
 LANE_BITS = 8                       # ranks have at most 256 banks (scan keys)
 LANE_MASK = (1 << LANE_BITS) - 1
 
-ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = range(9)
-NCMD = 9
-L_CH, L_D, L_A, L_K, L_SIB, L_BG, L_BK = range(7)
-
 U1 = np.uint64(1)
 # s_wnext links the streams waiting on one gate or one full channel queue (-1 ends a
 # list); NOLINK marks a stream that is in no list. A waiting stream can also be woken by a

@@ -50,11 +50,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..commands import ACT, NCMD, PRE, PREA, RD, RDA, REF, REFPB
 from .address import _decode
-from .layout import ACT, BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_PC, C_REFMODE, \
-    C_RK, C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, NCMD, PRE, \
-    PREA, RD, RDA, REF, REFPB, S_CONFLICTS, S_DEADLOCK, S_DECISIONS, S_END, S_HITS, \
-    S_LATSUM, S_MISSES, S_READS, T_BL, T_CL, T_FAW, T_REFI, T_REFIPB
+from .layout import BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_PC, C_REFMODE, C_RK, \
+    C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, S_CONFLICTS, \
+    S_DEADLOCK, S_DECISIONS, S_END, S_HITS, S_LATSUM, S_MISSES, S_READS, T_BL, T_CL, \
+    T_FAW, T_REFI, T_REFIPB
 from .timing import _first_refresh, _log_cmd, _raise, _rank_lb, _refresh_cmd
 
 # scalar state of a channel (sc[...]): the current tick, the tick of the last decision

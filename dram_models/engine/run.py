@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from numba import njit
 
+from ..commands import NCMD
 from .general import _loop
-from .layout import C_CH, C_LOG, C_PERCH, C_REC, INF, NCMD, S_DEADLOCK, TL_WALK
+from .layout import C_CH, C_LOG, C_PERCH, C_REC, INF, S_DEADLOCK, TL_WALK
 from .state import ST_BCNT, ST_BDONE, ST_CMDC, ST_DDONE, ST_GEND, ST_GREADY, ST_LAT, \
     ST_LOG, ST_NLOG, ST_STAT, ST_TLBSTALL
 from .tree import _tset

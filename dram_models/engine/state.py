@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .layout import (BF_CONF, BF_HEAD, BF_HIT, BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CH, C_LOG,
-    C_PC, C_REC, C_REFMODE, C_RK, C_RQ, C_WQ, INF, LAT_BINS, NBF, NCMD, NOLINK, NQF, NSTAT,
-    TL_SETS, TL_WAYS)
+from ..commands import NCMD
+from .layout import BF_CONF, BF_HEAD, BF_HIT, BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CH, \
+    C_LOG, C_PC, C_REC, C_REFMODE, C_RK, C_RQ, C_WQ, INF, LAT_BINS, NBF, NOLINK, NQF, \
+    NSTAT, TL_SETS, TL_WAYS
 from .timing import _first_refresh
 from .tree import _tset
 

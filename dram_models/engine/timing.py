@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from .layout import ACT, INF, L_BG, L_BK, L_CH, L_K, L_SIB, NCMD, PRE, PREA, RD, REF, \
-    REFPB, T_REFI, T_REFIPB
+from ..commands import ACT, L_BG, L_BK, L_CH, L_K, L_SIB, NCMD, PRE, PREA, RD, REF, REFPB
+from .layout import INF, T_REFI, T_REFIPB
+
 
 @njit(inline="always", _nrt=False)
 def _rank_lb(cmd, ch, rkn, rl, off, busfree, busid):
