@@ -42,8 +42,8 @@ def _type_key(a):
     if isinstance(a, np.ndarray):
         f = a.flags
         return (a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
-    if type(a) is tuple:            # the engine state: a tuple of arrays
-        return tuple(map(_type_key, a))
+    if isinstance(a, tuple):        # the engine's inputs and state: NamedTuples of arrays
+        return type(a), tuple(map(_type_key, a))
     return numba.typeof(a)
 
 

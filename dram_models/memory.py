@@ -20,6 +20,8 @@ import numpy as np
 from ._jit import compile_for
 from .commands import NCMD
 from .engine import address, reads, run, state
+from .engine.inputs import AddressMap, Config, Inputs, Paging, Rules, Traffic
+from .engine.run import Results
 from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
     C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
     NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
@@ -143,70 +145,68 @@ def _merge_stats(stats: list[np.ndarray]) -> np.ndarray:
     return stat
 
 
-def _merge(outs: list[tuple]) -> tuple:
+def _merge(outs: list[Results]) -> Results:
     """The results of threads that simulated disjoint sets of channels, merged into what
     one thread gives (:func:`_merge_stats`; every descriptor's completion comes from the
     thread that simulated its channel, -1 elsewhere); groups, bursts and the log are
     those of thread 0 (runs split over threads have none)."""
     if len(outs) == 1:
         return outs[0]
-    stat = _merge_stats([o[0] for o in outs])
-    d_done = outs[0][3].copy()
+    d_done = outs[0].desc_done.copy()
     for o in outs[1:]:
-        np.maximum(d_done, o[3], out=d_done)
-    o0 = outs[0]
-    return (stat, np.sum([o[1] for o in outs], axis=0), np.sum([o[2] for o in outs], axis=0),
-            d_done, o0[4], o0[5], o0[6], o0[7], o0[8], np.sum([o[9] for o in outs], axis=0))
+        np.maximum(d_done, o.desc_done, out=d_done)
+    return outs[0]._replace(
+        stat=_merge_stats([o.stat for o in outs]),
+        cmdc=np.sum([o.cmdc for o in outs], axis=0),
+        lat_hist=np.sum([o.lat_hist for o in outs], axis=0), desc_done=d_done,
+        stream_tlb_stall=np.sum([o.stream_tlb_stall for o in outs], axis=0))
 
 
-def _engine_run(inputs: tuple, load: list[int], log_cap: int, threads: int) -> tuple:
-    """Run the engine on its input arrays (the arguments of ``run._channels`` before
-    the state) and return what ``run._collect`` returns; ``load`` is the number of
-    descriptors of each stream. Allocates the state, then runs all channels together,
+def _engine_run(inputs: Inputs, load: list[int], log_cap: int, threads: int) -> Results:
+    """Run the general engine on ``inputs`` and return its results; ``load`` is the
+    number of descriptors of each stream. Allocates the state, then runs all channels together,
     or, for an open-loop trace (``run._perch_ok``), one channel at a time in two
     rounds (each to its own end, then the early ones to the common end). Those channels
     are spread over up to ``threads`` threads (:func:`_deal`), each with its own state;
     the results do not depend on the thread count (:func:`_merge`)."""
-    cfg = inputs[0]
-    compile_for(run._perch_ok, inputs)
-    perch = bool(run._perch_ok(*inputs))
+    cfg = inputs.config.cfg
+    compile_for(run._perch_ok, (inputs,))
+    perch = bool(run._perch_ok(inputs))
     if perch:
         chans = _deal(load, threads)
     else:
         chans = [np.zeros(0, dtype=np.int64)]   # all channels together
-    alloc_args = (*inputs, log_cap)
-    compile_for(state._alloc, alloc_args)
-    states = [state._alloc(*alloc_args) for _ in chans]
-    compile_for(run._channels, (*inputs, states[0], chans[0], 0, 0))
+    compile_for(state._alloc, (inputs, log_cap))
+    states = [state._alloc(inputs, log_cap) for _ in chans]
+    compile_for(run._channels, (inputs, states[0], chans[0], 0, 0))
     compile_for(run._collect, (cfg, states[0]))
 
     def run_round(rnd: int, end: int) -> None:
-        _on_threads(lambda i: run._channels(*inputs, states[i], chans[i], rnd, end),
+        _on_threads(lambda i: run._channels(inputs, states[i], chans[i], rnd, end),
                     len(chans))
 
     run_round(0, 0)
     if perch:
-        run_round(1, max(int(st[state.ST_ENDS].max()) for st in states))
+        run_round(1, max(int(st.ends.max()) for st in states))
     return _merge([run._collect(cfg, st) for st in states])
 
 
 def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: list[int],
-              recorded: int, log_cap: int, threads: int) -> tuple:
+              recorded: int, log_cap: int, threads: int) -> Results:
     """:func:`_engine_run` on the lean controller (:mod:`dram_models.engine.reads`; the caller
     has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
     descriptor arrays of its streams: one channel at a time in the same two rounds, on
     up to ``threads`` threads, with the results in ``run._collect``'s form;
     ``recorded`` bursts (all of them, or 0 without a per-burst record)."""
-    tim, slots, busid, off = ms.tim, ms.slots, ms.busid, ms.off
-    r_off, r_lvl, r_next, r_lat = reads.read_rules(ms.rules, int(cfg[C_REFMODE]))
-    m_field, m_radix, m_log2, m_dst, m_sizes = ms.map_tables
-    m_chunk, m_pos = ms.chunk_tables
+    config = ms.config(cfg)
+    rules = reads.read_rules(ms.rules, int(cfg[C_REFMODE]))
+    req = reads.Requests(first, last, addr, nb, arrival)
     C = int(cfg[C_CH])
     # a command log (ordered by tick, then channel: one command per channel and tick on
     # one bus) comes from one thread
     chans = _deal(load, 1 if log_cap else threads)
-    compile_for(reads.alloc, (cfg, tim))
-    state = reads.alloc(cfg, tim)
+    compile_for(reads.alloc, (cfg, ms.tim))
+    chan_state = reads.alloc(cfg, ms.tim)
     # each channel's command counts and each thread's statistics on their own cache
     # lines, as the lean state is (reads.ROW_PAD)
     cmdc = np.zeros((C, NCMD + reads.ROW_PAD), dtype=np.int64)
@@ -220,14 +220,13 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     nlog = np.zeros(1, dtype=np.int64)
 
     def args(i: int, floor: int) -> tuple:
-        return (cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat, m_field, m_radix,
-                m_log2, m_dst, m_sizes, m_chunk, m_pos, first, last, addr, nb, arrival,
-                state, chans[i], floor, stats[i], cmdc, hists[i], d_left, d_done, b_done,
-                b_cnt, log, nlog)
+        out = reads.Outputs(stats[i], cmdc, hists[i], d_left, d_done, b_done, b_cnt, log,
+                            nlog)
+        return (config, rules, ms.amap, req, chan_state, out, chans[i], floor)
 
     compile_for(reads.run_channels, args(0, 0))
     _on_threads(lambda i: reads.run_channels(*args(i, 0)), len(chans))
-    end = int(state[-1][:, reads.SC_END].max())
+    end = int(chan_state.sc[:, reads.SC_END].max())
     if end > 0:
         _on_threads(lambda i: reads.run_channels(*args(i, end)), len(chans))
     stat = _merge_stats([st[:NSTAT] for st in stats])
@@ -236,10 +235,9 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     log = log[:min(int(nlog[0]), log_cap)]
     log = log[np.lexsort((log[:, 2], log[:, 0]))]
     # (no groups: the engine's one slot of group times; no TLB)
-    return (stat, cmdc[:, :NCMD].copy(), np.sum(hists, axis=0), d_done,
-            np.zeros(1, dtype=np.int64),
-            np.full(1, -1, dtype=np.int64), b_done, b_cnt, log,
-            np.zeros(len(first), dtype=np.int64))
+    return Results(stat, cmdc[:, :NCMD].copy(), np.sum(hists, axis=0), d_done,
+                   np.zeros(1, dtype=np.int64), np.full(1, -1, dtype=np.int64), b_done,
+                   b_cnt, log, np.zeros(len(first), dtype=np.int64))
 
 
 class MemorySystem:
@@ -295,9 +293,15 @@ class MemorySystem:
         tim[T_REFIPB] = v["tREFIpb"] * k
         self.tim = tim
         self.slots, self.busid, self.off = command_slots(spec)
-        self.rules = compile_rules(spec)
+        self.rules = Rules(*compile_rules(spec))
         self.map_tables = self.mapping.tables()
         self.chunk_tables = self.mapping.chunk_tables()
+        self.amap = AddressMap(*self.map_tables, *self.chunk_tables)
+
+    def config(self, cfg: np.ndarray) -> Config:
+        """The engine's :class:`~dram_models.engine.inputs.Config` of a run whose
+        configuration words are ``cfg`` (this system's, with the run's flags)."""
+        return Config(cfg, self.tim, self.slots, self.busid, self.off)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -371,19 +375,20 @@ class MemorySystem:
                                 total if record else 0, log_cap if log else 0, threads)
             else:
                 out = _engine_run(inputs, load, log_cap, threads)
-            if out[0][S_DEADLOCK] != 2:
+            if out.stat[S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room
-        stat, cmdc, lat_hist, d_done, g_ready, g_end, b_done, b_cnt, cmdlog, s_tlb = out
-        stats = summarize(self.spec, self.controller.mapping, stat, cmdc, lat_hist,
-                          self.tick_ns)
-        return RunResult(stats, self.tick_ns, d_done, g_ready, g_end, b_done, b_cnt, cmdlog,
-                         s_tlb, bool(stat[S_DEADLOCK]), "lean" if use_lean else "engine")
+        stats = summarize(self.spec, self.controller.mapping, out.stat, out.cmdc,
+                          out.lat_hist, self.tick_ns)
+        return RunResult(stats, self.tick_ns, out.desc_done, out.group_ready, out.group_end,
+                         out.burst_done, out.burst_count, out.command_log,
+                         out.stream_tlb_stall, bool(out.stat[S_DEADLOCK]),
+                         "lean" if use_lean else "engine")
 
     def _engine_inputs(self, cfg, streams: Streams, translation: Translation | None,
-                       first, last, maxout, addr, nb, is_write, arrival) -> tuple:
-        """The engine's input arrays (the arguments of ``run._channels`` before the
-        state) for a run of ``streams``."""
+                       first, last, maxout, addr, nb, is_write, arrival) -> Inputs:
+        """The general engine's inputs for a run of ``streams`` with the configuration
+        words ``cfg``."""
         n = streams.n_desc
         group = _column(streams.group, n, -1)
         gate = _column(streams.gate, n, -1)
@@ -411,12 +416,10 @@ class MemorySystem:
             tl[TL_MISS] = translation.miss_ticks
             tl[TL_WALK] = translation.walk
             tl[TL_PTE] = translation.pte_base
-        m_field, m_radix, m_log2, m_dst, m_sizes = self.map_tables
-        r_off, r_lvl, r_next, r_lat = self.rules
-        return (cfg, self.tim, self.slots, self.busid, self.off, r_off, r_lvl, r_next,
-                r_lat, m_field, m_radix, m_log2, m_dst, m_sizes, *self.chunk_tables,
-                first, last, maxout, addr, nb, is_write, arrival, group, gate, compute,
-                prev, nxt, pt, tl)
+        return Inputs(self.config(cfg), self.rules, self.amap,
+                      Traffic(first, last, maxout, addr, nb, is_write, arrival, group, gate,
+                              compute, prev, nxt),
+                      Paging(pt, tl))
 
     def _bursts_stay(self, addr: np.ndarray, nb: np.ndarray, most: int) -> bool:
         """Whether every descriptor's bursts (``nb``, at most ``most`` per descriptor) lie

@@ -364,10 +364,14 @@ def test_bench_repeat_reports_the_fastest_of_identical_runs(monkeypatch):
 
 
 def test_compile_key_of_a_state_tuple_follows_its_arrays():
-    """compile_for keys the engine state (a tuple of arrays) by its arrays' types, without
-    numba.typeof: equal types give one key, any array of another type a new one."""
+    """compile_for keys the engine's inputs and state (NamedTuples of arrays) by their
+    class and their arrays' types, without numba.typeof: equal types give one key, any
+    array of another type, or another class, a new one."""
     from dram_models._jit import _type_key
+    from dram_models.engine.inputs import Paging
     a = (np.zeros(3, dtype=np.int64), np.zeros((2, 2), dtype=np.int64))
+    assert _type_key(Paging(*a)) == _type_key(Paging(np.ones(4, dtype=np.int64), a[1]))
+    assert _type_key(Paging(*a)) != _type_key(a)
     assert _type_key(a) == _type_key((np.ones(5, dtype=np.int64), np.ones((3, 2), dtype=np.int64)))
     assert _type_key(a) != _type_key((np.zeros(3, dtype=np.uint64), a[1]))
     assert _type_key(a) != _type_key((a[0], np.zeros((2, 2), dtype=np.int64, order="F")))

@@ -6,13 +6,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+
 @njit(inline="always", _nrt=False)
-def _decode(addr, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos, m_sizes, xor, gbits,
-            gmask, bmask, fields):
-    """Address decode (of the burst index) into fields[0..6]: byte-wise table lookups when
-    the mapping is a bit permutation (see ``AddressMapping.chunk_tables``), else the
+def _decode(addr, amap, xor, gbits, gmask, bmask, fields):
+    """Address decode (of the burst index) into fields[0..6] with the tables ``amap``
+    (:class:`~dram_models.engine.inputs.AddressMap`): byte-wise table lookups when the
+    mapping is a bit permutation (see ``AddressMapping.chunk_tables``), else the
     mixed-radix steps from the least significant end (bit slices when the radix is a power
-    of two)."""
+    of two); then the bank XOR, if ``xor``, with the row's low bits (``gbits`` bank-group
+    bits, masks ``gmask`` and ``bmask``)."""
+    m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos = amap
     if m_chunk.shape[0] > 0:
         packed = np.int64(0)
         for k in range(m_chunk.shape[0]):

@@ -86,22 +86,24 @@ def _due(drain, nr, nw, whi, wlo):
 
 
 @njit(inline="always", _nrt=False)
-def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp, off, slots,
-           busfree, busid, r_off, r_lvl, r_next, r_lat, faw, faw_i, dom, cmdc, log, nlog):
-    """Issue ``cmd`` at tick t: occupy the command bus and raise next-allowed times
-    (:func:`_raise`, on the global bank and rank numbers). (At most 30 arguments: Python
-    passes more as a tuple, which Numba cannot inline.)"""
+def _issue(cmd, t, ch, pcn, rkn, bgn, bank, row, dom, config, rules, st, logon):
+    """Issue ``cmd`` at tick t to ``bank`` (global numbers, as its pseudo-channel ``pcn``,
+    rank ``rkn``, bank group ``bgn`` and activation domain ``dom``; ``row`` for the log):
+    occupy the command bus, raise next-allowed times (:func:`_raise`), count it and, if
+    ``logon``, log it. (At most 30 arguments: Python passes more as a tuple, which Numba
+    cannot inline.)"""
+    cfg, tim, slots, busid, off = config
+    rl, bp, busfree, faw, faw_i = st.rl, st.bp, st.busfree, st.faw, st.faw_i
     R = cfg[C_RK]
     NLR = cfg[C_PC] * R
     B = cfg[C_BA]
     NBANK = cfg[C_CH] * NLR * cfg[C_BG] * B
     busfree[ch * 2 + busid[cmd]] = t + slots[cmd]
     _raise(cmd, t + off[cmd], bank, bgn * B, rkn, pcn, ch * NLR, NBANK, B, R, NLR,
-           cfg[C_APC] != 0, r_off, r_lvl, r_next, r_lat, bp, rl, faw, faw_i, dom,
-           tim[T_FAW], 0)
-    cmdc[ch * NCMD + cmd] += 1
+           cfg[C_APC] != 0, rules, bp, rl, faw, faw_i, dom, tim[T_FAW], 0)
+    st.cmdc[ch * NCMD + cmd] += 1
     if logon:
-        _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row)
+        _log_cmd(st.log, st.nlog, t, cmd, ch, pcn, rkn, bgn, bank, row)
 
 
 @njit(inline="always", _nrt=False)
@@ -128,23 +130,31 @@ def _bus_release(busfree, ch, split):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-          m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-          s_first, s_last, s_maxout,
-          d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
-          g_compute, g_prev, g_next,
-          pt, tlbc,
-          # state (allocated by _alloc)
-          rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree, drain,
-          ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
-          s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
-          ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-          tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm, skipped, ctl):
-    """The event loop. ``ctl`` = [channel, floor, end tick]: channel -1 simulates the
-    whole system; channel c >= 0 (open-loop trace runs, where stream c feeds channel c
-    only) simulates that channel alone until its own last completion, or until tick
-    ``floor`` if that is later, starting from the state left by an earlier call; the end
-    tick is read and written back in ctl[2]."""
+def _loop(inp, st):
+    """The event loop over the :class:`~dram_models.engine.inputs.Inputs` ``inp`` and the
+    :class:`~dram_models.engine.state.State` ``st``. ``st.ctl`` = [channel, floor, end
+    tick]: channel -1 simulates the whole system; channel c >= 0 (open-loop trace runs,
+    where stream c feeds channel c only) simulates that channel alone until its own last
+    completion, or until tick ``floor`` if that is later, starting from the state left by
+    an earlier call; the end tick is read and written back in ctl[2]."""
+    config, rules, amap = inp.config, inp.rules, inp.amap
+    cfg, tim, _, busid, off = config
+    m_sizes = amap.sizes
+    s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate, \
+        g_compute, g_prev, g_next = inp.traffic
+    pt, tlbc = inp.paging
+    rl, bp, busfree, cs, qe, bq, km = st.rl, st.bp, st.busfree, st.cs, st.qe, st.bq, st.km
+    fr, qn, seqc, open_row, hits_since = st.fr, st.qn, st.seqc, st.open_row, st.hits_since
+    drain, ref_due, ref_pend, ref_sum = st.drain, st.ref_due, st.ref_pend, st.ref_sum
+    pb_ptr, stat, lat_hist = st.pb_ptr, st.stat, st.lat_hist
+    s_cur, s_k, s_out, s_vpn, s_pfn = st.s_cur, st.s_k, st.s_out, st.s_vpn, st.s_pfn
+    s_hold, s_holdt, s_ptdone, s_tlbstall = st.s_hold, st.s_holdt, st.s_ptdone, st.s_tlbstall
+    s_wnext, ch_whead, g_whead = st.s_wnext, st.ch_whead, st.g_whead
+    d_left, d_done, g_left, g_ready, g_end = st.d_left, st.d_done, st.g_left, st.g_ready, \
+        st.g_end
+    b_done, b_cnt, tlb_tag, tlb_use = st.b_done, st.b_cnt, st.tlb_tag, st.tlb_use
+    fifo, fh, ft, ch_tree, st_tree = st.fifo, st.fh, st.ft, st.ch_tree, st.st_tree
+    fields, gm, skipped, ctl = st.fields, st.gm, st.skipped, st.ctl
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -325,11 +335,11 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     vpn = np.int64(addr >> np.uint64(pshift))
                     if vpn != s_vpn[s]:
                         idx = vpn - tlbc[TL_VBASE]
-                        st = (idx % tl_sets) * tl_ways
+                        ts = (idx % tl_sets) * tl_ways
                         hit = -1
                         for w in range(tl_ways):
-                            if tlb_tag[st + w] == vpn:
-                                hit = st + w
+                            if tlb_tag[ts + w] == vpn:
+                                hit = ts + w
                                 break
                         tlb_clock += 1
                         if hit >= 0 or s_ptdone[s]:
@@ -339,10 +349,10 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                                 s_ptdone[s] = 0
                             victim = hit
                             if victim < 0:
-                                victim = st
+                                victim = ts
                                 for w in range(tl_ways):
-                                    if tlb_use[st + w] < tlb_use[victim]:
-                                        victim = st + w
+                                    if tlb_use[ts + w] < tlb_use[victim]:
+                                        victim = ts + w
                                 tlb_tag[victim] = vpn
                             tlb_use[victim] = tlb_clock
                             s_vpn[s] = vpn
@@ -360,8 +370,7 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                             addr = (np.uint64(tlbc[TL_PTE] + idx * 8) >> shift) << shift
                     if kind == 0:
                         addr = np.uint64((s_pfn[s] << pshift) | (np.int64(addr) & pmask))
-                _decode(addr >> shift, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos,
-                        m_sizes, xor, gbits, gmask, bmask, fields)
+                _decode(addr >> shift, amap, xor, gbits, gmask, bmask, fields)
                 ch = fields[0]
                 qt = 1 if (d_write[d] != 0 and kind == 0) else 0
                 cq = ch * 2 + qt
@@ -510,9 +519,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     if v > t:
                         t = v
                     if t <= now and row_free and (split or col_free):
-                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, cfg, tim, logon, rl, bp,
-                               off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
-                               faw_i, dom, cmdc, log, nlog)
+                        _issue(cmd, now, ch, pcn, rkn, bgn, tb, -1, dom, config, rules, st,
+                               logon)
                         issued = True
                         ref_issued = True
                         row_free = False
@@ -722,9 +730,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     rkn = bank >> LNBR
                     pcn = rkn >> LR
                     dom = pcn if apc else rkn
-                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, qe[e * NQF + F_ROW], cfg, tim,
-                           logon, rl, bp, off, slots, busfree, busid, r_off, r_lvl, r_next,
-                           r_lat, faw, faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, qe[e * NQF + F_ROW], dom, config,
+                           rules, st, logon)
                     issued = True
                     irk0 = rkn - ch * NLR
                     if cmd == ACT:
@@ -758,9 +765,8 @@ def _loop(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     else:
                         cmd = RDA if auto else RD
                     row = qe[ei + F_ROW]
-                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, row, cfg, tim, logon, rl, bp,
-                           off, slots, busfree, busid, r_off, r_lvl, r_next, r_lat, faw,
-                           faw_i, dom, cmdc, log, nlog)
+                    _issue(cmd, now, ch, pcn, rkn, bgn, bank, row, dom, config, rules, st,
+                           logon)
                     issued = True
                     irk1 = lr
                     hits_since[bank] += 1

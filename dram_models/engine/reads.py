@@ -48,10 +48,13 @@ on the engine.
 from __future__ import annotations
 
 import numpy as np
+from typing import NamedTuple
+
 from numba import njit
 
 from ..commands import ACT, NCMD, PRE, PREA, RD, RDA, REF, REFPB
 from .address import _decode
+from .inputs import Rules
 from .layout import BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_PC, C_REFMODE, C_RK, \
     C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, S_CONFLICTS, \
     S_DEADLOCK, S_DECISIONS, S_END, S_HITS, S_LATSUM, S_MISSES, S_READS, T_BL, T_CL, \
@@ -91,6 +94,50 @@ NONE = BIG >> LANE_BITS
 ROW_PAD = 16
 
 
+class ChannelState(NamedTuple):
+    """The lean controller's state (:func:`alloc`): the channel-local versions of the
+    general engine's arrays of the same names, leading index the channel (one channel's
+    rows inside :func:`run_channel`), each row followed by ROW_PAD unused entries.
+    Ticks and ages are int64."""
+
+    slot: np.ndarray        # per field (SL_*) and queue slot (bank b: b * Q onwards)
+    bank: np.ndarray        # per field (BK_*) and bank
+    cand: np.ndarray        # per kind and bank: candidate's age (NONE: none); then, per
+    #                         kind, how many banks have one
+    nxt_ok: np.ndarray      # per command and bank: next-allowed tick (the rank's folded in)
+    rank_ok: np.ndarray     # per rank and command: rank-level next-allowed tick
+    faw: np.ndarray         # per activation domain: ticks of its last four ACTs
+    dom: np.ndarray         # per field (DM_*) and refresh / activation domain
+    bus: np.ndarray         # release ticks of the row (or only) and column command buses
+    sc: np.ndarray          # scalars (SC_*)
+
+
+class Requests(NamedTuple):
+    """A trace's descriptors, grouped by channel: channel c's are ``first[c]..last[c]``."""
+
+    first: np.ndarray
+    last: np.ndarray
+    addr: np.ndarray        # byte address (uint64)
+    nb: np.ndarray          # bursts
+    arrival: np.ndarray     # earliest enqueue tick (negative: none)
+
+
+class Outputs(NamedTuple):
+    """What a run adds to (statistics, command counts, latencies) or sets (completions,
+    the burst record and command log if they have room); in :func:`run_channel`,
+    ``cmdc`` is the channel's row."""
+
+    stat: np.ndarray        # layout.S_* (one thread's)
+    cmdc: np.ndarray        # per channel and command: commands issued
+    lat_hist: np.ndarray    # read latencies, ticks (one thread's)
+    d_left: np.ndarray      # per descriptor: bursts not yet completed
+    d_done: np.ndarray      # per descriptor: tick of its last completion
+    b_done: np.ndarray      # per burst in enqueue order (one channel only): completion
+    b_cnt: np.ndarray       # per burst: completions
+    log: np.ndarray         # command log (no rows: none)
+    nlog: np.ndarray        # [0]: commands logged
+
+
 def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: bool,
                  groups: bool, capped: bool, record: bool, bursts: int) -> str:
     """Why a run with the engine configuration ``cfg`` cannot take the lean controller
@@ -112,7 +159,7 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
     return ""
 
 
-def read_rules(rules: tuple, refmode: int) -> tuple:
+def read_rules(rules: Rules, refmode: int) -> Rules:
     """The rules of the compiled table ``rules`` (:func:`dram_models.rules.compile_rules`)
     whose next-allowed tick the lean controller reads: those of RD (which RDA shares),
     ACT and PRE, and of the refresh's commands (PREA and REF for all-bank refresh, mode
@@ -124,19 +171,15 @@ def read_rules(rules: tuple, refmode: int) -> tuple:
     wanted |= {1: {PREA, REF}, 2: {REFPB}}.get(int(refmode), set())
     keep = np.isin(r_next, sorted(wanted))
     counts = [int(keep[r_off[c]:r_off[c + 1]].sum()) for c in range(len(r_off) - 1)]
-    return (np.concatenate(([0], np.cumsum(counts))).astype(r_off.dtype), r_lvl[keep],
-            r_next[keep], r_lat[keep])
+    return Rules(np.concatenate(([0], np.cumsum(counts))).astype(r_off.dtype), r_lvl[keep],
+                 r_next[keep], r_lat[keep])
 
 
 @njit(cache=True, nogil=True)
 def alloc(cfg, tim):
-    """The state of every channel (leading index): per queue slot (``SL_*``), per bank
-    (``BK_*``), candidates (per kind and bank: the candidate's age, NONE if none; then,
-    per kind, how many banks have one),
-    bank-level and rank-level next-allowed ticks, the four-activate windows, per domain
-    (``DM_*``), the release ticks of the row (or only) and column command buses, scalars
-    (``SC_*``). Channel-local versions of the engine's arrays of the same names, each
-    row followed by ROW_PAD unused entries."""
+    """The :class:`ChannelState` of every channel of the configuration ``cfg`` with
+    timings ``tim`` (ticks) before the run: banks closed, refreshes staggered as the
+    general engine staggers them."""
     C = cfg[C_CH]
     NLR = cfg[C_PC] * cfg[C_RK]
     NBC = NLR * cfg[C_BG] * cfg[C_BA]
@@ -167,7 +210,7 @@ def alloc(cfg, tim):
             dom[c, DM_DUE, dd] = v
             if v < sc[c, SC_DUEMIN]:
                 sc[c, SC_DUEMIN] = v
-    return slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc
+    return ChannelState(slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc)
 
 
 @njit(inline="always", _nrt=False)
@@ -280,25 +323,25 @@ def _tick(key, f):
 
 
 @njit(inline="always", _nrt=False)
-def _issue(cmd, now, b, lr, pc, dd, row, geo, apc, r_off, r_lvl, r_next, r_lat, off,
-           slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw, cmdc, c, bank, log, nlog):
+def _issue(cmd, now, b, lr, pc, dd, row, c, geo, apc, tfaw, config, rules, chan, out):
     """Issue ``cmd`` to bank b (``row``: -1 for refresh) of local rank ``lr``,
     pseudo-channel ``pc`` and activation domain ``dd`` of channel c at tick ``now``:
     occupy its command bus, raise the next-allowed ticks (:func:`timing._raise` on the
-    channel's own arrays); count it and, if ``log`` has rows, log it as the engine does
-    (global pseudo-channel, rank, bank group and bank numbers). ``geo`` = (banks per
-    group, banks per channel, ranks per pseudo-channel, ranks per channel,
+    channel's own arrays ``chan``); count it and, if the log has rows, log it as the
+    engine does (global pseudo-channel, rank, bank group and bank numbers). ``geo`` =
+    (banks per group, banks per channel, ranks per pseudo-channel, ranks per channel,
     pseudo-channels, banks per rank if the ranks' bounds are folded into the banks' else
     0)."""
     B, NBC, R, NLR, P, fold = geo
-    bus[busid[cmd]] = now + slots[cmd]
-    _raise(cmd, now + off[cmd], b, bank[BK_GRP, b], lr, pc, 0, NBC, B, R, NLR, apc,
-             r_off, r_lvl, r_next, r_lat, nxt_ok, rank_ok, faw, dom[DM_FAWI], dd, tfaw,
-             fold)
-    cmdc[cmd] += 1
+    slots, busid, off = config.slots, config.busid, config.off
+    log = out.log
+    chan.bus[busid[cmd]] = now + slots[cmd]
+    _raise(cmd, now + off[cmd], b, chan.bank[BK_GRP, b], lr, pc, 0, NBC, B, R, NLR, apc,
+           rules, chan.nxt_ok, chan.rank_ok, chan.faw, chan.dom[DM_FAWI], dd, tfaw, fold)
+    out.cmdc[cmd] += 1
     if log.shape[0] > 0:
-        _log_cmd(log, nlog, now, cmd, c, c * P + pc, c * NLR + lr, (c * NBC + b) // B,
-                   c * NBC + b, row)
+        _log_cmd(log, out.nlog, now, cmd, c, c * P + pc, c * NLR + lr, (c * NBC + b) // B,
+                 c * NBC + b, row)
 
 
 @njit(inline="always", _nrt=False)
@@ -313,18 +356,22 @@ def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bu
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-                m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-                d_addr, d_nb, d_arrival, d0, d1, c,
-                slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc,
-                floor, stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, fields, log,
-                nlog):
-    """Simulate one channel's requests (the bursts of descriptors ``d0..d1``, all on this
-    channel) from the state left by :func:`alloc` or an earlier call, until its last
-    completion and up to tick ``floor`` (later calls with a larger floor go on from
-    there, so that a channel that finished early sees the refreshes of the whole run).
-    Adds to ``stat``, ``cmdc`` (this channel's row), ``lat_hist``; sets ``d_done`` and,
-    if ``b_done`` is not empty, the completion of every burst in enqueue order."""
+def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
+    """Simulate channel c's requests (the bursts of its descriptors in ``req``, all on
+    this channel) from its state ``chan`` (its rows of the :class:`ChannelState`) as
+    :func:`alloc` or an earlier call left it, until its last completion and up to tick
+    ``floor`` (later calls with a larger floor go on from there, so that a channel that
+    finished early sees the refreshes of the whole run). Adds to the :class:`Outputs`
+    ``out`` (``cmdc``: this channel's row); sets ``d_done`` and, if ``b_done`` is not
+    empty, the completion of every burst in enqueue order. ``fields`` is scratch for
+    the address decode."""
+    cfg, tim, _, busid, off = config
+    m_sizes = amap.sizes
+    d_addr, d_nb, d_arrival = req.addr, req.nb, req.arrival
+    d0 = req.first[c]
+    d1 = req.last[c]
+    slot, bank, cand, nxt_ok, rank_ok, _, dom, bus, sc = chan
+    stat, _, lat_hist, d_left, d_done, b_done, b_cnt, _, _ = out
     B = cfg[C_BA]
     NBR = cfg[C_BG] * B           # banks per rank
     P = cfg[C_PC]
@@ -385,8 +432,7 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
         # enqueue, in trace order, what has arrived while the queue has room
         while queued < Q and d < d1 and d_arrival[d] <= now:
             addr = (d_addr[d] >> shift) + np.uint64(k)
-            _decode(addr, m_field, m_radix, m_log2, m_dst, m_chunk, m_pos, m_sizes, xor,
-                      gbits, gmask, bmask, fields)
+            _decode(addr, amap, xor, gbits, gmask, bmask, fields)
             lr = fields[1] * R + fields[2]
             b = (lr << LNBR) + fields[3] * B + fields[4]
             row = fields[5]
@@ -487,9 +533,8 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                     break
             rl = dd << LD
             last = now
-            _issue(rcmd, now, tb, rl, rl >> LR, dd, -1, geo, apc, r_off, r_lvl, r_next,
-                   r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw, cmdc, c,
-                   bank, log, nlog)
+            _issue(rcmd, now, tb, rl, rl >> LR, dd, -1, c, geo, apc, tfaw, config, rules, chan,
+                   out)
             # (the banks it closes wait for the refresh: their candidates stay NONE and
             # are derived afresh, from the closed row, when they stop waiting)
             if rcmd == PREA:
@@ -541,9 +586,8 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
                 rrow = slot[SL_ROW, p0]
             else:
                 rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
-            _issue(rcmd, now, b, lr, lr >> LR, lr >> LD, rrow, geo, apc, r_off, r_lvl,
-                   r_next, r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus, tfaw,
-                   cmdc, c, bank, log, nlog)
+            _issue(rcmd, now, b, lr, lr >> LR, lr >> LD, rrow, c, geo, apc, tfaw, config,
+                   rules, chan, out)
             if rcmd == ACT:
                 bank[BK_ROW, b] = rrow
                 slot[SL_FLAG, p0] |= 1
@@ -560,9 +604,8 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
             p = p0 + j
             auto = closed and bank[BK_NHIT, b] == 1
             cmd = RDA if auto else RD
-            _issue(cmd, now, b, lr, lr >> LR, lr >> LD, slot[SL_ROW, p], geo, apc, r_off,
-                   r_lvl, r_next, r_lat, off, slots, busid, nxt_ok, rank_ok, faw, dom, bus,
-                   tfaw, cmdc, c, bank, log, nlog)
+            _issue(cmd, now, b, lr, lr >> LR, lr >> LD, slot[SL_ROW, p], c, geo, apc, tfaw,
+                   config, rules, chan, out)
             tc = now + off[cmd] + tcl + tbl
             lat = tc - slot[SL_ENQ, p]
             stat[S_READS] += 1
@@ -613,22 +656,21 @@ def run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
 
 
 @njit(cache=True, nogil=True)
-def run_channels(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-                 m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-                 first, last, d_addr, d_nb, d_arrival, state, chans, floor,
-                 stat, cmdc, lat_hist, d_left, d_done, b_done, b_cnt, log, nlog):
-    """:func:`run_channel` for each channel of ``chans`` (stream c = descriptors
-    ``first[c]..last[c]``). With ``floor`` > 0, only the channels whose last completion
-    is earlier go on, up to ``floor``."""
-    slot, bank, cand, nxt_ok, rank_ok, faw, dom, bus, sc = state
+def run_channels(config, rules, amap, req, state, out, chans, floor):
+    """:func:`run_channel` for each channel of ``chans`` (with the
+    :class:`~dram_models.engine.inputs.Config`, read rules (:func:`read_rules`) and
+    :class:`~dram_models.engine.inputs.AddressMap` of the run, its :class:`Requests`,
+    the :class:`ChannelState` of every channel and this thread's :class:`Outputs`). With
+    ``floor`` > 0, only the channels whose last completion is earlier go on, up to
+    ``floor``."""
     fields = np.zeros(7, dtype=np.int64)
     for i in range(chans.shape[0]):
         c = chans[i]
-        if floor > 0 and sc[c, SC_END] >= floor:
+        if floor > 0 and state.sc[c, SC_END] >= floor:
             continue
-        run_channel(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-                    m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-                    d_addr, d_nb, d_arrival, first[c], last[c], c,
-                    slot[c], bank[c], cand[c], nxt_ok[c], rank_ok[c], faw[c], dom[c], bus[c],
-                    sc[c], floor, stat, cmdc[c], lat_hist, d_left, d_done, b_done,
-                    b_cnt, fields, log, nlog)
+        chan = ChannelState(state.slot[c], state.bank[c], state.cand[c], state.nxt_ok[c],
+                            state.rank_ok[c], state.faw[c], state.dom[c], state.bus[c],
+                            state.sc[c])
+        mine = Outputs(out.stat, out.cmdc[c], out.lat_hist, out.d_left, out.d_done,
+                       out.b_done, out.b_cnt, out.log, out.nlog)
+        run_channel(config, rules, amap, req, c, chan, floor, mine, fields)

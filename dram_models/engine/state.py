@@ -1,5 +1,8 @@
-"""The state of a general engine run: what it holds and its allocation."""
+"""The state of a general engine run: what it holds (:class:`State`) and its
+allocation (:func:`_alloc`)."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -11,30 +14,93 @@ from .layout import BF_CONF, BF_HEAD, BF_HIT, BF_TAIL, BIG, C_APC, C_BA, C_BG, C
 from .timing import _first_refresh
 from .tree import _tset
 
-# The state of a run, as the tuple _alloc returns (the arguments of _loop after its
-# inputs, then the per-channel resume points of a channel-at-a-time run).
-STATE_FIELDS = (
-    "rl", "bp", "cs", "qe", "bq", "km", "fr", "qn", "seqc", "open_row", "hits_since", "faw",
-    "faw_i", "busfree", "drain", "ref_due", "ref_pend", "ref_sum", "pb_ptr", "cmdc", "stat",
-    "lat_hist", "log", "nlog", "s_cur", "s_k", "s_out", "s_vpn", "s_pfn", "s_hold",
-    "s_holdt", "s_ptdone", "s_tlbstall", "s_wnext", "ch_whead", "g_whead", "d_left",
-    "d_done", "g_left", "g_ready", "g_end", "b_done", "b_cnt", "tlb_tag", "tlb_use", "fifo",
-    "fh", "ft", "ch_tree", "st_tree", "fields", "gm", "skipped", "ctl", "ch_at", "st_at",
-    "ends")
-(ST_CMDC, ST_STAT, ST_LAT, ST_LOG, ST_NLOG, ST_TLBSTALL, ST_DDONE, ST_GREADY, ST_GEND,
- ST_BDONE, ST_BCNT, ST_ENDS) = (STATE_FIELDS.index(n) for n in (
-     "cmdc", "stat", "lat_hist", "log", "nlog", "s_tlbstall", "d_done", "g_ready", "g_end",
-     "b_done", "b_cnt", "ends"))
+
+class State(NamedTuple):
+    """Everything a general engine run writes, as flat arrays allocated once (int64 unless
+    noted, times in ticks). Global numbering: pseudo-channel ``ch * P + p``, rank
+    ``pc * R + r``, bank group ``rank * G + g``, bank ``group * B + b``; a channel's
+    queues are ``cq = ch * 2 + (0 read, 1 write)``."""
+
+    # controllers: timing
+    rl: np.ndarray          # per rank and command: rank-level next-allowed tick
+    bp: np.ndarray          # per command and bank: bank-group and bank next-allowed tick
+    faw: np.ndarray         # per activation domain: ticks of its last four ACTs
+    faw_i: np.ndarray       # per activation domain: the oldest of them
+    busfree: np.ndarray     # per channel and bus: tick at which the command bus is free
+    # controllers: queues and candidates
+    cs: np.ndarray          # per queue, kind and bank: sequence number of its candidate
+    qe: np.ndarray          # queue entries, layout.F_* fields each
+    bq: np.ndarray          # per queue and bank: layout.BF_* fields
+    km: np.ndarray          # per queue, rank and kind: mask of banks with a candidate
+    fr: np.ndarray          # per queue: stack of free entries
+    qn: np.ndarray          # per queue: entries in use
+    seqc: np.ndarray        # per queue: next sequence number
+    open_row: np.ndarray    # per bank: open row, -1 closed
+    hits_since: np.ndarray  # per bank: column commands since its ACT
+    drain: np.ndarray       # per channel: 1 while draining writes
+    # controllers: refresh
+    ref_due: np.ndarray     # per refresh domain: tick its next refresh falls due
+    ref_pend: np.ndarray    # per refresh domain: 1 while a refresh is pending
+    ref_sum: np.ndarray     # per channel: earliest due of its domains not pending, pending
+    pb_ptr: np.ndarray      # per refresh domain: next bank of per-bank refresh
+    # results
+    cmdc: np.ndarray        # per channel and command: commands issued
+    stat: np.ndarray        # layout.S_* statistics
+    lat_hist: np.ndarray    # read latencies, ticks (the last bin holds the longer ones)
+    log: np.ndarray         # command log, one row per command (timing._log_cmd)
+    nlog: np.ndarray        # [0]: commands logged (beyond the log's rows: it overflowed)
+    # streams
+    s_cur: np.ndarray       # per stream: current descriptor
+    s_k: np.ndarray         # per stream: next burst of it
+    s_out: np.ndarray       # per stream: bursts in flight
+    s_vpn: np.ndarray       # per stream: virtual page of its last translation
+    s_pfn: np.ndarray       # per stream: its frame
+    s_hold: np.ndarray      # per stream: 1 while a page-table read is under way
+    s_holdt: np.ndarray     # per stream: tick that read started
+    s_ptdone: np.ndarray    # per stream: 1 once the translation it waited for is in hand
+    s_tlbstall: np.ndarray  # per stream: ticks stalled on translation
+    s_wnext: np.ndarray     # per stream: next stream waiting on the same gate or queue
+    ch_whead: np.ndarray    # per channel: first stream waiting for queue room
+    g_whead: np.ndarray     # per group: first stream waiting for its compute
+    # completions
+    d_left: np.ndarray      # per descriptor: bursts not yet completed
+    d_done: np.ndarray      # per descriptor: tick of its last completion (-1: not yet)
+    g_left: np.ndarray      # per group: reads not yet completed
+    g_ready: np.ndarray     # per group: tick its last read completed
+    g_end: np.ndarray       # per group: tick its compute ends (-1: not yet)
+    b_done: np.ndarray      # per burst (if recorded): completion tick
+    b_cnt: np.ndarray       # per burst (if recorded): completions (1 when right)
+    # TLB
+    tlb_tag: np.ndarray     # per way: virtual page held (-1: none)
+    tlb_use: np.ndarray     # per way: last use (LRU clock)
+    # events
+    fifo: np.ndarray        # per queue kind, a ring of data returns in tick order: tick,
+    #                         stream, descriptor, group, burst, kind (0 data, 1 PTE)
+    fh: np.ndarray          # per fifo: head
+    ft: np.ndarray          # per fifo: tail
+    ch_tree: np.ndarray     # min tree of the channels' next decision ticks
+    st_tree: np.ndarray     # min tree of the streams' next offer ticks
+    # scratch
+    fields: np.ndarray      # a decoded address's seven coordinates
+    gm: np.ndarray          # per kind and rank: earliest bank part of the last pass
+    skipped: np.ndarray     # (rank, kind) groups a full scan skipped
+    # run control (channel-at-a-time runs, see run._channels)
+    ctl: np.ndarray         # channel (-1: all), floor tick, end tick
+    ch_at: np.ndarray       # per channel: next decision tick to resume from
+    st_at: np.ndarray       # per stream: next offer tick to resume from
+    ends: np.ndarray        # per channel: tick of its last completion
 
 
 @njit(cache=True, nogil=True)
-def _alloc(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
-           m_field, m_radix, m_log2, m_dst, m_sizes, m_chunk, m_pos,
-           s_first, s_last, s_maxout,
-           d_addr, d_nb, d_write, d_arrival, d_grp, d_gate,
-           g_compute, g_prev, g_next, pt, tlbc, log_cap):
-    """Allocate and initialize the state of a run (:data:`STATE_FIELDS`) for the inputs
-    of :func:`_channels`."""
+def _alloc(inp, log_cap):
+    """Allocate and initialize the :class:`State` of a run of the
+    :class:`~dram_models.engine.inputs.Inputs` ``inp``, with room for ``log_cap``
+    commands in the log if the run keeps one."""
+    cfg, tim = inp.config.cfg, inp.config.tim
+    tlbc = inp.paging.tlbc
+    s_first, s_last = inp.traffic.s_first, inp.traffic.s_last
+    d_nb, d_write, d_grp = inp.traffic.d_nb, inp.traffic.d_write, inp.traffic.d_grp
+    g_compute = inp.traffic.g_compute
     C = cfg[C_CH]
     P = cfg[C_PC]
     R = cfg[C_RK]
@@ -152,9 +218,9 @@ def _alloc(cfg, tim, slots, busid, off, r_off, r_lvl, r_next, r_lat,
     ch_at = ch_tree[PCH:PCH + C].copy()
     st_at = st_tree[PST:PST + S].copy()
     ends = np.zeros(C, dtype=np.int64)
-    return (rl, bp, cs, qe, bq, km, fr, qn, seqc, open_row, hits_since, faw, faw_i, busfree,
-            drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat, lat_hist, log, nlog,
-            s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt, s_ptdone, s_tlbstall, s_wnext,
-            ch_whead, g_whead, d_left, d_done, g_left, g_ready, g_end, b_done, b_cnt,
-            tlb_tag, tlb_use, fifo, fh, ft, ch_tree, st_tree, fields, gm, skipped, ctl,
-            ch_at, st_at, ends)
+    return State(rl, bp, faw, faw_i, busfree, cs, qe, bq, km, fr, qn, seqc, open_row,
+                 hits_since, drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat,
+                 lat_hist, log, nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt,
+                 s_ptdone, s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
+                 g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree,
+                 st_tree, fields, gm, skipped, ctl, ch_at, st_at, ends)

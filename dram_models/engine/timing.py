@@ -36,11 +36,12 @@ def _fold(bp, nc, NBANK, k, fold, v):
 
 
 @njit(inline="always", _nrt=False)
-def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_lvl,
-           r_next, r_lat, bp, rl, faw, faw_i, dom, tfaw, fold):
-    """The timing rules of ``cmd`` with reference slot at tick ``ref`` to ``bank`` (whose
-    bank group starts at bank ``grp``) of rank ``rkn`` and pseudo-channel ``pcn``:
-    raise the next-allowed ticks per bank in ``bp`` (``NBANK`` banks per command) and per
+def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, rules, bp, rl, faw,
+           faw_i, dom, tfaw, fold):
+    """The timing rules of ``cmd`` (in the table ``rules``,
+    :class:`~dram_models.engine.inputs.Rules`) with reference slot at tick ``ref`` to
+    ``bank`` (whose bank group starts at bank ``grp``) of rank ``rkn`` and pseudo-channel
+    ``pcn``: raise the next-allowed ticks per bank in ``bp`` (``NBANK`` banks per command) and per
     rank in ``rl``, where channel rules reach the ``NLR`` ranks from ``rk0``, data-bus
     rules the ``R`` ranks of the pseudo-channel and rank-switch rules the others of
     them; and the four-activate window of activation domain ``dom`` (its ranks: the
@@ -50,6 +51,7 @@ def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, r_off, r_l
     a column read, ACT or PRE also raises that of each bank of the rank in ``bp``
     (:func:`_fold`), so that a bank's tick there includes its rank's; the engine passes
     0 and the compiler drops it."""
+    r_off, r_lvl, r_next, r_lat = rules
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]
         nc = r_next[r]
