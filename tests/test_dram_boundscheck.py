@@ -19,7 +19,7 @@ def test_engine_indexes_in_bounds_on_the_regression_corpus():
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=cache)
         proc = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "engine_regression.py"), "--check",
+            [sys.executable, str(ROOT / "tools" / "engine_regression.py"), "--check",
              str(ROOT / "tests" / "data" / "engine_golden.json"), "--quick"],
             env=env, capture_output=True, text=True, timeout=1800)
     assert "IndexError" not in proc.stderr, proc.stderr[-3000:]

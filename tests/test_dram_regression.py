@@ -1,5 +1,5 @@
 """The DRAM engine reproduces its golden results exactly (quick subset of the corpus in
-scripts/engine_regression.py). Optimizations of the engine must not change any statistic,
+tools/engine_regression.py). Optimizations of the engine must not change any statistic,
 completion time or issued command; regenerate the golden file only for a deliberate,
 documented change of the model."""
 from __future__ import annotations
@@ -9,13 +9,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from scriptmod import load_script
+from scriptmod import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "engine_golden.json"
 
 
-REG = load_script("engine_regression")
+REG = load_tool("engine_regression")
 CASES = REG.select(REG.corpus(), quick=True)
 
 

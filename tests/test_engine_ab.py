@@ -1,4 +1,4 @@
-"""scripts/engine_ab.py exports importable copies of dram_models, from git and from the
+"""tools/engine_ab.py exports importable copies of dram_models, from git and from the
 working tree, under their own package names (the timing itself is a benchmark, not a
 test)."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
-from scriptmod import load_script
+from scriptmod import load_tool
 
 
 @pytest.mark.parametrize("rev", [None, "HEAD"])
 def test_export_makes_an_importable_copy(tmp_path, rev):
-    ab = load_script("engine_ab")
+    ab = load_tool("engine_ab")
     dest = tmp_path / "ab_copy"
     ab._export(rev, dest)
     assert (dest / "engine" / "general.py").is_file() and not (dest / "__pycache__").exists()

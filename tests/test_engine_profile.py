@@ -1,15 +1,15 @@
-"""scripts/engine_profile.py: the parsing and attribution behind the engine's line-level
+"""tools/engine_profile.py: the parsing and attribution behind the engine's line-level
 profile, on small synthetic objdump / perf / source texts (the profiling itself needs
 perf and a debug-info compile, so it is a tool, not a test)."""
 from __future__ import annotations
 
 import json
 
-from scriptmod import load_script
+from scriptmod import load_tool
 
-ep = load_script("engine_profile")
+ep = load_tool("engine_profile")
 
-ENGINE = "/src/dram_models/engine.py"
+ENGINE = "/src/dram_models/engine/general.py"
 
 SOURCE = """import numpy as np
 
@@ -92,7 +92,7 @@ def test_function_ranges_and_loop_sections():
 
 
 def test_real_engine_loop_has_sections():
-    src = ep.ENGINE_PY.read_text()
+    src = ep.LOOP_FILE.read_text()
     (first, last), = [(f, l) for n, f, l in ep.function_ranges(src) if n == "_loop"]
     sections = ep.loop_sections(src, first, last)
     assert sections and sections[0][1].startswith("1.")
@@ -112,7 +112,7 @@ KERNEL_IPS = [0xFFFFFFFF81000000, 0xFFFFFFFF81234567]
 
 def _attribute(top=3):
     ips = [BASE + o for o in OFFSETS] + KERNEL_IPS
-    return ep.attribute(ips, [(BASE, 0x30, 0)], ep.parse_objdump(OBJDUMP), ENGINE, SOURCE,
+    return ep.attribute(ips, [(BASE, 0x30, 0)], ep.parse_objdump(OBJDUMP), {ENGINE: SOURCE},
                         top)
 
 
@@ -126,7 +126,7 @@ def test_attribution_counts_groups_and_lines():
     assert [(g["group"], g["samples"]) for g in a["by_group"]] == [
         ("_loop: loop setup", 8), ("_loop: 1. first part", 5),
         ("_loop: 2. second part", 2), ("helper", 2),
-        ("(no line info)", 1), ("builtins.py (not engine.py)", 1)]
+        ("(no line info)", 1), ("builtins.py (not the engine)", 1)]
     g = a["by_group"][0]
     assert (g["share"], g["share_of_engine"]) == (8 / 23, 8 / 19)
     assert [(t["line"], t["samples"], t["group"], t["text"]) for t in a["top_lines"]] == [
@@ -141,7 +141,7 @@ def test_attribution_through_a_second_region():
     elsewhere = 0x7F5000000000
     regions = [(BASE, 0x30, 0), (elsewhere, 0x8, 0x11)]
     a = ep.attribute([elsewhere, elsewhere + 5, elsewhere + 7, elsewhere + 8], regions,
-                     ep.parse_objdump(OBJDUMP), ENGINE, SOURCE)
+                     ep.parse_objdump(OBJDUMP), {ENGINE: SOURCE})
     assert (a["engine_samples"], a["other_user_samples"]) == (3, 1)
     assert [(t["line"], t["samples"]) for t in a["top_lines"]] == [(12, 2), (14, 1)]
     assert a["stack_samples"] == 1
@@ -183,7 +183,7 @@ def test_symbols_sections_and_perf_script():
 def test_report_formats_and_serializes():
     prof = {"run": {"standard": "LPDDR5-6400", "pattern": "random", "requests": 1000,
                     "channels": 1, "runs": 3, "cpu_s": 1.5, "mreq_per_cpu_s": 0.002},
-            "engine_file": ENGINE, "section": ".ltext", "attribution": _attribute()}
+            "engine_files": [ENGINE], "section": ".ltext", "attribution": _attribute()}
     text = ep.format_report(prof)
     assert "engine 82.6%, outside 17.4%" in text
     assert "_loop: loop setup" in text and "s = helper(s)" in text

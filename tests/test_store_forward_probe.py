@@ -1,4 +1,4 @@
-"""scripts/store_forward_probe.py: its controls are controls (the store of mode
+"""tools/store_forward_probe.py: its controls are controls (the store of mode
 "elsewhere" never reaches the lanes the pass reads, so the chain computes what the pass
 alone does, while "same" does change them; "register" stores nothing), and the command
 prints one line per lane count. Its timings are a measurement, not a test."""
@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 
-from scriptmod import load_script
+from scriptmod import load_tool
 
-sfp = load_script("store_forward_probe")
+sfp = load_tool("store_forward_probe")
 
 
 def _run(mode: str, lanes: int, n: int = 500):

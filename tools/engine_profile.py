@@ -1,14 +1,15 @@
 """Line-level CPU profile of the DRAM engine's Numba-compiled event loop.
 
-    python scripts/engine_profile.py --standard lpddr5-6400 --pattern random
+    python tools/engine_profile.py --standard lpddr5-6400 --pattern random
         [--requests 500000] [--channels 1] [--seconds 10] [--top 25]
         [--workdir .prof] [--json]
 
-runs ``MemorySystem.run_trace`` on a synthetic trace (``dram_models.patterns``) over and
-over for ``--seconds`` of CPU time under ``perf record`` and reports where the samples
-fall: inside the engine's compiled code (by Python function, ``_loop`` by its numbered
-section comments, and by source line) or outside it (Python, NumPy, the kernel, ...).
-``--channels 0`` simulates the whole device, as in ``scripts/engine_ab.py``.
+runs ``MemorySystem.run_trace`` on a synthetic trace (``dram_models.patterns``) on the
+general controller (``lean=False``, whatever the pattern) over and over for ``--seconds``
+of CPU time under ``perf record`` and reports where the samples fall: inside the
+engine's compiled code (by Python function, ``_loop`` by its numbered section comments,
+and by source line) or outside it (Python, NumPy, the kernel, ...).
+``--channels 0`` simulates the whole device, as in ``tools/engine_ab.py``.
 
 Why it is built this way:
 
@@ -16,7 +17,7 @@ Why it is built this way:
   ``cpu-clock`` (a timer on the CPU time of the process) at 2000 Hz: every sample stands
   for 0.5 ms of CPU time, kernel time included.
 * Numba's JIT code has no symbols perf can see (no perf map), so the profiled process
-  reports the load address of ``engine._channels``; a sampled instruction pointer minus
+  reports the load address of ``engine.run._channels``; a sampled instruction pointer minus
   that address, plus the symbol's address in the engine's object code (``engine.o``),
   is an address in engine.o's code section (``.ltext``: Numba uses LLVM's large code
   model), which ``objdump -d -l`` maps to source lines. Numba hands out the object code
@@ -36,7 +37,7 @@ Why it is built this way:
   says "?"); objdump prints a line only where it changes, so each instruction is
   attributed to the last line printed before it. Numba's debug info has no inlined-at chains: an
   inlined helper's instructions carry the helper's own lines, so lines are grouped by
-  the function that contains them in ``engine.py`` (found with ``ast``), and lines of
+  the function that contains them in the engine's modules (found with ``ast``), and lines of
   ``_loop`` by its section comments (``# ---- 1. data returns ----``; lines before the
   first section are "loop setup", which includes the loop head that picks the next
   event time).
@@ -48,7 +49,8 @@ Shares are fractions of the samples: of all samples in the timed loop (``%all``)
 those inside the engine's code (``%engine``). "stack operands" is the share of engine
 samples whose instruction has a memory operand based on ``%rsp`` (register spills and
 reloads, and locals kept on the stack). Speed is in millions of requests per CPU
-second. The work directory keeps ``engine.o``, the matching ``engine.py`` source,
+second. The work directory keeps ``engine.o``, the matching engine sources
+(``engine_source.json``),
 ``perf.data`` and ``perf.log`` for a closer look (``perf report`` cannot name the JIT
 code; ``objdump -d -l`` on ``engine.o`` can)."""
 from __future__ import annotations
@@ -67,7 +69,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINE_PY = REPO / "dram_models" / "engine" / "general.py"
+ENGINE_DIR = REPO / "dram_models" / "engine"
+LOOP_FILE = ENGINE_DIR / "general.py"           # the module of _loop
 LOOP = "_loop"
 SETUP = "loop setup"
 FREQ = 2000                                     # samples per CPU second
@@ -251,23 +254,23 @@ def line_labeler(source: str, loop: str = LOOP):
 
 
 # ---------------------------------------------------------------- attribution (pure)
-def attribute(ips: list[int], regions: list, insns: list, engine_file: str, source: str,
+def attribute(ips: list[int], regions: list, insns: list, sources: dict[str, str],
               top: int = 25) -> dict:
     """Where the samples ``ips`` fall. ``regions``: where the object's code runs
     (:func:`code_regions`), ``insns``: its instructions (:func:`parse_objdump`);
-    ``engine_file`` names engine.py in the debug info, ``source`` is its text. Returns
-    counts and shares by group and by line."""
+    ``sources`` maps the engine's files, as the debug info names them, to their text.
+    Returns counts and shares by group and by line."""
     lines, kernel, user, stack = _tally(ips, regions, insns)
     engine, total = sum(lines.values()), len(ips)
-    label = line_labeler(source)
-    src_lines = source.splitlines()
+    labels = {f: line_labeler(src) for f, src in sources.items()}
+    src_lines = {f: src.splitlines() for f, src in sources.items()}
     groups: dict[str, int] = {}
     rows = []
     for (file, line), n in lines.items():
-        g = _group(file, line, engine_file, label)
+        g = _group(file, line, labels)
         groups[g] = groups.get(g, 0) + n
-        text = src_lines[line - 1].strip() if file == engine_file and \
-            0 < line <= len(src_lines) else ""
+        own = src_lines.get(file, [])
+        text = own[line - 1].strip() if line and 0 < line <= len(own) else ""
         rows.append({"file": file, "line": line, "group": g, "samples": n, "text": text,
                      **_shares(n, total, engine)})
     rows.sort(key=lambda r: (-r["samples"], r["file"] or "", r["line"] or 0))
@@ -307,12 +310,12 @@ def _object_address(ip: int, regions: list) -> int | None:
     return None
 
 
-def _group(file, line, engine_file, label) -> str:
+def _group(file, line, labels) -> str:
     if file is None or not line:        # line 0: code the compiler made up
         return "(no line info)"
-    if file != engine_file:
-        return f"{Path(file).name} (not engine.py)"
-    return label(line)
+    if file not in labels:
+        return f"{Path(file).name} (not the engine)"
+    return labels[file](line)
 
 
 def _frac(n: int, d: int) -> float:
@@ -347,13 +350,12 @@ def format_report(prof: dict) -> str:
                    f"{100 * g['share_of_engine']:7.1f}  {g['group']}")
     w = max([len(t["group"]) for t in a["top_lines"]] + [18])
     out += ["", f"top {len(a['top_lines'])} lines",
-            (f"  {'samples':>7} {'%all':>6} {'%engine':>7} {'line':>5}  "
+            (f"  {'samples':>7} {'%all':>6} {'%engine':>7} {'line':>12}  "
              f"{'function / section':{w}s}  source")]
     for t in a["top_lines"]:
-        where = t["line"] if t["file"] == prof["engine_file"] else \
-            (f"{Path(t['file']).name}:{t['line']}" if t["file"] else "?")
+        where = f"{Path(t['file']).stem}:{t['line']}" if t["file"] else "?"
         out.append(f"  {t['samples']:7d} {100 * t['share']:6.1f} "
-                   f"{100 * t['share_of_engine']:7.1f} {where!s:>5}  "
+                   f"{100 * t['share_of_engine']:7.1f} {where!s:>12}  "
                    f"{t['group']:{w}s}  {t['text']}")
     return "\n".join(out)
 
@@ -367,7 +369,7 @@ def _child(a) -> int:
     that its calls stay inside it, then run the trace for ``a.seconds`` of CPU time and
     write run.json."""
     work = Path(a.workdir)
-    before = ENGINE_PY.read_bytes()
+    before = _read_sources()
     sys.path.insert(0, str(REPO))
     import numpy as np
 
@@ -380,24 +382,26 @@ def _child(a) -> int:
     ms = MemorySystem(load_standard(a.standard), None, channels=a.channels or None)
     tr = make(a.pattern, a.requests, ms.spec.burst_bytes, 0)
     ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
-                                 * np.uint64(ms.spec.burst_bytes)))   # compile or load
-    if Path(general.__file__).resolve() != ENGINE_PY:
-        raise ProfileError(f"imported {general.__file__}, not {ENGINE_PY}")
-    if ENGINE_PY.read_bytes() != before:
-        raise ProfileError("engine.py changed while the engine was compiled; run again")
+                                 * np.uint64(ms.spec.burst_bytes)), lean=False)   # compile
+    if Path(general.__file__).resolve() != LOOP_FILE:
+        raise ProfileError(f"imported {general.__file__}, not {LOOP_FILE}")
+    if _read_sources() != before:
+        raise ProfileError("the engine changed while it was compiled; run again")
+    here = Path(general.__file__).parent        # as the debug info names the files
+    sources = {str(here / name): text.decode() for name, text in before.items()}
     if len(engine._channels.overloads) != 1:
         raise ProfileError(f"{len(engine._channels.overloads)} compiled versions of "
                            "_channels, expected one")
     (cres,) = engine._channels.overloads.values()
     symbol = cres.fndesc.llvm_func_name
-    state = _object_state(work, cres.library, symbol, before)
+    state = _object_state(work, cres.library, symbol, sources)
     if state != 0:
         return state
     ptr = cres.library.get_pointer_to_function(symbol)
     section, regions, elsewhere = _check_links(work, ptr, symbol)
     t0, c0, runs = time.clock_gettime(time.CLOCK_MONOTONIC), time.process_time(), 0
     while True:
-        ms.run_trace(tr)
+        ms.run_trace(tr, lean=False)
         runs += 1
         cpu = time.process_time() - c0
         if cpu >= a.seconds:
@@ -407,23 +411,28 @@ def _child(a) -> int:
            "channels": ms.channels, "runs": runs, "cpu_s": cpu,
            "mreq_per_cpu_s": runs * a.requests / cpu / 1e6, "t_start": t0, "t_end": t1,
            "symbol": symbol, "ptr": ptr, "section": section, "regions": regions,
-           "linked_elsewhere": elsewhere,
-           "engine_file": general.__file__}
+           "linked_elsewhere": elsewhere, "engine_files": sorted(sources)}
     (work / "run.json").write_text(json.dumps(run))
     return 0
 
 
-def _object_state(work: Path, lib, symbol: str, source: bytes) -> int:
-    """After a fresh compile: write engine.o, its source and engine.json, return RELOAD.
-    After a cache load: 0 if the saved ones are those of the loaded code (same symbol and
-    source), else STALE."""
+def _read_sources() -> dict[str, bytes]:
+    """The engine package's modules: file name -> contents."""
+    return {p.name: p.read_bytes() for p in sorted(ENGINE_DIR.glob("*.py"))}
+
+
+def _object_state(work: Path, lib, symbol: str, sources: dict[str, str]) -> int:
+    """After a fresh compile: write engine.o, its sources (file -> text) and engine.json,
+    return RELOAD. After a cache load: 0 if the saved ones are those of the loaded code
+    (same symbol and sources), else STALE."""
+    source = json.dumps(sources, sort_keys=True).encode()
     sha = hashlib.sha256(source).hexdigest()
     try:
         obj = lib._get_compiled_object()
     except (RuntimeError, ValueError):      # loaded from the cache: no object code
         obj = None
     if obj is not None:
-        for name, data in (("engine.o", obj), ("engine_source.py", source)):
+        for name, data in (("engine.o", obj), ("engine_source.json", source)):
             (work / (name + ".tmp")).write_bytes(data)
             (work / (name + ".tmp")).replace(work / name)
         (work / "engine.json").write_text(json.dumps(
@@ -539,10 +548,9 @@ def _samples(perf: str, work: Path, run: dict) -> list[int]:
 def _analyse(objdump: str, work: Path, run: dict, ips: list[int], top: int) -> dict:
     insns = parse_objdump(_run([objdump, "-d", "-l", "--no-show-raw-insn",
                                 "-j", run["section"], str(work / "engine.o")]))
-    source = (work / "engine_source.py").read_text()
-    return {"run": run, "engine_file": run["engine_file"],
-            "attribution": attribute(ips, run["regions"], insns, run["engine_file"],
-                                     source, top)}
+    sources = json.loads((work / "engine_source.json").read_text())
+    return {"run": run, "engine_files": run["engine_files"],
+            "attribution": attribute(ips, run["regions"], insns, sources, top)}
 
 
 def main(argv=None) -> int:

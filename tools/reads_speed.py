@@ -1,7 +1,8 @@
-"""Speed of the lean controller (dram_models/lean.py) beside the engine on the same runs.
+"""Speed of the lean controller (dram_models/engine/reads.py) beside the general engine on
+the same runs of reads.
 
-    python scripts/lean_speed.py [--standards lpddr5-6400 ...] [--patterns seq random]
-                                 [--channels 1 4] [--requests 1000000] [--reps 3] [--json]
+    python tools/reads_speed.py [--standards lpddr5-6400 ...] [--patterns seq random]
+                                [--channels 1 4] [--requests 1000000] [--reps 3] [--json]
 
 For each standard, pattern and channel count it runs the bench's trace through
 ``MemorySystem.run_trace`` with the engine (``lean=False``) and with the lean

@@ -17,7 +17,7 @@ controller's decisions:
 
 The difference between ``same`` and ``register`` is what going through memory costs,
 the stall per decision. Usage:
-``python scripts/store_forward_probe.py [--iterations N]``; prints ns per iteration.
+``python tools/store_forward_probe.py [--iterations N]``; prints ns per iteration.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A/B speed comparison of two versions of the DRAM engine, robust to this VM's noise.
 
-    python scripts/engine_ab.py [--base REV] [--copies 3] [--n 300000] [--reps 8]
-                                [--cases lpddr5-6400:seq:1 hbm3-6400:random:1 ...]
+    python tools/engine_ab.py [--base REV] [--copies 3] [--n 300000] [--reps 8]
+                              [--cases lpddr5-6400:seq:1 hbm3-6400:random:1 ...]
 
 compares ``dram_models`` at git revision ``--base`` (default HEAD) with the working tree.
 
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         # Fill the copies' Numba caches in a process of their own first: a process that
         # compiles the engine runs other machine code than one that loads it from the
         # cache (its _channels calls the separately compiled _loop; found with
-        # scripts/engine_profile.py). Timed in the compiling process, one change measured
+        # tools/engine_profile.py). Timed in the compiling process, one change measured
         # 0.82-0.92, and 0.96-1.08 in the next run, which loaded both from the cache.
         _spawn(work, 1000, 0, a.cases, [f"ab_base_{k}", f"ab_head_{k}"])
         both = {}

@@ -1,9 +1,9 @@
 """Exact regression corpus of the DRAM engine: every result must stay bit-identical while
 the engine is optimized.
 
-    python scripts/engine_regression.py --write tests/data/engine_golden.json
-    python scripts/engine_regression.py --check tests/data/engine_golden.json [--quick]
-    python scripts/engine_regression.py --check FILE --only hbm3 --only closed
+    python tools/engine_regression.py --write tests/data/engine_golden.json
+    python tools/engine_regression.py --check tests/data/engine_golden.json [--quick]
+    python tools/engine_regression.py --check FILE --only hbm3 --only closed
 
 The corpus covers every preset standard (1 channel, 2 or 3 channels, and the whole device
 for HBM3 and LPDDR5) with the synthetic patterns seq / random / stride:8192 / paged:4096 /
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="time of each case")
     p.add_argument("--controller", choices=("engine", "auto"), default="engine",
                    help="engine: the engine only (default); auto: the lean controller "
-                        "where a run is in its scope (dram_models/lean.py), the engine "
+                        "where a run is in its scope (dram_models/engine/reads.py), the engine "
                         "elsewhere")
     args = p.parse_args(argv)
     cases = select(corpus(), args.quick, args.only)
