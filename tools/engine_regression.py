@@ -23,7 +23,7 @@ recording must not change what is simulated.
 golden results are the engine's, so this checks the lean controller against them).
 ``--check`` compares exactly (floats included) and prints every difference; it exits 1
 when anything differs. Cases marked quick form the subset run by
-``tests/test_dram_regression.py``.
+``tests/dram/test_dram_regression.py``.
 """
 from __future__ import annotations
 

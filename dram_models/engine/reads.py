@@ -7,7 +7,7 @@ and write queues, all in one event loop. A plain trace run of reads (bench, repl
 needs none of the front-end and no write queue. For that case this module simulates
 each channel on its own with the same model and gives bit-identical results
 (statistics, command counts, latency histogram, per-descriptor and per-burst completion
-ticks, the command log): ``tests/test_dram_lean.py`` checks that against the engine on
+ticks, the command log): ``tests/dram/test_dram_lean.py`` checks that against the engine on
 every preset and pattern in scope, with refresh, both page policies, the row-hit cap,
 arrival times and several queue depths.
 

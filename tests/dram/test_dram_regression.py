@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from scriptmod import load_tool
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "engine_golden.json"
 
 
