@@ -16,9 +16,18 @@ compiled with it. Functions the entry point calls are typed, and compiled, in th
 locked section.
 
 The replacement leaves the results unchanged as long as no index is negative; the test
-suite checks that with Numba's bounds checking on (``tests/test_dram_boundscheck.py``),
-where a negative index is reported instead of wrapping."""
+suite checks that with Numba's bounds checking on (``tests/dram/test_dram_boundscheck.py``),
+where a negative index is reported instead of wrapping.
+
+``fix_integer_index`` is a Numba internal. Before replacing it, :func:`_patch_target`
+checks that it still exists with the arguments replaced here and that Numba's basic
+indexing still calls it by that name; with a Numba where it does not (a later release),
+the engine is compiled as it is, with the wrap-around: the same results, slower, and
+one warning says so. Known to hold: Numba 0.68.1."""
 from __future__ import annotations
+
+import inspect
+import warnings
 
 import numba
 import numpy as np
@@ -27,6 +36,8 @@ from numba.core import types
 from numba.core.compiler_lock import global_compiler_lock
 
 _compiled: set[tuple] = set()
+_PARAMS = ["context", "builder", "idxty", "idx", "size"]
+_warned = False
 
 
 def _fix_integer_index_unsigned(context, builder, idxty, idx, size):
@@ -34,6 +45,34 @@ def _fix_integer_index_unsigned(context, builder, idxty, idx, size):
     if idxty.signed:
         return context.cast(builder, idx, idxty, types.intp)
     return context.cast(builder, idx, idxty, types.uintp)
+
+
+def _patch_target() -> bool:
+    """Whether this Numba has the internal :func:`compile_for` replaces:
+    ``numba.np.arrayobj.fix_integer_index(context, builder, idxty, idx, size)``, looked
+    up by name from ``basic_indexing`` (the code of ``a[i]``), so that replacing the
+    module's attribute changes what the indexing compiles to."""
+    fn = getattr(_arrayobj, "fix_integer_index", None)
+    user = getattr(_arrayobj, "basic_indexing", None)
+    if not callable(fn) or user is None:
+        return False
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    code = getattr(user, "__code__", None)
+    return params == _PARAMS and code is not None and "fix_integer_index" in code.co_names
+
+
+def _warn_unpatched() -> None:
+    """Warn, once per process, that the engine compiles with the wrap-around."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"dram_models: Numba {numba.__version__} does not have the "
+                      "fix_integer_index this package replaces (see dram_models._jit); "
+                      "the engine is compiled with Numba's negative-index wrap-around: "
+                      "same results, slower", RuntimeWarning, stacklevel=3)
 
 
 def _type_key(a):
@@ -54,12 +93,17 @@ def compile_for(dispatcher, args) -> None:
     if key in _compiled:
         return
     sig = tuple(numba.typeof(a) for a in args)
+    patch = _patch_target()
+    if not patch:
+        _warn_unpatched()
     with global_compiler_lock:
         if sig not in dispatcher.overloads:
-            original = _arrayobj.fix_integer_index
-            _arrayobj.fix_integer_index = _fix_integer_index_unsigned
+            if patch:
+                original = _arrayobj.fix_integer_index
+                _arrayobj.fix_integer_index = _fix_integer_index_unsigned
             try:
                 dispatcher.compile(sig)
             finally:
-                _arrayobj.fix_integer_index = original
+                if patch:
+                    _arrayobj.fix_integer_index = original
         _compiled.add(key)
