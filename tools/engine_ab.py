@@ -66,7 +66,8 @@ def _worker(work: Path, pkgs: list[str], cases: list[str], n: int, reps: int) ->
     mods = [[importlib.import_module(f"{p}.{m}") for m in ("memory", "spec", "patterns")]
             for p in pkgs]
     for case in cases:
-        std, pat, ch = case.split(":")
+        std, *pat, ch = case.split(":")     # (a pattern may hold colons: mixed:2:1)
+        pat = ":".join(pat)
         runs = []
         for mem, spec, patm in mods:
             ms = mem.MemorySystem(spec.load_standard(std), channels=int(ch) or None)
