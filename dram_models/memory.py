@@ -163,12 +163,12 @@ def _merge(outs: list[Results]) -> Results:
 
 
 def _engine_run(inputs: Inputs, load: list[int], log_cap: int, threads: int) -> Results:
-    """Run the general engine on ``inputs`` and return its results; ``load`` is the
-    number of descriptors of each stream. Allocates the state, then runs all channels together,
-    or, for an open-loop trace (``run._perch_ok``), one channel at a time in two
-    rounds (each to its own end, then the early ones to the common end). Those channels
-    are spread over up to ``threads`` threads (:func:`_deal`), each with its own state;
-    the results do not depend on the thread count (:func:`_merge`)."""
+    """Run the general engine on ``inputs`` and return its results; ``load`` is the number
+    of descriptors of each stream. Allocates the state, then runs all channels together,
+    or, for an open-loop trace (``run._perch_ok``), one channel at a time in two rounds
+    (each to its own end, then the early ones to the common end). Those channels are spread
+    over up to ``threads`` threads (:func:`_deal`), each with its own state; the results do
+    not depend on the thread count (:func:`_merge`)."""
     cfg = inputs.config.cfg
     compile_for(run._perch_ok, (inputs,))
     perch = bool(run._perch_ok(inputs))
@@ -193,11 +193,11 @@ def _engine_run(inputs: Inputs, load: list[int], log_cap: int, threads: int) -> 
 
 def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: list[int],
               recorded: int, log_cap: int, threads: int) -> Results:
-    """:func:`_engine_run` on the lean controller (:mod:`dram_models.engine.reads`; the caller
-    has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
-    descriptor arrays of its streams: one channel at a time in the same two rounds, on
-    up to ``threads`` threads, with the results in ``run._collect``'s form;
-    ``recorded`` bursts (all of them, or 0 without a per-burst record)."""
+    """:func:`_engine_run` on the lean controller (:mod:`dram_models.engine.reads`; the
+    caller has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
+    descriptor arrays of its streams: one channel at a time in the same two rounds, on up
+    to ``threads`` threads, with the results in ``run._collect``'s form; ``recorded``
+    bursts (all of them, or 0 without a per-burst record)."""
     config = ms.config(cfg)
     rules = reads.read_rules(ms.rules, int(cfg[C_REFMODE]))
     req = reads.Requests(first, last, addr, nb, arrival)
@@ -320,15 +320,15 @@ class MemorySystem:
             stream_per_channel: bool = False, threads: int = 1,
             lean: bool | None = None) -> RunResult:
         """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
-        every burst (in issue order); ``log`` keeps the issued command log for the
-        checker. ``stream_per_channel`` promises that stream c addresses only channel c
-        (as :meth:`trace_streams` builds them): an open-loop run without ``record`` or
-        ``log`` then simulates the channels one at a time, with identical results, and
-        ``threads`` > 1 spreads those channels over that many threads (the results do not
-        depend on the thread count; other runs ignore it). Such a run takes the lean
-        controller (:mod:`dram_models.engine.reads`, identical results) when it is in its scope
-        (:func:`dram_models.engine.reads.out_of_scope`) unless ``lean`` is False; ``lean=True``
-        requires it (an error names what is out of scope)."""
+        every burst (in issue order); ``log`` keeps the issued command log for the checker.
+        ``stream_per_channel`` promises that stream c addresses only channel c (as
+        :meth:`trace_streams` builds them): an open-loop run without ``record`` or ``log``
+        then simulates the channels one at a time, with identical results, and ``threads``
+        > 1 spreads those channels over that many threads (the results do not depend on the
+        thread count; other runs ignore it). Such a run takes the lean controller
+        (:mod:`dram_models.engine.reads`, identical results) when it is in its scope
+        (:func:`dram_models.engine.reads.out_of_scope`) unless ``lean`` is False;
+        ``lean=True`` requires it (an error names what is out of scope)."""
         if not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ConfigError("threads", f"must be an integer >= 1, got {threads!r}")
         n = streams.n_desc

@@ -11,6 +11,8 @@ apply:
 
 What they share or stand on:
 
+* :mod:`.inputs` -- what a run hands the engine, as NamedTuples of arrays (Numba
+  passes each as one struct);
 * :mod:`.layout` -- the index constants of the flat arrays both controllers use;
 * :mod:`.timing` -- the helpers both inline: a command's rank- and bank-level bounds,
   the raising of next-allowed ticks when it issues, the command log, the refresh
@@ -20,7 +22,11 @@ What they share or stand on:
 * :mod:`.candidates`, :mod:`.tree` -- the general controller's dense candidates and
   their passes, and its event queue;
 * :mod:`.state`, :mod:`.run` -- a general run's state, and the drivers that run its
-  channels and collect its results.
+  channels and collect its results (:class:`.run.Results`, the form both controllers'
+  runs return).
+
+The long loops (``general._loop``, ``reads.run_channel``) call helpers compiled with
+``inline="always"``, so each still compiles to one function.
 
 Numba's disk cache checks only the source file of the function it compiled: a cached
 ``general._loop`` does not notice an edit of :mod:`.timing`, whose helpers it inlines.

@@ -2,14 +2,14 @@
 written for speed.
 
 :mod:`dram_models.engine.general` is general: request streams with descriptors, gates, tile
-groups, outstanding caps and address translation feed any number of channels, with read
-and write queues, all in one event loop. A plain trace run of reads (bench, replay)
-needs none of the front-end and no write queue. For that case this module simulates
-each channel on its own with the same model and gives bit-identical results
-(statistics, command counts, latency histogram, per-descriptor and per-burst completion
-ticks, the command log): ``tests/dram/test_dram_lean.py`` checks that against the engine on
-every preset and pattern in scope, with refresh, both page policies, the row-hit cap,
-arrival times and several queue depths.
+groups, outstanding caps and address translation feed any number of channels, with read and
+write queues, all in one event loop. A plain trace run of reads (bench, replay) needs none
+of the front-end and no write queue. For that case this module simulates each channel on
+its own with the same model and gives bit-identical results (statistics, command counts,
+latency histogram, per-descriptor and per-burst completion ticks, the command log):
+``tests/dram/test_dram_lean.py`` checks that against the engine on every preset and pattern
+in scope, with refresh, both page policies, the row-hit cap, arrival times and several
+queue depths.
 
 What it models, per channel (as the engine does; see there for the rules):
 
@@ -298,8 +298,8 @@ def _scan(cand, nxt_ok, colc, NBC, f0, f1, f2, g0, g1, g2):
     floor ``f0..2`` (the origin raised to the command bus's release), capped at DCAP; at
     least BIG if none (an age of NONE).
     The smallest key therefore names both the earliest tick at which a candidate of that
-    kind can issue and the oldest candidate that can issue then, so one pass per kind
-    does what the engine does in two (:func:`dram_models.engine.candidates._ready_min3` for the
+    kind can issue and the oldest candidate that can issue then, so one pass per kind does
+    what the engine does in two (:func:`dram_models.engine.candidates._ready_min3` for the
     tick, then again for the oldest ready). A kind no bank has a candidate of (streaming
     traffic mostly finds its rows open: no ACT, no PRE) needs no pass."""
     return (_min_key(cand, 0, nxt_ok, colc, NBC, f0, g0),

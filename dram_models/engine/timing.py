@@ -50,16 +50,16 @@ def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, rules, bp,
     """The timing rules of ``cmd`` (in the table ``rules``,
     :class:`~dram_models.engine.inputs.Rules`) with reference slot at tick ``ref`` to
     ``bank`` (whose bank group starts at bank ``grp``) of rank ``rkn`` and pseudo-channel
-    ``pcn``: raise the next-allowed ticks per bank in ``bp`` (``NBANK`` banks per command) and per
-    rank in ``rl``, where channel rules reach the ``NLR`` ranks from ``rk0``, data-bus
-    rules the ``R`` ranks of the pseudo-channel and rank-switch rules the others of
-    them; and the four-activate window of activation domain ``dom`` (its ranks: the
+    ``pcn``: raise the next-allowed ticks per bank in ``bp`` (``NBANK`` banks per command)
+    and per rank in ``rl``, where channel rules reach the ``NLR`` ranks from ``rk0``,
+    data-bus rules the ``R`` ranks of the pseudo-channel and rank-switch rules the others
+    of them; and the four-activate window of activation domain ``dom`` (its ranks: the
     pseudo-channel's if ``apc``, else the rank). Shared by the engine and the lean
-    controller, which index their own arrays. With ``fold`` > 0 (the lean controller:
-    banks per rank, local rank numbers), a rank-level raise of the next-allowed tick of
-    a column read, ACT or PRE also raises that of each bank of the rank in ``bp``
-    (:func:`_fold`), so that a bank's tick there includes its rank's; the engine passes
-    0 and the compiler drops it."""
+    controller, which index their own arrays. With ``fold`` > 0 (the lean controller: banks
+    per rank, local rank numbers), a rank-level raise of the next-allowed tick of a column
+    read, ACT or PRE also raises that of each bank of the rank in ``bp`` (:func:`_fold`),
+    so that a bank's tick there includes its rank's; the engine passes 0 and the compiler
+    drops it."""
     r_off, r_lvl, r_next, r_lat = rules
     for r in range(r_off[cmd], r_off[cmd + 1]):
         lvl = r_lvl[r]

@@ -15,7 +15,8 @@ def test_export_makes_an_importable_copy(tmp_path, rev):
     ab = load_tool("engine_ab")
     dest = tmp_path / "ab_copy"
     ab._export(rev, dest)
-    assert (dest / "engine" / "general.py").is_file() and not (dest / "__pycache__").exists()
+    assert (dest / "engine" / "general.py").is_file()
+    assert not (dest / "__pycache__").exists()
     # the copy imports under its own name, with its own modules (relative imports only)
     out = subprocess.run([sys.executable, "-c",
                           "import ab_copy.spec as s, ab_copy.memory as m; "
