@@ -1,6 +1,6 @@
 """Probe: what a scalar store costs a vector pass that reads the same array right after.
 
-The lean DRAM controller (dram_models.lean) makes every FR-FCFS decision with one
+The lean DRAM controller (dram_models.engine.reads) makes every FR-FCFS decision with one
 vectorized pass over per-bank arrays (next-allowed ticks, candidate ages), and the
 command it issues then raises some of those entries with scalar stores; the next pass
 reads them again at once. A vector load that overlaps a store still in flight may not

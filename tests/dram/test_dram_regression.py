@@ -35,8 +35,8 @@ def test_engine_matches_golden(case, golden):
 
 
 def test_lean_controller_matches_golden(golden):
-    # the runs in the lean controller's scope (dram_models/lean.py) take it, the others
-    # the engine; the golden results are the engine's
+    # the runs in the lean controller's scope (dram_models/engine/reads.py) take it, the
+    # others the engine; the golden results are the engine's
     runs = Counter()
     results = REG.run_cases(CASES, lean=None, runs=runs)
     assert REG.compare(golden, results) == []
