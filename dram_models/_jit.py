@@ -5,7 +5,7 @@ index (count from the end): a compare and an add per access, and a data dependen
 keeps LLVM from vectorizing the scheduler's per-bank passes. The engine never indexes
 with a negative number, so for its functions that fix-up is pure cost: compiled without
 it the engine runs 25-60% faster (interleaved A/B over several compiled copies, see
-docs/performance.md).
+docs/dev/dram-speed-history.md).
 
 Numba has no per-function switch for it, so :func:`compile_for` compiles an engine
 entry point for the given arguments while ``numba.np.arrayobj.fix_integer_index`` is

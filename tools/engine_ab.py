@@ -5,8 +5,8 @@
 
 compares ``dram_models`` at git revision ``--base`` (default HEAD) with the working tree.
 
-Why it is built this way (docs/performance.md, "DRAM"): separate processes running the
-same compiled code differ by up to 30% in speed on a shared VM, and within one process
+Why it is built this way (docs/performance/dram.md, "How to measure"): separate
+processes running the same compiled code differ by up to 30% in speed on a shared VM, and within one process
 the engine copy imported second can run up to 10% faster than the first. So both
 versions are imported in the same process (as packages ``ab_base_<k>`` and
 ``ab_head_<k>``, copies of ``dram_models`` under a work directory), their runs

@@ -10,7 +10,7 @@ controller, checks that the statistics are identical, and reports the best of ``
 runs in millions of requests per CPU second (the whole call: partition of the trace by
 channel, setup and simulation). CPU time, not wall time, so that other work on the
 machine counts less; on a shared VM the speed still varies from process to process (see
-docs/performance.md), so run it more than once.
+docs/performance/dram.md), so run it more than once.
 """
 from __future__ import annotations
 
