@@ -59,7 +59,7 @@ from .layout import BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_PC, C_REFMO
     C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, S_CONFLICTS, \
     S_DEADLOCK, S_DECISIONS, S_END, S_HITS, S_LATSUM, S_MISSES, S_READS, T_BL, T_CL, \
     T_FAW, T_REFI, T_REFIPB
-from .timing import _first_refresh, _log_cmd, _raise, _rank_lb, _refresh_cmd
+from .timing import _first_refresh, _log2, _log_cmd, _raise, _rank_lb, _refresh_cmd
 
 # scalar state of a channel (sc[...]): the current tick, the tick of the last decision
 # that issued, queued requests, the next descriptor and burst in it, the next age,
@@ -323,16 +323,15 @@ def _tick(key, f):
 
 
 @njit(inline="always", _nrt=False)
-def _issue(cmd, now, b, lr, pc, dd, row, c, geo, apc, tfaw, config, rules, chan, out):
+def _issue(cmd, now, b, lr, pc, dd, row, c, lg, config, rules, chan, out):
     """Issue ``cmd`` to bank b (``row``: -1 for refresh) of local rank ``lr``,
-    pseudo-channel ``pc`` and activation domain ``dd`` of channel c at tick ``now``:
-    occupy its command bus, raise the next-allowed ticks (:func:`timing._raise` on the
-    channel's own arrays ``chan``); count it and, if the log has rows, log it as the
-    engine does (global pseudo-channel, rank, bank group and bank numbers). ``geo`` =
-    (banks per group, banks per channel, ranks per pseudo-channel, ranks per channel,
-    pseudo-channels, banks per rank if the ranks' bounds are folded into the banks' else
-    0)."""
-    B, NBC, R, NLR, P, fold = geo
+    pseudo-channel ``pc`` and activation domain ``dd`` of channel c (:class:`Layout`
+    ``lg``) at tick ``now``: occupy its command bus, raise the next-allowed ticks
+    (:func:`timing._raise` on the channel's own arrays ``chan``); count it and, if the
+    log has rows, log it as the engine does (global pseudo-channel, rank, bank group and
+    bank numbers)."""
+    B, NBC, R, NLR, P, fold, apc, tfaw = lg.B, lg.NBC, lg.R, lg.NLR, lg.P, lg.fold, \
+        lg.apc, lg.tfaw
     slots, busid, off = config.slots, config.busid, config.off
     log = out.log
     chan.bus[busid[cmd]] = now + slots[cmd]
@@ -355,6 +354,260 @@ def _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC, rank_ok, off, bu
     return cmd, tb, (v if v > t else t)
 
 
+class Layout(NamedTuple):
+    """A lean run's organization, settings and timings (ticks), derived once per
+    channel."""
+
+    B: int              # banks per bank group
+    NBC: int            # banks per channel
+    R: int              # ranks per pseudo-channel
+    NLR: int            # ranks per channel
+    P: int              # pseudo-channels per channel
+    fold: int           # banks per rank if the ranks' bounds are folded in, else 0
+    LR: int             # log2 of ranks per pseudo-channel
+    LNBR: int           # log2 of banks per rank
+    apc: bool           # activation domain = pseudo-channel (HBM)
+    NBD: int            # banks per refresh domain
+    NDC: int            # refresh domains per channel
+    LD: int             # a local rank's domain is lr >> LD
+    Q: int              # queue slots per bank (the read queue's size)
+    cap: int            # row hits before a conflict may close the row
+    closed: bool        # closed-page policy
+    refmode: int        # 0 no refresh, 1 all-bank, 2 per-bank
+    split: bool         # separate row and column command buses
+    shift: np.uint64    # log2 of the burst size in bytes
+    xor: bool           # bank XOR with row bits
+    gbits: int          # bank-group bits of the XOR
+    gmask: int          # bank-group mask of the XOR
+    bmask: int          # bank mask of the XOR
+    tcl: int            # read latency
+    tbl: int            # burst length
+    tfaw: int           # four-activate window
+
+
+@njit(inline="always", _nrt=False)
+def _layout(config, amap):
+    """The :class:`Layout` of a run with the configuration ``config``."""
+    cfg, tim = config.cfg, config.tim
+    m_sizes = amap.sizes
+    B = cfg[C_BA]
+    NBR = cfg[C_BG] * B
+    P = cfg[C_PC]
+    R = cfg[C_RK]
+    NLR = P * R
+    LR = _log2(R)
+    apc = cfg[C_APC] != 0
+    # several ranks: their bounds are folded into the banks' next-allowed ticks
+    # (timing._fold), so that a pass needs no bound per rank
+    return Layout(B, NLR * NBR, R, NLR, P, NBR if NLR > 1 else 0, LR, _log2(NBR), apc,
+                  NBR * R if apc else NBR, P if apc else NLR, LR if apc else 0, cfg[C_RQ],
+                  cfg[C_CAP], cfg[C_CLOSED] != 0, cfg[C_REFMODE], cfg[C_SPLIT] != 0,
+                  np.uint64(cfg[C_SHIFT]), cfg[C_XOR] != 0, _log2(m_sizes[3]),
+                  m_sizes[3] - 1, m_sizes[4] - 1, tim[T_CL], tim[T_BL], tim[T_FAW])
+
+
+@njit(inline="always", _nrt=False)
+def _admit(d, k, seq, now, last, lg, config, amap, req, chan, fields):
+    """Enqueue burst k of descriptor d as the request of age ``seq`` at tick ``now``: its
+    bank's queue slots get it, and its candidates change if it is the bank's first hit,
+    first request (closed bank) or first conflict. Whether its row command could issue
+    at once on a split bus at the tick of the last decision that issued (``last``): a
+    decision then takes place at that tick again."""
+    busid, off = config.busid, config.off
+    B, NBC, R, LNBR, Q, cap = lg.B, lg.NBC, lg.R, lg.LNBR, lg.Q, lg.cap
+    split, shift = lg.split, lg.shift
+    slot, bank, cand, nxt_ok, rank_ok, bus = chan.slot, chan.bank, chan.cand, chan.nxt_ok, \
+        chan.rank_ok, chan.bus
+    d_addr = req.addr
+    addr = (d_addr[d] >> shift) + np.uint64(k)
+    _decode(addr, amap, lg.xor, lg.gbits, lg.gmask, lg.bmask, fields)
+    lr = fields[1] * R + fields[2]
+    b = (lr << LNBR) + fields[3] * B + fields[4]
+    row = fields[5]
+    n = bank[BK_CNT, b]
+    p = b * Q + n
+    slot[SL_SEQ, p] = seq
+    slot[SL_ROW, p] = row
+    slot[SL_ENQ, p] = now
+    slot[SL_FLAG, p] = 0
+    slot[SL_DESC, p] = d
+    bank[BK_CNT, b] = n + 1
+    # the bank's candidates change only if the newcomer is its first hit, its
+    # first request (closed bank) or its first conflict
+    orow = bank[BK_ROW, b]
+    if orow == row:
+        bank[BK_NHIT, b] += 1
+        if bank[BK_HIT, b] < 0:
+            bank[BK_HIT, b] = n
+            _put(cand, bank, NBC, 0, b, seq)
+            if bank[BK_HITS, b] < cap:
+                _put(cand, bank, NBC, 2, b, NONE)     # the hits go first
+    elif orow < 0:
+        if n == 0:
+            _put(cand, bank, NBC, 1, b, seq)
+    elif bank[BK_CONF, b] < 0:
+        bank[BK_CONF, b] = n
+        if bank[BK_HIT, b] < 0 or bank[BK_HITS, b] >= cap:
+            _put(cand, bank, NBC, 2, b, seq)
+    if split and now == last and orow != row:
+        cmd = ACT if orow < 0 else PRE
+        te = _rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)
+        if nxt_ok[cmd * NBC + b] - off[cmd] <= now and te <= now:
+            return True
+    return False
+
+
+@njit(inline="always", _nrt=False)
+def _plan(npend, lg, config, chan):
+    """The tick the next refresh falls due (with none pending, ``npend`` 0, the cached
+    earliest) and the earliest tick a pending refresh's command can issue (BIG: none)."""
+    busid, off = config.busid, config.off
+    NBC, NBD, NDC, LD, refmode = lg.NBC, lg.NBD, lg.NDC, lg.LD, lg.refmode
+    bank, nxt_ok, rank_ok, dom, bus, sc = chan.bank, chan.nxt_ok, chan.rank_ok, chan.dom, \
+        chan.bus, chan.sc
+    tdue = BIG
+    tref = BIG
+    if refmode != 0:
+        if npend == 0:
+            tdue = sc[SC_DUEMIN]
+        else:
+            for dd in range(NDC):
+                if dom[DM_PEND, dd] == 0:
+                    if dom[DM_DUE, dd] < tdue:
+                        tdue = dom[DM_DUE, dd]
+                    continue
+                _, _, t = _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC,
+                                        rank_ok, off, bus, busid)
+                tref = t if t < tref else tref
+    return tdue, tref
+
+
+@njit(inline="always", _nrt=False)
+def _refresh(now, npend, c, lg, config, rules, chan, out):
+    """Issue at tick ``now`` the command of the first pending refresh domain (in order)
+    whose command can issue then: PREA / PRE close what it needs closed (those banks
+    wait for the refresh: their candidates stay NONE and are derived afresh, from the
+    closed row, when they stop waiting); REF / REFPB completes the refresh. Returns the
+    domains still pending."""
+    tim, busid, off = config.tim, config.busid, config.off
+    NBC, LR, NBD, NDC, LD, Q, cap, refmode = lg.NBC, lg.LR, lg.NBD, lg.NDC, lg.LD, lg.Q, \
+        lg.cap, lg.refmode
+    slot, bank, cand, nxt_ok, rank_ok, dom, bus, sc = chan.slot, chan.bank, chan.cand, \
+        chan.nxt_ok, chan.rank_ok, chan.dom, chan.bus, chan.sc
+    # the first pending domain (in order) whose refresh command can issue now
+    for dd in range(NDC):
+        if dom[DM_PEND, dd] == 0:
+            continue
+        rcmd, tb, t = _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC,
+                                    rank_ok, off, bus, busid)
+        if t <= now:
+            break
+    rl = dd << LD
+    _issue(rcmd, now, tb, rl, rl >> LR, dd, -1, c, lg, config, rules, chan, out)
+    # (the banks it closes wait for the refresh: their candidates stay NONE and
+    # are derived afresh, from the closed row, when they stop waiting)
+    if rcmd == PREA:
+        for i in range(dd * NBD, (dd + 1) * NBD):
+            bank[BK_ROW, i] = -1
+    elif rcmd == PRE:
+        bank[BK_ROW, tb] = -1
+    else:
+        _wait(dd, False, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
+        if rcmd == REF:
+            dom[DM_DUE, dd] += tim[T_REFI]
+        else:
+            dom[DM_DUE, dd] += tim[T_REFIPB]
+            dom[DM_PTR, dd] = (dom[DM_PTR, dd] + 1) % NBD
+        dom[DM_PEND, dd] = 0
+        npend -= 1
+        if npend == 0:
+            v = BIG
+            for i in range(NDC):
+                if dom[DM_DUE, i] < v:
+                    v = dom[DM_DUE, i]
+            sc[SC_DUEMIN] = v
+    return npend
+
+
+@njit(inline="always", _nrt=False)
+def _row(b, rcmd, now, c, lg, config, rules, chan, out):
+    """Issue the row command ``rcmd`` (ACT or PRE) of bank b's candidate at tick
+    ``now``, open or close the bank and redo its candidates."""
+    NBC, LR, LNBR, LD, Q, cap = lg.NBC, lg.LR, lg.LNBR, lg.LD, lg.Q, lg.cap
+    slot, bank, cand = chan.slot, chan.bank, chan.cand
+    p0 = b * Q
+    lr = b >> LNBR
+    if rcmd == ACT:
+        rrow = slot[SL_ROW, p0]
+    else:
+        rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
+    _issue(rcmd, now, b, lr, lr >> LR, lr >> LD, rrow, c, lg, config, rules, chan, out)
+    if rcmd == ACT:
+        bank[BK_ROW, b] = rrow
+        slot[SL_FLAG, p0] |= 1
+        bank[BK_HITS, b] = 0
+    else:
+        slot[SL_FLAG, p0 + bank[BK_CONF, b]] |= 2
+        bank[BK_ROW, b] = -1
+    _candidates(b, Q, NBC, cap, slot, bank, cand)
+
+
+@njit(inline="always", _nrt=False)
+def _read(b, now, end, c, lg, rec, config, rules, chan, out):
+    """Issue the column read of bank b's oldest hit at tick ``now`` (RDA under the
+    closed-page policy when no other queued request hits the row), count it, complete
+    it (nothing waits for data in an open loop; ``rec``: the per-burst record too),
+    close its queue slot's gap and redo the bank's candidates. Returns the end tick."""
+    off = config.off
+    NBC, LR, LNBR, LD, Q, cap, closed, tcl, tbl = lg.NBC, lg.LR, lg.LNBR, lg.LD, lg.Q, \
+        lg.cap, lg.closed, lg.tcl, lg.tbl
+    slot, bank, cand = chan.slot, chan.bank, chan.cand
+    stat, lat_hist, d_left, d_done, b_done, b_cnt = out.stat, out.lat_hist, out.d_left, \
+        out.d_done, out.b_done, out.b_cnt
+    p0 = b * Q
+    lr = b >> LNBR
+    j = bank[BK_HIT, b]
+    p = p0 + j
+    auto = closed and bank[BK_NHIT, b] == 1
+    cmd = RDA if auto else RD
+    _issue(cmd, now, b, lr, lr >> LR, lr >> LD, slot[SL_ROW, p], c, lg, config, rules,
+           chan, out)
+    tc = now + off[cmd] + tcl + tbl
+    lat = tc - slot[SL_ENQ, p]
+    stat[S_READS] += 1
+    stat[S_LATSUM] += lat
+    lat_hist[lat if lat < LAT_BINS else LAT_BINS - 1] += 1
+    flag = slot[SL_FLAG, p]
+    if flag & 2:
+        stat[S_CONFLICTS] += 1
+    elif flag & 1:
+        stat[S_MISSES] += 1
+    else:
+        stat[S_HITS] += 1
+    if tc > end:
+        end = tc
+    dd = slot[SL_DESC, p]
+    d_left[dd] -= 1
+    if d_left[dd] == 0:
+        d_done[dd] = tc
+    if rec:
+        b_done[slot[SL_SEQ, p]] = tc
+        b_cnt[slot[SL_SEQ, p]] += 1
+    n = bank[BK_CNT, b] - 1
+    for q in range(p, p0 + n):      # close the gap: later entries move down one
+        slot[SL_SEQ, q] = slot[SL_SEQ, q + 1]
+        slot[SL_ROW, q] = slot[SL_ROW, q + 1]
+        slot[SL_ENQ, q] = slot[SL_ENQ, q + 1]
+        slot[SL_FLAG, q] = slot[SL_FLAG, q + 1]
+        slot[SL_DESC, q] = slot[SL_DESC, q + 1]
+    bank[BK_CNT, b] = n
+    bank[BK_HITS, b] += 1
+    if auto:
+        bank[BK_ROW, b] = -1
+    _candidates(b, Q, NBC, cap, slot, bank, cand)
+    return end
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
     """Simulate channel c's requests (the bursts of its descriptors in ``req``, all on
@@ -365,48 +618,17 @@ def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
     ``out`` (``cmdc``: this channel's row); sets ``d_done`` and, if ``b_done`` is not
     empty, the completion of every burst in enqueue order. ``fields`` is scratch for
     the address decode."""
-    cfg, tim, _, busid, off = config
-    m_sizes = amap.sizes
-    d_addr, d_nb, d_arrival = req.addr, req.nb, req.arrival
+    busid, off = config.busid, config.off
+    d_nb, d_arrival = req.nb, req.arrival
     d0 = req.first[c]
     d1 = req.last[c]
-    slot, bank, cand, nxt_ok, rank_ok, _, dom, bus, sc = chan
-    stat, _, lat_hist, d_left, d_done, b_done, b_cnt, _, _ = out
-    B = cfg[C_BA]
-    NBR = cfg[C_BG] * B           # banks per rank
-    P = cfg[C_PC]
-    R = cfg[C_RK]
-    NLR = P * R                     # ranks per channel
-    NBC = NLR * NBR                 # banks per channel
-    LR = 0                          # log2 of ranks per pseudo-channel
-    while (1 << LR) < R:
-        LR += 1
-    LNBR = 0                        # log2 of banks per rank
-    while (1 << LNBR) < NBR:
-        LNBR += 1
-    apc = cfg[C_APC] != 0         # activation domain = pseudo-channel (HBM)
-    NBD = NBR * R if apc else NBR   # banks per domain
-    NDC = P if apc else NLR         # domains per channel
-    LD = LR if apc else 0           # a rank's domain is lr >> LD
-    # several ranks: their bounds are folded into the banks' next-allowed ticks
-    # (timing._fold), so that a pass needs no bound per rank
-    fold = NBR if NLR > 1 else 0
-    geo = (B, NBC, R, NLR, P, fold)
-    Q = cfg[C_RQ]
-    cap = cfg[C_CAP]
-    closed = cfg[C_CLOSED] != 0
-    refmode = cfg[C_REFMODE]
-    split = cfg[C_SPLIT] != 0
-    shift = np.uint64(cfg[C_SHIFT])
-    xor = cfg[C_XOR] != 0
-    gbits = 0
-    while (1 << gbits) < m_sizes[3]:
-        gbits += 1
-    gmask = m_sizes[3] - 1
-    bmask = m_sizes[4] - 1
-    tcl = tim[T_CL]
-    tbl = tim[T_BL]
-    tfaw = tim[T_FAW]
+    slot, bank, cand, nxt_ok, rank_ok = chan.slot, chan.bank, chan.cand, chan.nxt_ok, \
+        chan.rank_ok
+    dom, bus, sc = chan.dom, chan.bus, chan.sc
+    stat, b_done = out.stat, out.b_done
+    lg = _layout(config, amap)
+    NBC, fold, NBD, NDC, Q = lg.NBC, lg.fold, lg.NBD, lg.NDC, lg.Q
+    cap, refmode, split = lg.cap, lg.refmode, lg.split
     rec = b_done.shape[0] > 0
     now = sc[SC_NOW]
     last = sc[SC_LAST]
@@ -431,41 +653,8 @@ def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
     while True:
         # enqueue, in trace order, what has arrived while the queue has room
         while queued < Q and d < d1 and d_arrival[d] <= now:
-            addr = (d_addr[d] >> shift) + np.uint64(k)
-            _decode(addr, amap, xor, gbits, gmask, bmask, fields)
-            lr = fields[1] * R + fields[2]
-            b = (lr << LNBR) + fields[3] * B + fields[4]
-            row = fields[5]
-            n = bank[BK_CNT, b]
-            p = b * Q + n
-            slot[SL_SEQ, p] = seq
-            slot[SL_ROW, p] = row
-            slot[SL_ENQ, p] = now
-            slot[SL_FLAG, p] = 0
-            slot[SL_DESC, p] = d
-            bank[BK_CNT, b] = n + 1
-            # the bank's candidates change only if the newcomer is its first hit, its
-            # first request (closed bank) or its first conflict
-            orow = bank[BK_ROW, b]
-            if orow == row:
-                bank[BK_NHIT, b] += 1
-                if bank[BK_HIT, b] < 0:
-                    bank[BK_HIT, b] = n
-                    _put(cand, bank, NBC, 0, b, seq)
-                    if bank[BK_HITS, b] < cap:
-                        _put(cand, bank, NBC, 2, b, NONE)     # the hits go first
-            elif orow < 0:
-                if n == 0:
-                    _put(cand, bank, NBC, 1, b, seq)
-            elif bank[BK_CONF, b] < 0:
-                bank[BK_CONF, b] = n
-                if bank[BK_HIT, b] < 0 or bank[BK_HITS, b] >= cap:
-                    _put(cand, bank, NBC, 2, b, seq)
-            if split and now == last and orow != row:
-                cmd = ACT if orow < 0 else PRE
-                te = _rank_lb(cmd, 0, lr, rank_ok, off, bus, busid)
-                if nxt_ok[cmd * NBC + b] - off[cmd] <= now and te <= now:
-                    again = True
+            if _admit(d, k, seq, now, last, lg, config, amap, req, chan, fields):
+                again = True
             seq += 1
             queued += 1
             k += 1
@@ -478,20 +667,7 @@ def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
         again = False
         # the exact earliest tick at which something can happen: a refresh falls due or
         # its command can issue, a candidate can issue, a request arrives
-        tdue = BIG
-        tref = BIG
-        if refmode != 0:
-            if npend == 0:
-                tdue = sc[SC_DUEMIN]
-            else:
-                for dd in range(NDC):
-                    if dom[DM_PEND, dd] == 0:
-                        if dom[DM_DUE, dd] < tdue:
-                            tdue = dom[DM_DUE, dd]
-                        continue
-                    _, _, t = _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC,
-                                            rank_ok, off, bus, busid)
-                    tref = t if t < tref else tref
+        tdue, tref = _plan(npend, lg, config, chan)
         m = tdue if tdue < tref else tref
         m = m if m > f else f
         k0 = BIG
@@ -523,40 +699,8 @@ def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
                     _wait(dd, True, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
             continue
         if tref <= now:
-            # the first pending domain (in order) whose refresh command can issue now
-            for dd in range(NDC):
-                if dom[DM_PEND, dd] == 0:
-                    continue
-                rcmd, tb, t = _refresh_next(dd, refmode, NBD, LD, bank, dom, nxt_ok, NBC,
-                                            rank_ok, off, bus, busid)
-                if t <= now:
-                    break
-            rl = dd << LD
+            npend = _refresh(now, npend, c, lg, config, rules, chan, out)
             last = now
-            _issue(rcmd, now, tb, rl, rl >> LR, dd, -1, c, geo, apc, tfaw, config, rules, chan,
-                   out)
-            # (the banks it closes wait for the refresh: their candidates stay NONE and
-            # are derived afresh, from the closed row, when they stop waiting)
-            if rcmd == PREA:
-                for i in range(dd * NBD, (dd + 1) * NBD):
-                    bank[BK_ROW, i] = -1
-            elif rcmd == PRE:
-                bank[BK_ROW, tb] = -1
-            else:
-                _wait(dd, False, refmode, NBD, NBC, Q, cap, dom, slot, bank, cand)
-                if rcmd == REF:
-                    dom[DM_DUE, dd] += tim[T_REFI]
-                else:
-                    dom[DM_DUE, dd] += tim[T_REFIPB]
-                    dom[DM_PTR, dd] = (dom[DM_PTR, dd] + 1) % NBD
-                dom[DM_PEND, dd] = 0
-                npend -= 1
-                if npend == 0:
-                    v = BIG
-                    for i in range(NDC):
-                        if dom[DM_DUE, i] < v:
-                            v = dom[DM_DUE, i]
-                    sc[SC_DUEMIN] = v
             again = split               # a column command may follow on its own bus
             continue
         # FR-FCFS: the oldest ready hit, else (split bus: and) the oldest ready ACT or
@@ -579,68 +723,11 @@ def run_channel(config, rules, amap, req, c, chan, floor, out, fields):
             continue
         last = now
         if rowb >= 0:
-            b = rowb
-            p0 = b * Q
-            lr = b >> LNBR
-            if rcmd == ACT:
-                rrow = slot[SL_ROW, p0]
-            else:
-                rrow = slot[SL_ROW, p0 + bank[BK_CONF, b]]
-            _issue(rcmd, now, b, lr, lr >> LR, lr >> LD, rrow, c, geo, apc, tfaw, config,
-                   rules, chan, out)
-            if rcmd == ACT:
-                bank[BK_ROW, b] = rrow
-                slot[SL_FLAG, p0] |= 1
-                bank[BK_HITS, b] = 0
-            else:
-                slot[SL_FLAG, p0 + bank[BK_CONF, b]] |= 2
-                bank[BK_ROW, b] = -1
-            _candidates(b, Q, NBC, cap, slot, bank, cand)
+            _row(rowb, rcmd, now, c, lg, config, rules, chan, out)
         if colb >= 0:
-            b = colb
-            p0 = b * Q
-            lr = b >> LNBR
-            j = bank[BK_HIT, b]
-            p = p0 + j
-            auto = closed and bank[BK_NHIT, b] == 1
-            cmd = RDA if auto else RD
-            _issue(cmd, now, b, lr, lr >> LR, lr >> LD, slot[SL_ROW, p], c, geo, apc, tfaw,
-                   config, rules, chan, out)
-            tc = now + off[cmd] + tcl + tbl
-            lat = tc - slot[SL_ENQ, p]
-            stat[S_READS] += 1
-            stat[S_LATSUM] += lat
-            lat_hist[lat if lat < LAT_BINS else LAT_BINS - 1] += 1
-            flag = slot[SL_FLAG, p]
-            if flag & 2:
-                stat[S_CONFLICTS] += 1
-            elif flag & 1:
-                stat[S_MISSES] += 1
-            else:
-                stat[S_HITS] += 1
-            if tc > end:
-                end = tc
-            dd = slot[SL_DESC, p]
-            d_left[dd] -= 1
-            if d_left[dd] == 0:
-                d_done[dd] = tc
-            if rec:
-                b_done[slot[SL_SEQ, p]] = tc
-                b_cnt[slot[SL_SEQ, p]] += 1
-            n = bank[BK_CNT, b] - 1
-            for q in range(p, p0 + n):      # close the gap: later entries move down one
-                slot[SL_SEQ, q] = slot[SL_SEQ, q + 1]
-                slot[SL_ROW, q] = slot[SL_ROW, q + 1]
-                slot[SL_ENQ, q] = slot[SL_ENQ, q + 1]
-                slot[SL_FLAG, q] = slot[SL_FLAG, q + 1]
-                slot[SL_DESC, q] = slot[SL_DESC, q + 1]
-            bank[BK_CNT, b] = n
+            end = _read(colb, now, end, c, lg, rec, config, rules, chan, out)
             queued -= 1
             done += 1
-            bank[BK_HITS, b] += 1
-            if auto:
-                bank[BK_ROW, b] = -1
-            _candidates(b, Q, NBC, cap, slot, bank, cand)
     sc[SC_NOW] = now
     sc[SC_LAST] = last
     sc[SC_QUEUED] = queued

@@ -10,6 +10,15 @@ from .layout import INF, T_REFI, T_REFIPB
 
 
 @njit(inline="always", _nrt=False)
+def _log2(v):
+    """log2 of the power of two v (of the next power of two if v is none)."""
+    n = 0
+    while (1 << n) < v:
+        n += 1
+    return n
+
+
+@njit(inline="always", _nrt=False)
 def _rank_lb(cmd, ch, rkn, rl, off, busfree, busid):
     """Earliest issue tick of ``cmd`` as far as channel, data-bus, rank, tFAW and
     command-bus constraints go (bank group and bank excluded)."""
