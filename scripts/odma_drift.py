@@ -94,7 +94,8 @@ def main(argv=None):
                 "frozen": dict(base, refresh_every=10**9)}
     ev, rows, summary = None, [], {}
     for name, params in variants.items():
-        cfg = ServingConfig(predictor="noisy",
+        # the whole drifting trace is replayed; the buckets start from its first phase
+        cfg = ServingConfig(predictor="noisy", history_fraction=0.0,
                             predictor_params={"accuracy": 0.9}, max_context_tokens=8192,
                             max_new_tokens=1024)
         ev = ev or EVALUATORS.get(args.evaluator)(model, dev, cfg)

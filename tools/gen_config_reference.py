@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from dram_models.schema import fields_reference  # noqa: E402
 from h2m2sim import cache, store  # noqa: E402
 from h2m2sim.config import schema  # noqa: E402
+from h2m2sim.serving.config import ServingConfig  # noqa: E402
 from h2m2sim.sweep import spec  # noqa: E402
 
 OUT = ROOT / "docs" / "configuration.md"
@@ -77,18 +78,30 @@ def pretty_type(tp: object) -> str:
     return {int: "integer", float: "number", bool: "true/false", str: "string"}.get(tp, str(tp))
 
 
+def _field(cls: type, dotted: str) -> tuple[dataclasses.Field, object] | None:
+    """The field a dotted key names in ``cls`` or its nested dataclasses, and its
+    resolved type."""
+    head, _, rest = dotted.partition(".")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if head not in fields:
+        return None
+    tp = typing.get_type_hints(cls)[head]
+    if not rest:
+        return fields[head], tp
+    inner = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
+    return _field(inner[0], rest) if inner else None
+
+
 def section_rows(cls: type, prefix: str) -> list[dict]:
     """fields_reference rows with readable types and YAML spellings of defaults."""
-    hints = typing.get_type_hints(cls)
-    factories = {f.name: f.default_factory for f in dataclasses.fields(cls)
-                 if f.default_factory is not dataclasses.MISSING}
     rows = fields_reference(cls, prefix)
     for r in rows:
-        name = r["key"][len(prefix) + 1:] if prefix else r["key"]
-        if name in hints:
-            r["type"] = pretty_type(hints[name])
-        if name in factories and not dataclasses.is_dataclass(hints[name]):
-            r["default"] = repr(factories[name]())
+        found = _field(cls, r["key"][len(prefix) + 1:] if prefix else r["key"])
+        if found is not None:
+            f, tp = found
+            r["type"] = pretty_type(tp)
+            if f.default_factory is not dataclasses.MISSING and not dataclasses.is_dataclass(tp):
+                r["default"] = repr(f.default_factory())
         r["default"] = _YAML_WORDS.get(r["default"], r["default"])
     return rows
 
@@ -136,6 +149,27 @@ def _name(fn) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def serving_section() -> str:
+    """`workload.serving` (also the `h2m2sim serve --config` file) from its dataclass."""
+    return ("## `workload.serving`\n\nThe serving workload: a request trace replayed "
+            "through a serving loop (`h2m2sim serve`, or a `serve` job in a run). "
+            f"Resolved by `{_name(schema.RESOLVERS['serving'])}`.\n\n"
+            + table(section_rows(ServingConfig, "workload.serving")) + "\n")
+
+
+def allocator_section() -> str:
+    """One table per registered allocator that declares parameters."""
+    intro = ("## Allocator parameters\n\n`policy.allocator_params` for the chosen "
+             "`policy.allocator`; unknown keys are errors.\n")
+    parts = [intro]
+    registry = schema.REGISTRIES["allocator"]
+    for name in registry.names():
+        params = getattr(registry[name], "Params", None)
+        if params is not None and dataclasses.is_dataclass(params):
+            parts.append(f"### `{name}`\n\n" + table(section_rows(params, "")) + "\n")
+    return "\n".join(parts)
+
+
 def generate() -> str:
     parts = [INTRO.format(example=schema.EXAMPLE_YAML)]
     top = section_rows(schema.RunConfig, "")
@@ -150,18 +184,18 @@ def generate() -> str:
                   "key; lists of named items such as sides can be overridden by name), or "
                   "a full inline mapping. `policy.baseline` takes the same forms.",
         "model": "A model-zoo name (`h2m2sim presets models`) or an inline mapping.",
-        "serving": "`workload.serving`: a mapping handed to the serving layer.",
     }
-    for section in ("system", "model", "serving"):
+    for section in ("system", "model"):
         body = f"Documented by the layer that resolves it (`{_name(schema.RESOLVERS[section])}`).\n"
-        parts.append(f"## `{'workload.serving' if section == 'serving' else section}`\n\n"
-                     f"{notes[section]}\n\n{body}")
+        parts.append(f"## `{section}`\n\n{notes[section]}\n\n{body}")
+    parts.append(serving_section())
     registries = ", ".join(f"`policy.{k}` against the {v.kind} registry ({', '.join(v.names())})"
                            for k, v in schema.REGISTRIES.items())
     parts.append("## Mapper and allocator names\n\nChecked against registries: "
                  f"{registries}. A registered class may declare a dataclass `Params`; the "
                  "matching `*_params` mapping is then validated against it and completed "
                  "with its defaults.\n")
+    parts.append(allocator_section())
     parts.append("## Sweep files\n\n" + rst_to_md(spec.__doc__))
     parts.append("## Result store\n\n" + rst_to_md(store.__doc__))
     parts.append("## Cache of expensive results\n\n" + rst_to_md(cache.__doc__))

@@ -233,6 +233,15 @@ class KVAllocator(abc.ABC):
             return None
         return self.util_actual_tokens / self.util_reserved_tokens
 
+    def size_classes(self) -> int | None:
+        """How many extent sizes the allocator hands out, for allocators that bucket
+        requests by size (None for the others)."""
+        return None
+
+    def learn_lengths(self, prompt_tokens, output_tokens) -> None:
+        """Learn from the server's history (realized lengths of requests the run does not
+        replay); allocators that size requests from the data override it."""
+
     def migration_rate(self) -> float | None:
         """Migrations per completed request, for allocators whose requests migrate
         between size classes (None for the others)."""
@@ -240,8 +249,12 @@ class KVAllocator(abc.ABC):
 
     def predictor_accuracy(self) -> float | None:
         """Fraction of completed requests whose predicted size covered them, for
-        allocators that use a prediction (None for the others)."""
+        allocators that use a prediction (None for the others; what exactly is counted:
+        :attr:`predictor_accuracy_definition`)."""
         return None
+
+    #: What :meth:`predictor_accuracy` counts, printed beside it.
+    predictor_accuracy_definition: ClassVar[str | None] = None
 
     def bucket_tag(self, prompt_tokens: int, predicted_output: float | None,
                    uncertainty: float = 0.0) -> int:

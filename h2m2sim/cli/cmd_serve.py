@@ -64,7 +64,18 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed (arrivals, predictors)")
     p.add_argument("--max-batch", type=int, default=None, help="most running requests")
     p.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
-                   help="longest request (prompt + output) accepted")
+                   help="longest request (prompt + output) accepted (default: the model's "
+                        "context)")
+    p.add_argument("--history-fraction", type=float, default=None, metavar="F",
+                   help="share of the trace held out as history (predictor training, "
+                        "ODMA's first buckets), not replayed (default 0.5)")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="copies of the model, each with its own KV pool (default: one "
+                        "over all the system's cards)")
+    p.add_argument("--tensor-parallel", type=int, default=None, metavar="K",
+                   help="cards per replica (replicas x K = the system's cards)")
+    p.add_argument("--router", choices=("round-robin", "least-kv"), default=None,
+                   help="how requests are given to replicas (default least-kv)")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="TOKENS",
                    help="cap on generated tokens per request")
     p.add_argument("--scheduler", choices=("fcfs", "bucket"), default=None,
@@ -110,9 +121,15 @@ def run(args) -> int:
     for key, value in (("max_requests", args.max_requests), ("arrival_rate", args.rate),
                        ("max_batch", args.max_batch), ("max_context_tokens", args.max_context),
                        ("max_new_tokens", args.max_new_tokens), ("scheduler", args.scheduler),
-                       ("preemption", args.preemption)):
+                       ("preemption", args.preemption),
+                       ("history_fraction", args.history_fraction)):
         if value is not None:
             data[key] = value
+    dep = {k: v for k, v in (("replicas", args.replicas),
+                             ("tensor_parallel", args.tensor_parallel),
+                             ("router", args.router)) if v is not None}
+    if dep:
+        data["deployment"] = dep
     if args.kv_capacity is not None:
         try:
             data["kv_capacity_bytes"] = parse_size(args.kv_capacity)
@@ -121,7 +138,7 @@ def run(args) -> int:
     cfg = load(ServingConfig, data, "serve")
     device = resolve_device(args.system)
     model = resolve_model(args.model)
-    evaluator = EVALUATORS.get(args.evaluator, "--evaluator")(model, device, cfg)
+    evaluator = EVALUATORS.get(args.evaluator, "--evaluator")
     result = serve(None, cfg, allocator=args.allocator,
                    allocator_params=_kv(args.allocator_param, "allocator-param"), model=model,
                    device=device, evaluator=evaluator, seed=args.seed,

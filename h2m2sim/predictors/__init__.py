@@ -41,6 +41,26 @@ def make_predictor(name: str, **options) -> LengthPredictor:
         raise ConfigError(f"predictor.{name}", str(err)) from None
 
 
+def train_and_predict(name: str, history, trace, *, seed: int = 0,
+                      **options) -> tuple[Prediction, dict]:
+    """Predictions for every request of ``trace`` by predictor ``name`` trained on
+    ``history`` (requests the run does not replay), and a report like
+    :func:`cross_predict`'s, whose ``held_out_coverage`` is measured on ``trace``."""
+    model = make_predictor(name, seed=seed, **options)
+    if model.trainable:
+        if len(history) == 0:
+            raise ConfigError("history_fraction", f"the {name} predictor trains on the "
+                              "server's history; hold some requests out (> 0)")
+        model.fit(history)
+    pred = model.predict(trace)
+    report = {"predictor": name, "trained_on": len(history) if model.trainable else 0,
+              "held_out_coverage": (bucket_coverage_accuracy(pred.bucket_upper,
+                                                             trace.output_tokens)
+                                    if pred.bucket_upper is not None else None),
+              "notes": list(dict.fromkeys(model.notes))}
+    return pred, report
+
+
 def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
     """A seeded assignment of ``n`` requests to ``folds`` folds of (nearly) equal size."""
     perm = np.random.default_rng(seed).permutation(n)
@@ -98,7 +118,7 @@ def cross_predict(name: str, trace, *, folds: int = 2, seed: int = 0,
     return pred, report
 
 
-__all__ = ["PREDICTORS", "make_predictor", "cross_predict", "fold_ids",
+__all__ = ["PREDICTORS", "make_predictor", "train_and_predict", "cross_predict", "fold_ids",
            "LengthPredictor", "Prediction", "OraclePredictor", "NoisyPredictor",
            "S3Predictor", "LearnedPredictor", "bucket_coverage_accuracy",
            "exact_bucket_accuracy", "bucket_of", "prompt_features"]

@@ -114,6 +114,10 @@ class _ClassifierPredictor(LengthPredictor):
         return P
 
 
+#: The quantile of the training lengths that ends the learned predictor's top class.
+TOP_CLASS_QUANTILE = 0.99
+
+
 class LearnedPredictor(_ClassifierPredictor):
     """Output length from prompt text (hashed words) and prompt length.
 
@@ -143,7 +147,10 @@ class LearnedPredictor(_ClassifierPredictor):
             uncertainty
 
     def _class_edges(self, y):
+        # the top class ends at a high quantile, not at the longest length seen: one
+        # outlier would otherwise be the estimate of every request classed there
         levels = np.arange(1, self.n_classes + 1) / self.n_classes
+        levels[-1] = TOP_CLASS_QUANTILE
         return np.unique(np.quantile(y, levels, method="inverted_cdf")).astype(np.int64)
 
     def predict(self, trace, X=None) -> Prediction:

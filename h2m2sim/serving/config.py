@@ -8,7 +8,22 @@ from typing import Any, Literal, Optional
 from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
 
-__all__ = ["ServingConfig", "resolve_serving"]
+__all__ = ["ServingConfig", "DeploymentConfig", "resolve_serving"]
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    """How the system's cards serve the model: ``replicas`` copies of it, each over
+    ``tensor_parallel`` cards, behind a router (replicas x tensor_parallel = cards)."""
+
+    replicas: Optional[int] = param(None, ge=1, le=4096, doc="Copies of the served model, "
+                                    "each with its own KV pool. Null = cards / "
+                                    "tensor_parallel (1 when neither is given).")
+    tensor_parallel: Optional[int] = param(None, ge=1, le=4096, doc="Cards each replica is "
+                                           "sharded over. Null = cards / replicas.")
+    router: Literal["round-robin", "least-kv"] = param(
+        "least-kv", doc="How arriving requests are given to replicas: round-robin, or the "
+                        "replica with the least KV memory taken.")
 
 
 @dataclass(frozen=True)
@@ -21,7 +36,14 @@ class ServingConfig:
                                            "bundled name (azure2023_conv, azure2023_code, "
                                            "alpaca).")
     max_requests: Optional[int] = param(None, gt=0, unit="requests",
-                                        doc="Replay only the first N requests.")
+                                        doc="Replay only the first N requests (of those "
+                                            "not held out as history).")
+    history_fraction: float = param(
+        0.5, ge=0, lt=1, doc="Fraction of the trace's requests held out as the server's "
+        "history, chosen per request with the run's seed and never replayed: the length "
+        "predictor trains on them and ODMA seeds its buckets from them (at most as many as "
+        "are replayed). The replayed requests keep their own arrival times unless "
+        "arrival_rate is set. 0 = no history (ODMA then seeds from the predictions).")
     arrival_rate: Optional[float] = param(
         None, gt=0, unit="requests/s",
         doc="Replace the trace's arrivals by a seeded Poisson process at this rate. "
@@ -31,9 +53,6 @@ class ServingConfig:
                   "allocators that use a prediction (odma), none otherwise.")
     predictor_params: dict[str, Optional[Any]] = param(
         default_factory=dict, doc="Options of the predictor (e.g. accuracy for noisy).")
-    predictor_folds: int = param(2, ge=2, doc="Folds of the out-of-fold predictions of "
-                                              "trainable predictors (each request is "
-                                              "predicted by a model that did not see it).")
     scheduler: Literal["fcfs", "bucket"] = param(
         "fcfs", doc="fcfs: first come first served. bucket: ODMA's bucket-aware "
                     "co-batching (admit the oldest request, then prefer waiting requests "
@@ -47,11 +66,12 @@ class ServingConfig:
         8192, ge=1, unit="tokens",
         doc="Token budget of one prefill iteration (vLLM max_num_batched_tokens); a single "
             "longer prompt is still admitted alone.")
-    max_context_tokens: int = param(
-        4096, ge=2, unit="tokens",
+    max_context_tokens: Optional[int] = param(
+        None, ge=2, le=1 << 24, unit="tokens",
         doc="Longest request (prompt + output) the server accepts; the static worst case "
-            "and ODMA's large bucket. Longer outputs are cut to fit (counted); prompts that "
-            "do not fit are rejected (counted).")
+            "and ODMA's worst-case extent. Longer outputs are cut to fit (counted); prompts "
+            "that do not fit are rejected (counted in requests_rejected, with the reason). "
+            "Null = the served model's max_context, as vLLM's max_model_len.")
     max_new_tokens: Optional[int] = param(
         None, ge=1, unit="tokens",
         doc="Cap on generated tokens per request (outputs are cut, counted). With it the "
@@ -67,19 +87,38 @@ class ServingConfig:
                                                            "lanes, 128b/130b")
     kv_capacity_bytes: Optional[int] = param(
         None, gt=0, unit="bytes",
-        doc="KV memory of all devices together. Null = memory_fraction x device memory - "
+        doc="KV memory of each replica. Null = memory_fraction x its cards' memory - "
             "weights.")
     memory_fraction: float = param(0.9, gt=0, le=1, doc="Fraction of device memory the "
                                                         "server may use (vLLM "
                                                         "gpu_memory_utilization).",
                                    source="vLLM default 0.9")
     kv_dtype: str = param("fp16", doc="Data type of the KV cache.")
+    deployment: DeploymentConfig = param(default_factory=DeploymentConfig,
+                                         doc="Replicas and tensor parallelism over the "
+                                             "system's cards, and the router.")
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "
                                                    "interpolation error is measured.")
 
+    output_lengths: Literal["trace", "scaled", "sampled"] = param(
+        "trace", doc="Where output lengths come from: trace (as recorded), scaled (the "
+        "trace's times output_scale), sampled (drawn with the run's seed from the lengths "
+        "in output_length_file: the served model may answer at other lengths than the "
+        "trace's reference answers).")
+    output_scale: float = param(1.0, gt=0, le=1000, doc="Factor on the trace's output "
+                                "lengths (output_lengths: scaled); at least 1 token.")
+    output_length_file: Optional[str] = param(
+        None, doc="A text file of output lengths in tokens (whitespace or comma separated) "
+                  "to sample from (output_lengths: sampled).")
+
     def _check(self) -> None:
+        if (self.output_lengths == "sampled") != (self.output_length_file is not None):
+            raise ConfigError("output_length_file", "is needed exactly when output_lengths "
+                              "is 'sampled'")
+        if self.max_context_tokens is None:
+            return
         if self.max_new_tokens is not None and self.max_new_tokens >= self.max_context_tokens:
             raise ConfigError("max_new_tokens", f"must be < max_context_tokens "
                               f"({self.max_context_tokens}), got {self.max_new_tokens}")

@@ -11,7 +11,7 @@ from typing import Any
 from h2m2sim.allocators import ALLOCATORS, KVAllocator, make_allocator
 from h2m2sim.errors import OutOfMemoryError
 from h2m2sim.model import ModelSpec, load_model
-from h2m2sim.predictors import PREDICTORS, Prediction, cross_predict
+from h2m2sim.predictors import PREDICTORS, Prediction, train_and_predict
 from h2m2sim.system.config import SystemSpec, load_system_preset
 
 from .config import ServingConfig
@@ -105,17 +105,17 @@ def uses_prediction(allocator_name: str) -> bool:
     return ALLOCATORS.get(allocator_name).uses_prediction
 
 
-def prepare_prediction(trace, name: str, options: Mapping[str, Any], folds: int, seed: int,
-                       s3_max_length: int | None = None) -> tuple[Prediction, dict]:
-    """(Prediction, report) for every request, out-of-fold for trainable predictors.
-    ``s3_max_length`` (the server's limit) bounds the buckets of a predictor whose
-    static buckets run up to it, unless its options give the bounds."""
+def prepare_prediction(history, trace, name: str, options: Mapping[str, Any], seed: int,
+                       server_limit: int | None = None) -> tuple[Prediction, dict]:
+    """(Prediction, report) for every request of ``trace``, by predictor ``name`` trained
+    on ``history``. ``server_limit`` bounds the buckets of a predictor whose static
+    buckets run up to it, unless its options give the bounds."""
     opts = dict(options)
     seed = int(opts.pop("seed", seed))          # predictor_params.seed wins
-    if PREDICTORS.get(name).buckets_up_to_server_limit and s3_max_length is not None \
+    if PREDICTORS.get(name).buckets_up_to_server_limit and server_limit is not None \
             and "boundaries" not in opts:
-        opts.setdefault("max_length", int(s3_max_length))
-    return cross_predict(name, trace, folds=folds, seed=seed, **opts)
+        opts.setdefault("max_length", int(server_limit))
+    return train_and_predict(name, history, trace, seed=seed, **opts)
 
 
 def build_allocator(name: str, params: Mapping[str, Any], cfg: ServingConfig,

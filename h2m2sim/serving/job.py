@@ -20,10 +20,11 @@ def run_serving(cfg: Any) -> dict:
     device = ServingDevice.from_system(cfg.system)
     sim = cfg.simulation
     if sim.fidelity in ("cycle", "sampled"):
-        evaluator = EVALUATORS.get("cycle")(cfg.model, device, s, fidelity=sim.fidelity,
-                                            cache=sim.cache, cache_dir=sim.cache_dir)
+        def evaluator(model, replica_device, c):
+            return EVALUATORS.get("cycle")(model, replica_device, c, fidelity=sim.fidelity,
+                                           cache=sim.cache, cache_dir=sim.cache_dir)
     else:
-        evaluator = analytic_evaluator(cfg.model, device, s)
+        evaluator = analytic_evaluator
     result = serve(None, s, allocator=cfg.policy.allocator,
                    allocator_params=cfg.policy.allocator_params, model=cfg.model,
                    device=device, evaluator=evaluator, seed=sim.seed, cache=sim.cache,

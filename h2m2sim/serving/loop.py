@@ -106,9 +106,13 @@ class ServingLoop:
     which is much cheaper on a list than on an array."""
 
     def __init__(self, trace, cfg: ServingConfig, allocator: KVAllocator,
-                 tables: IterationTables, prediction=None, *, record_timeline: bool = False):
+                 tables: IterationTables, prediction=None, *, record_timeline: bool = False,
+                 owner: np.ndarray | None = None, replica: int = 0):
         self.trace, self.cfg, self.allocator, self.tables = trace, cfg, allocator, tables
         self.n = n = len(trace)
+        # behind a router (owner: the replica of each request, -1 while undecided) a loop
+        # serves the requests routed to it, and only those the router has decided on
+        self.owner, self.replica = owner, replica
         self.bpt = allocator.bytes_per_token
         self.maxctx = maxctx = allocator.max_context_tokens
         self._limit_requests(trace, cfg, maxctx)
@@ -149,7 +153,9 @@ class ServingLoop:
         self.used_int = 0.0         # token-seconds of KV actually held
         self.timeline = {"t": [], "reserved_tokens": [], "running": [], "waiting": []} \
             if record_timeline else None
-        self.done = int(self.rejected.sum())
+        self.known = n if owner is None else 0          # requests routed so far
+        self.n_mine = n if owner is None else 0
+        self.done = int(self.rejected.sum()) if owner is None else 0
         self.need_growth = False
         self.na = 0
         self.t = float(self.arr[0]) if n else 0.0
@@ -174,37 +180,54 @@ class ServingLoop:
     # ------------------------------------------------------------------ the loop
     def run(self) -> ServingResult:
         """Serve every request; the result holds the metrics and per-request times."""
-        n, arr_l, rejected_l, waiting = self.n, self.arr_l, self.rejected_l, self.waiting
-        while self.done < n:
-            while self.na < n and arr_l[self.na] <= self.t:    # arrivals until now
-                if not rejected_l[self.na]:
-                    waiting.append(self.na)
-                self.na += 1
-            if self._idle():
-                self.t = max(self.t, self.arr_l[self.na])
-                continue
-            self.allocator.clock = self.t
-            if self.timeline is not None:
-                self._record()
-            if self.schedule():
-                self.need_growth = True
-                continue
-            if self.running.m == 0:
-                r = self._blocked_request()
-                raise OutOfMemoryError(
-                    "kv", (self.prompt_l[r] + self.gen[r] + 1) * self.bpt,
-                    self.allocator.free_tokens * self.bpt,
-                    f"request {r} (prompt {self.prompt_l[r]} tokens) with nothing else "
-                    f"running: the {self.allocator.name} allocator can never admit it")
-            # every running request must hold room for one more token
-            if self.need_growth:
-                self.grow()
-                self.need_growth = False
-                if self.running.m == 0:
-                    continue
-            if self.make_room_for_decode():
-                self.decode()
+        while self.done < self.n_mine:
+            self.step()
         return self.result()
+
+    def step(self) -> bool:
+        """One turn: take in the arrivals until now, then run one prefill iteration, or
+        grow the running requests and run one decode window; with nothing to run, move to
+        the next arrival. False when the next arrival is not routed yet."""
+        owner, arr_l, rejected_l, waiting = self.owner, self.arr_l, self.rejected_l, \
+            self.waiting
+        while self.na < self.known and arr_l[self.na] <= self.t:    # arrivals until now
+            r = self.na
+            if not rejected_l[r] and (owner is None or owner[r] == self.replica):
+                waiting.append(r)
+            self.na += 1
+        if self._idle():
+            if self.na >= self.known:
+                return False
+            self.t = max(self.t, arr_l[self.na])
+            return True
+        self.allocator.clock = self.t
+        if self.timeline is not None:
+            self._record()
+        if self.schedule():
+            self.need_growth = True
+            return True
+        if self.running.m == 0:
+            r = self._blocked_request()
+            raise OutOfMemoryError(
+                "kv", (self.prompt_l[r] + self.gen[r] + 1) * self.bpt,
+                self.allocator.free_tokens * self.bpt,
+                f"request {r} (prompt {self.prompt_l[r]} tokens) with nothing else "
+                f"running: the {self.allocator.name} allocator can never admit it")
+        # every running request must hold room for one more token
+        if self.need_growth:
+            self.grow()
+            self.need_growth = False
+            if self.running.m == 0:
+                return True
+        if self.make_room_for_decode():
+            self.decode()
+        return True
+
+    def assign(self, r: int) -> None:
+        """Behind a router: request ``r`` is this loop's."""
+        self.n_mine += 1
+        if self.rejected_l[r]:
+            self.done += 1
 
     def _idle(self) -> bool:
         """Nothing to run until the next arrival."""
@@ -477,31 +500,18 @@ class ServingLoop:
 
     def metrics(self, admit_t, first_t, finish_t) -> dict:
         """The run's metrics (throughput, latencies, KV use, allocator statistics)."""
-        allocator, st, bpt, arr, out = self.allocator, self.st, self.bpt, self.arr, self.out
-        served = ~self.rejected
-        completed = int(np.sum(np.isfinite(finish_t)))
-        tokens = int(out[served].sum())
-        t0 = float(arr[served].min()) if served.any() else 0.0
-        t1 = float(np.nanmax(finish_t)) if completed else t0
-        span = max(t1 - t0, 0.0)
-        ttft = first_t - arr
-        multi = np.isfinite(first_t) & (out >= 2)
-        tpot = np.full(len(out), np.nan)
-        tpot[multi] = (finish_t[multi] - first_t[multi]) / (out[multi] - 1)
-        queue = admit_t - arr
-        e2e = finish_t - arr
+        m = request_metrics(self.arr, admit_t, first_t, finish_t, self.out, self.rejected,
+                            self.cut, self.npre)
+        m.update(self.resource_metrics(m["duration_s"]))
+        return m
+
+    def resource_metrics(self, span: float) -> dict:
+        """KV use and allocator statistics over ``span`` seconds, and how iteration times
+        were obtained."""
+        allocator, st, bpt = self.allocator, self.st, self.bpt
         s = allocator.stats()
         reserved_int, used_int = self.reserved_int, self.used_int
         m = {
-            "requests": int(len(out)),
-            "requests_completed": completed,
-            "requests_rejected": int(self.rejected.sum()),
-            "requests_cut": int(self.cut.sum()),
-            "output_tokens": tokens,
-            "duration_s": span,
-            "total_time_ns": span * 1e9,
-            "tokens_per_s": tokens / span if span > 0 else None,
-            "requests_per_s": completed / span if span > 0 else None,
             "kv_utilization": allocator.kv_utilization(),
             "kv_capacity_bytes": allocator.capacity_bytes,
             "peak_reserved_bytes": int(s["peak_reserved_tokens"]) * bpt,
@@ -509,12 +519,12 @@ class ServingLoop:
             "mean_used_bytes": used_int / span * bpt if span > 0 else None,
             "time_weighted_kv_occupancy": used_int / reserved_int if reserved_int > 0 else None,
             "preemptions": int(st["preemptions"]),
-            "preempted_requests": int(np.count_nonzero(self.npre)),
             "migrations": int(s.get("n_migrate", 0)),
             "migration_rate": allocator.migration_rate(),
             "migrated_bytes": int(s.get("migrated_bytes", 0)),
             "reserve_denials": int(s.get("n_deny", 0)),
             "predictor_accuracy": allocator.predictor_accuracy(),
+            "predictor_accuracy_definition": allocator.predictor_accuracy_definition,
             "prefill_iterations": st["prefill_iterations"],
             "decode_steps": st["decode_steps"],
             "mean_decode_batch": (st["decode_token_steps"] / st["decode_steps"]
@@ -536,8 +546,39 @@ class ServingLoop:
                                           routed if routed else None)
             m["regular_bucket_accuracy"] = s.get("regular_bucket_accuracy")
             m["bucket_boundaries"] = s.get("boundaries")
+            m["large_bucket_bound"] = s.get("large_bound")
             m["bucket_refreshes"] = s.get("n_boundary_refreshes")
-        for name, x in (("ttft", ttft), ("tpot", tpot), ("queue_delay", queue), ("e2e", e2e)):
-            for q, v in percentiles(x).items():
-                m[f"{name}_{q}_s"] = v
         return m
+
+
+def request_metrics(arr, admit_t, first_t, finish_t, out, rejected, cut, npre) -> dict:
+    """Per-run metrics of the requests alone (seconds; NaN = never happened): counts,
+    throughput, and TTFT / TPOT / queueing delay / end-to-end percentiles."""
+    served = ~rejected
+    completed = int(np.sum(np.isfinite(finish_t)))
+    tokens = int(out[served].sum())
+    t0 = float(arr[served].min()) if served.any() else 0.0
+    t1 = float(np.nanmax(finish_t)) if completed else t0
+    span = max(t1 - t0, 0.0)
+    multi = np.isfinite(first_t) & (out >= 2)
+    tpot = np.full(len(out), np.nan)
+    tpot[multi] = (finish_t[multi] - first_t[multi]) / (out[multi] - 1)
+    n_rej = int(rejected.sum())
+    m = {
+        "requests": int(len(out)),
+        "requests_completed": completed,
+        "requests_rejected": n_rej,
+        "rejected_reasons": {"prompt_does_not_fit_the_context": n_rej} if n_rej else {},
+        "requests_cut": int(cut.sum()),
+        "output_tokens": tokens,
+        "duration_s": span,
+        "total_time_ns": span * 1e9,
+        "tokens_per_s": tokens / span if span > 0 else None,
+        "requests_per_s": completed / span if span > 0 else None,
+        "preempted_requests": int(np.count_nonzero(npre)),
+    }
+    for name, x in (("ttft", first_t - arr), ("tpot", tpot), ("queue_delay", admit_t - arr),
+                    ("e2e", finish_t - arr)):
+        for q, v in percentiles(x).items():
+            m[f"{name}_{q}_s"] = v
+    return m

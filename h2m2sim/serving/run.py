@@ -12,11 +12,15 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from h2m2sim.allocators import ALLOCATORS, KVAllocator
+from h2m2sim.allocators.odma import utilization_bound
+from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.registry import Registry
 
-from .config import ServingConfig
+from .config import DeploymentConfig, ServingConfig
 from .cycle_eval import cycle_evaluator
 from .deployment import (
     DEFAULT_LAYOUT_EFFICIENCY,
@@ -28,8 +32,9 @@ from .deployment import (
 )
 from .ellm import ActivationModel, ElasticServingLoop
 from .loop import ServingLoop, ServingResult
+from .router import ROUTERS, serve_replicas
 from .timing import AnalyticEvaluator, IterationTables, TableGrid, build_tables
-from .traces import load_trace
+from .traces import load_trace, read_lengths
 
 __all__ = ["serve", "simulate", "EVALUATORS", "analytic_evaluator"]
 
@@ -71,36 +76,62 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
           record_timeline: bool = False) -> ServingResult:
     """Run ``trace`` (a RequestTrace, or None to load ``cfg.trace``) on ``device`` serving
     ``model``, with KV allocator ``allocator`` (a registered name) and its
-    ``allocator_params``. ``evaluator`` defaults to the analytic placeholder; the
-    result's metrics name it (``iteration_time_model``, ``cycle_level``)."""
+    ``allocator_params``, one per replica of ``cfg.deployment``. A seeded
+    ``history_fraction`` of the requests is held out as the server's history (the
+    predictor trains on it, the allocators learn lengths from it) and the rest is
+    replayed. ``evaluator`` is a PointEvaluator for one replica's cards, or a factory
+    ``fn(model, replica_device, cfg)`` (default: the analytic placeholder); the result's
+    metrics name it (``iteration_time_model``, ``cycle_level``)."""
+    cfg = with_model_context(cfg, model)
+    replicas, replica_device = deployment(cfg.deployment, device)
     uses_prediction = ALLOCATORS.get(allocator).uses_prediction
     need_pred = cfg.predictor is not None or uses_prediction or cfg.scheduler == "bucket"
     pred_name = cfg.predictor or ("learned" if need_pred else None)
-    trace = _trace(trace, cfg, seed, keep_text=pred_name in ("learned", "s3"))
+    history, trace = _requests(trace, cfg, seed, keep_text=pred_name in ("learned", "s3"))
     sizes = model_sizes(model, cfg.kv_dtype)
-    kv_cap = cfg.kv_capacity_bytes or kv_capacity_bytes(device, sizes, cfg.memory_fraction)
-    alloc = build_allocator(allocator, allocator_params or {}, cfg, kv_cap,
-                            sizes["kv_bytes_per_token"])
+    kv_cap = cfg.kv_capacity_bytes or kv_capacity_bytes(replica_device, sizes,
+                                                        cfg.memory_fraction)
+    allocs = [build_allocator(allocator, allocator_params or {}, cfg, kv_cap,
+                              sizes["kv_bytes_per_token"]) for _ in range(replicas)]
     prediction, report = None, None
     if pred_name is not None:
         prediction, report = prepare_prediction(
-            trace, pred_name, cfg.predictor_params, cfg.predictor_folds, seed,
-            s3_max_length=cfg.max_new_tokens or cfg.max_context_tokens)
+            history, trace, pred_name, cfg.predictor_params, seed,
+            server_limit=cfg.max_new_tokens or cfg.max_context_tokens)
+    for alloc in allocs:
+        if len(history):
+            alloc.learn_lengths(history.prompt_tokens, history.output_tokens)
+        elif prediction is not None:      # no history: start from what is predicted
+            alloc.learn_lengths(trace.prompt_tokens, np.round(prediction.length))
     if evaluator is None:
-        evaluator = analytic_evaluator(model, device, cfg)
-    grid = TableGrid(max_batch=cfg.max_batch, max_tokens=cfg.max_context_tokens,
-                     token_points=cfg.table_token_points, error_samples=cfg.table_error_samples)
-    tables = build_tables(evaluator, [alloc.kv_layout], grid, seed=seed, cache=cache,
-                          cache_dir=cache_dir)
-    acts = None
-    if alloc.manages_activations and not alloc.activation_model:
-        # an allocator that manages activations (eLLM) sizes them from the served model
-        acts = ActivationModel.from_model(model, alloc.activation_dtype)
-    result = simulate(trace, cfg, alloc, tables, prediction,
-                      record_timeline=record_timeline, activations=acts)
+        evaluator = analytic_evaluator
+    if not isinstance(evaluator, PointEvaluator):
+        evaluator = evaluator(model, replica_device, cfg)
+    tables = build_tables(evaluator, [allocs[0].kv_layout], _grid(cfg, trace), seed=seed,
+                          cache=cache, cache_dir=cache_dir)
+    if replicas == 1:
+        acts = None
+        if allocs[0].manages_activations and not allocs[0].activation_model:
+            # an allocator that manages activations (eLLM) sizes them from the served model
+            acts = ActivationModel.from_model(model, allocs[0].activation_dtype)
+        result = simulate(trace, cfg, allocs[0], tables, prediction,
+                          record_timeline=record_timeline, activations=acts)
+    else:
+        result = _replicated(trace, cfg, allocs, tables, prediction)
+    alloc = allocs[0]
     m = result.metrics
+    m.update(replicas=replicas, tensor_parallel=replica_device.devices,
+             router=cfg.deployment.router if replicas > 1 else None)
+    classes = alloc.size_classes()
+    if classes is not None:       # the best any set of that many extent sizes could do
+        served = ~result.rejected
+        bound, sizes_ = utilization_bound(trace.prompt_tokens[served]
+                                          + result.output_tokens[served], classes,
+                                          alloc.align_tokens)
+        m.update(utilization_bound=bound, utilization_bound_sizes=sizes_)
     m.update({
         "trace": trace.name, "arrivals": trace.arrival_note or "from trace",
+        "history_requests": len(history), "max_context_tokens": cfg.max_context_tokens,
         "model": model.name, "system": device.name,
         "kv_bytes_per_token": sizes["kv_bytes_per_token"],
         "weight_bytes": sizes["weight_bytes"],
@@ -111,16 +142,91 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     return dataclasses.replace(result, metrics=m)
 
 
-def _trace(trace, cfg: ServingConfig, seed: int, keep_text: bool):
-    """The trace to serve: ``trace`` or ``cfg.trace`` loaded, cut to ``max_requests``,
-    with Poisson arrivals at ``arrival_rate`` when one is set."""
+def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, ServingDevice]:
+    """(replicas, the device of one replica) for the system's ``device.devices`` cards."""
+    cards = device.devices
+    k, r = dep.tensor_parallel, dep.replicas
+    if k is None and r is None:
+        k, r = cards, 1
+    elif k is None:
+        k = cards // r
+    elif r is None:
+        r = cards // k
+    if r * k != cards:
+        raise ConfigError("serving.deployment", f"replicas x tensor_parallel must be the "
+                          f"system's {cards} cards, got {r} x {k}")
+    return r, dataclasses.replace(device, devices=k)
+
+
+def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction) -> ServingResult:
+    """The replicas' loops behind the configured router."""
+    if allocs[0].manages_activations:
+        raise ConfigError("serving.deployment.replicas", f"the {allocs[0].name} allocator "
+                          "runs as one replica")
+    owner = np.full(len(trace), -1, dtype=np.int64)
+    loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k)
+             for k, a in enumerate(allocs)]
+    return serve_replicas(loops, owner, ROUTERS.get(cfg.deployment.router))
+
+
+def with_model_context(cfg: ServingConfig, model) -> ServingConfig:
+    """``cfg`` with ``max_context_tokens`` the model's own context when it is not set."""
+    if cfg.max_context_tokens is not None:
+        if cfg.max_context_tokens > model.max_context:
+            raise ConfigError("serving.max_context_tokens", f"{cfg.max_context_tokens} is "
+                              f"more than {model.name} takes ({model.max_context})")
+        return cfg
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens >= model.max_context:
+        raise ConfigError("serving.max_new_tokens", f"must be < the model's context "
+                          f"({model.max_context}), got {cfg.max_new_tokens}")
+    return dataclasses.replace(cfg, max_context_tokens=int(model.max_context))
+
+
+def _grid(cfg: ServingConfig, trace) -> TableGrid:
+    """Where the iteration-time tables are sampled: token points up to the longest request
+    the run can hold (the data, within the context), batches up to max_batch."""
+    longest = int((trace.prompt_tokens + trace.output_tokens).max()) if len(trace) else 1
+    tokens = max(2, min(cfg.max_context_tokens, -(-longest // 256) * 256))
+    return TableGrid(max_batch=cfg.max_batch, max_tokens=tokens,
+                     token_points=cfg.table_token_points,
+                     error_samples=cfg.table_error_samples)
+
+
+def _requests(trace, cfg: ServingConfig, seed: int, keep_text: bool):
+    """(history, replay): ``trace`` (or ``cfg.trace`` loaded) with the configured output
+    lengths, split into the held-out history and the replayed requests (the first
+    ``max_requests`` of the rest), the latter with Poisson arrivals at ``arrival_rate``
+    when one is set. The history is at most as long as the replay."""
+    f = cfg.history_fraction
+    n = cfg.max_requests
+    want = None if n is None else int(np.ceil(n / (1.0 - f)))
     if trace is None:
         if cfg.trace is None:
             raise ConfigError("serving.trace", "no trace given")
-        return load_trace(cfg.trace, cfg.max_requests, arrival_rate=cfg.arrival_rate,
-                          seed=seed, keep_text=keep_text)
-    if cfg.max_requests is not None:
-        trace = trace.subset(slice(0, cfg.max_requests))
+        trace = load_trace(cfg.trace, want, keep_text=keep_text)
+    elif want is not None:
+        trace = trace.subset(slice(0, want))
+    trace = output_lengths(trace, cfg, seed)
+    history, replay = trace.split(f, seed)
+    if n is not None:
+        replay = replay.subset(slice(0, n))
+    if len(history) > len(replay):
+        history = history.subset(slice(0, len(replay)))
+    if len(replay) == 0:
+        raise ConfigError("serving.history_fraction", f"leaves no request of the "
+                          f"{len(trace)} to replay")
     if cfg.arrival_rate is not None:
-        trace = trace.with_poisson_arrivals(cfg.arrival_rate, seed)
-    return trace
+        replay = replay.with_poisson_arrivals(cfg.arrival_rate, seed)
+    return history, replay
+
+
+def output_lengths(trace, cfg: ServingConfig, seed: int):
+    """The trace with the output lengths ``cfg.output_lengths`` says the served model
+    gives: the trace's, scaled, or sampled from a file of lengths."""
+    if cfg.output_lengths == "trace":
+        return trace
+    if cfg.output_lengths == "scaled":
+        return trace.with_outputs(np.round(trace.output_tokens * cfg.output_scale))
+    lengths = read_lengths(cfg.output_length_file)
+    rng = np.random.default_rng([seed, 7])
+    return trace.with_outputs(rng.choice(lengths, size=len(trace)))

@@ -24,7 +24,7 @@ import numpy as np
 from h2m2sim.errors import ConfigError
 
 __all__ = ["RequestTrace", "load_trace", "poisson_arrivals", "bundled_trace_path",
-           "BUNDLED_TRACES"]
+           "read_lengths", "BUNDLED_TRACES"]
 
 #: Names of the traces shipped in ``workloads/traces`` (resolved by :func:`bundled_trace_path`).
 BUNDLED_TRACES = {"azure2023_conv": "azure2023_conv.csv",
@@ -86,6 +86,22 @@ class RequestTrace:
         """A copy whose arrivals are a seeded Poisson process at ``rate_per_s``."""
         return self.with_arrivals(poisson_arrivals(len(self), rate_per_s, seed),
                                   f"Poisson arrivals at {rate_per_s:g} req/s (seed {seed})")
+
+    def split(self, fraction: float, seed: int = 0) -> tuple["RequestTrace", "RequestTrace"]:
+        """(held out, rest): a seeded random ``fraction`` of the requests, and the others;
+        both keep arrival order."""
+        n = len(self)
+        k = int(round(float(fraction) * n))
+        held = np.zeros(n, dtype=bool)
+        held[np.random.default_rng(seed).permutation(n)[:k]] = True
+        return self.subset(held), self.subset(~held)
+
+    def with_outputs(self, output_tokens: np.ndarray) -> "RequestTrace":
+        """A copy with other output lengths (tokens, at least 1 each)."""
+        out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
+        if out.shape != self.output_tokens.shape:
+            raise ValueError("one output length per request")
+        return dataclasses.replace(self, output_tokens=out)
 
     def summary(self) -> dict:
         """Request count, duration and length statistics (for reports)."""
@@ -262,3 +278,23 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
     if arrival_rate is not None:
         trace = trace.with_poisson_arrivals(arrival_rate, seed)
     return trace
+
+
+def read_lengths(path) -> np.ndarray:
+    """Token lengths from a text file (integers separated by whitespace or commas)."""
+    shown = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(shown, f"cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(shown, "is not a text file of lengths") from None
+    words = text.replace(",", " ").split()
+    try:
+        values = np.array([int(w) for w in words], dtype=np.int64)
+    except ValueError:
+        bad = next(w for w in words if not w.lstrip("-").isdigit())
+        raise ConfigError(shown, f"{bad!r} is not a whole number of tokens") from None
+    if values.size == 0 or np.any(values < 1):
+        raise ConfigError(shown, "needs at least one length, every one >= 1 token")
+    return values

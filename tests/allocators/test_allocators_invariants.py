@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h2m2sim.allocators import ALLOCATORS, BucketManager, ExtentHeap, make_allocator
+from h2m2sim.allocators.odma import LARGE, WORST
 from h2m2sim.allocators.traffic import kv_read_addresses, token_segments
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
@@ -122,8 +123,9 @@ def test_odma_routing_inflation_and_tau():
     assert a.route(10, 20, 0.0)[:2] == (0, 32)
     assert a.route(10, 20, 0.5)[:2] == (0, 32)         # 10 + 22 = 32
     assert a.route(10, 20, 0.6)[:2] == (1, 64)         # 10 + 22.4 > 32
-    assert a.route(10, 20, 0.81)[0] == -1              # u > tau -> large bucket
-    assert a.route(10, 500, 0.0) == (-1, MAX_CTX, "large_no_bucket")
+    # no length seen yet: no large bucket, so beyond the regular ones is the worst case
+    assert a.route(10, 20, 0.81)[:2] == (WORST, MAX_CTX)     # u > tau
+    assert a.route(10, 500, 0.0) == (WORST, MAX_CTX, "large_no_bucket")
     o = _make("odma", 8192, basis="output", initial_boundaries=(32, 64))
     assert o.route(10, 20, 0.0)[:2] == (0, 48)         # prompt + b_0, rounded to 16
 
@@ -160,7 +162,8 @@ def test_odma_buckets_follow_recent_lengths_and_apply_to_new_requests():
 
 
 def test_bucket_manager_quantiles_and_window():
-    m = BucketManager(num_buckets=4, window=100, refresh_every=100, align=1)
+    m = BucketManager(num_buckets=4, window=100, refresh_every=100, align=1,
+                      quantiles=(0.25, 0.5, 0.75, 1.0))
     for x in range(1, 101):
         m.observe(x)
     assert m.boundaries == (25, 50, 75, 100)
@@ -174,6 +177,56 @@ def test_bucket_manager_quantiles_and_window():
     assert m2.boundaries == (16, 512)
     with pytest.raises(ConfigError, match="odma.quantiles"):
         BucketManager(num_buckets=2, quantiles=(0.5,))
+
+
+def test_odma_starts_from_the_history_not_from_constants():
+    a = _make("odma", 1 << 14)
+    assert a.buckets.boundaries == () and a.buckets.large is None
+    assert a.route(10, 20)[:2] == (WORST, MAX_CTX)          # nothing learned: worst case
+    rng = np.random.default_rng(1)
+    prompts = rng.integers(1, 40, 2000)
+    outputs = rng.integers(1, 100, 2000)
+    a.learn_lengths(prompts, outputs)
+    totals = prompts + outputs
+    b = a.buckets.boundaries
+    assert len(b) == 4 and b[-1] >= np.quantile(totals, 0.99) - 16
+    assert b[0] >= totals.min() and a.buckets.large <= MAX_CTX
+    assert a.buckets.large == -(-int(np.quantile(totals, 0.999,
+                                                 method="inverted_cdf")) // 16) * 16
+    i, ext, why = a.route(5, 30)
+    assert why == "regular" and ext == min(x for x in b if x >= 35)
+
+
+def test_odma_large_bucket_then_doublings_then_worst_case():
+    a = _make("odma", 1 << 14)
+    a.learn_lengths(np.full(1000, 10), np.r_[np.full(990, 10), np.full(10, 30)])
+    assert a.buckets.boundaries == (32,) and a.buckets.large == 48      # tail: 1 %
+    assert a.route(8, 80, 0.0)[:2] == (LARGE, 96)           # a prediction past it: doubled
+    assert a.route(8, 500, 0.0)[:2] == (WORST, MAX_CTX)     # capped by the context
+    assert a.reserve(1, 8, predicted_output=10)
+    sizes = [a.capacity_of(1)]
+    for need in (33, 49, 97, 193, 256):
+        assert a.grow(1, need)
+        sizes.append(a.capacity_of(1))
+    assert sizes == [32, 48, 96, 192, 256, 256]
+    assert [e.kind for e in a.events].count("migrate") == 4
+    assert not a.grow(1, 257)
+
+
+def test_bucket_bounds_by_least_reservation_follow_clusters():
+    """Without quantile levels the bounds are the least-reservation sizes of the window:
+    on two clusters they sit at each cluster's top, where fixed levels would not."""
+    m = BucketManager(num_buckets=2, window=1000, refresh_every=1000, align=1)
+    m.seed(np.concatenate([np.full(700, 50), np.full(300, 1000)]))
+    assert m.boundaries == (50, 1000)
+    q = BucketManager(num_buckets=2, window=1000, refresh_every=1000, align=1,
+                      quantiles=(0.5, 0.9))
+    q.seed(np.concatenate([np.full(700, 50), np.full(300, 1000)]))
+    assert q.boundaries == (50, 1000)
+    m3 = BucketManager(num_buckets=1, window=1000, refresh_every=1000, align=1,
+                       regular_quantile=0.5)
+    m3.seed(np.arange(1, 1001))
+    assert m3.boundaries == (500,) and m3.large == 999
 
 
 def test_extent_heap_first_fit_and_coalescing():

@@ -30,11 +30,18 @@ def test_json_has_required_keys_and_nulls(capsys, alloc):
     for key in ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
                 "requests_completed", "predictor_accuracy", "migration_rate"):
         assert key in m
-    assert m["requests_completed"] + m["requests_rejected"] == 150
-    assert m["requests_rejected"] == 1          # one prompt is longer than the 4,096 default
+    assert m["requests_completed"] == 150 and m["requests_rejected"] == 0
+    assert m["max_context_tokens"] == 131072        # the model's own context
     assert m["predictor_accuracy"] is None and m["migration_rate"] is None
     assert 0 < m["kv_utilization"] <= 1 and m["tokens_per_s"] > 0
     assert m["cycle_level"] is False and "NOT cycle-level" in err
+
+
+def test_a_lower_context_rejects_and_says_why(capsys):
+    m, _ = _serve(capsys, "--allocator", "paged", "--max-context", "2048")
+    n = m["requests_rejected"]
+    assert n > 0 and m["requests_completed"] + n == 150
+    assert m["rejected_reasons"] == {"prompt_does_not_fit_the_context": n}
 
 
 def test_odma_with_oracle_and_learned_fallback_note(capsys):
@@ -47,7 +54,8 @@ def test_odma_with_oracle_and_learned_fallback_note(capsys):
 
 def test_options_reach_the_run(capsys):
     m, err = _serve(capsys, "--allocator", "paged", "--allocator-param", "block_tokens=32",
-                    "--rate", "50", "--max-batch", "8", "--kv-capacity", "2 GB")
+                    "--rate", "50", "--max-batch", "8", "--kv-capacity", "2 GB",
+                    "--max-context", "8192")
     assert m["kv_layout"] == "paged:32" and m["kv_capacity_bytes"] <= 2e9
     assert "Poisson" in err and m["mean_decode_batch"] <= 8
 

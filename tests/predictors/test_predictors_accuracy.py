@@ -5,7 +5,8 @@ import pytest
 
 from h2m2sim.errors import ConfigError
 from h2m2sim.predictors import (PREDICTORS, bucket_coverage_accuracy, bucket_of,
-                                cross_predict, exact_bucket_accuracy, fold_ids, make_predictor)
+                                cross_predict, exact_bucket_accuracy, fold_ids, make_predictor,
+                                train_and_predict)
 from h2m2sim.serving.traces import RequestTrace, load_trace
 
 
@@ -101,3 +102,18 @@ def test_folds_partition_requests():
     ids = fold_ids(11, 3, seed=2)
     assert sorted(np.bincount(ids).tolist()) == [3, 4, 4]
     assert np.array_equal(ids, fold_ids(11, 3, seed=2))
+
+
+def test_train_and_predict_learns_only_from_the_history(alpaca_small):
+    history, test = alpaca_small.split(0.5, seed=1)
+    assert len(history) + len(test) == len(alpaca_small) and len(history) == 1500
+    pred, rep = train_and_predict("learned", history, test, seed=0)
+    assert len(pred.length) == len(test) and rep["trained_on"] == 1500
+    assert 0.4 < rep["held_out_coverage"] < 1.0
+    # the same history and seed: the same predictions, whatever is predicted after
+    again, _ = train_and_predict("learned", history, test.subset(slice(0, 100)), seed=0)
+    assert np.array_equal(again.length, pred.length[:100])
+    with pytest.raises(ConfigError, match="history_fraction"):
+        train_and_predict("learned", history.subset(slice(0, 0)), test)
+    oracle, rep = train_and_predict("oracle", history.subset(slice(0, 0)), test)
+    assert np.array_equal(oracle.length, test.output_tokens) and rep["trained_on"] == 0

@@ -124,18 +124,25 @@ def test_cycle_evaluator_is_registered_and_uses_the_node():
 def test_reproduce_odma_json_keys_with_analytic_times(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_odma.py"), "--out",
                         str(tmp_path), "--json", "--max-requests", "60", "--traces", "alpaca",
-                        "--evaluator", "analytic", "--allocators", "static,paged,odma"],
+                        "--evaluator", "analytic", "--allocators", "static,paged,odma",
+                        "--rates", "40,150"],
                        capture_output=True, text=True, env=_env(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr
-    _check_keys(json.loads(r.stdout))
+    out = json.loads(r.stdout)
+    _check_keys(out)
     assert (tmp_path / "odma_results.csv").exists() and (tmp_path / "odma_utilization.png").exists()
+    curve = out["alpaca"]["curve"]
+    assert len(curve) == 6 and {c["rate"] for c in curve} == {40.0, 150.0}
+    assert set(curve[0]) == {"rate", "allocator", "tokens_per_s", "kv_utilization",
+                             "ttft_p99_s"}
+    assert "curve" in out["alpaca@tp4"] and (tmp_path / "odma_curve_alpaca.png").exists()
 
 
 @pytest.mark.slow
 def test_reproduce_odma_json_keys_cycle_level(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_odma.py"), "--out",
                         str(tmp_path), "--json", "--max-requests", "40", "--traces", "alpaca",
-                        "--allocators", "static,paged,odma"],
+                        "--allocators", "static,paged,odma", "--rates", "150"],
                        capture_output=True, text=True, env=_env(tmp_path), timeout=3600)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -14,7 +14,8 @@ from h2m2sim.system import resolve_system
 
 def _cfg(fidelity="estimate", allocator="odma", params=None, cards=2):
     system = resolve_system({"preset": "mlu370-x4", "name": "two-lpddr", "cards": cards})
-    return NS(workload=NS(serving=ServingConfig(trace="azure2023_code", max_requests=120)),
+    return NS(workload=NS(serving=ServingConfig(trace="azure2023_code", max_requests=120,
+                                                max_context_tokens=8192)),
               policy=NS(allocator=allocator, allocator_params=params or {}),
               system=system, model=load_model("deepseek-r1-distill-qwen-7b"),
               simulation=NS(fidelity=fidelity, seed=0, cache=False, cache_dir=None))
