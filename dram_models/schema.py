@@ -8,7 +8,11 @@ run configurations) is a frozen dataclass whose fields are declared with :func:`
 * missing required keys,
 * types (int, float, bool, str, Literal, Optional, tuple/list, dict, nested dataclasses),
 * ranges and choices declared in the field metadata (``gt``, ``ge``, ``lt``, ``le``,
-  ``choices``), and
+  ``choices``),
+* numbers that mean something: every number is finite (no NaN or infinity) and lies
+  within +-2**53 (:data:`MAX_INT`: beyond it floats no longer hold every integer, and
+  sizes and counts that large overflow the simulator's 64-bit arithmetic; fields that
+  size allocations declare tighter ``le`` bounds), and
 * cross-field rules in an optional ``_check(self)`` method, which raises
   :class:`ConfigError` with a key relative to the object.
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -29,7 +34,7 @@ from typing import Any, Literal, Union
 from .errors import ConfigError, join_key
 
 __all__ = [
-    "param", "load", "to_dict", "deep_merge", "set_path", "parse_size",
+    "param", "load", "to_dict", "deep_merge", "set_path", "parse_size", "MAX_INT",
     "suggest", "fields_reference", "ConfigError",
 ]
 
@@ -68,6 +73,10 @@ def _allowed(options: Sequence[Any], limit: int = 40) -> str:
         return ", ".join(opts[:limit]) + f", ... ({len(opts)} in all)"
     return ", ".join(opts)
 
+
+#: Largest magnitude of any numeric setting: 2**53, the last integer that floats (YAML's
+#: ``1e9`` spelling, NumPy float arithmetic) still represent exactly.
+MAX_INT = 2**53
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGtTpP]?i?[bB]?)\s*$")
 _SIZE_MULT = {"": 1, "b": 1,
@@ -147,9 +156,11 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
             try:
                 return _convert(arg, value, key, meta)
             except ConfigError as err:
-                errors.append(err)
-        if len(errors) == 1:
-            raise errors[0]
+                errors.append((arg, err))
+        # the arm the value is shaped for explains best (an int too large for int)
+        fits = [err for arg, err in errors if _shaped_for(arg, value)]
+        if len(errors) == 1 or len(fits) == 1:
+            raise (fits or [errors[0][1]])[0]
         names = " or ".join(_type_name(a) for a in args if a is not type(None))
         raise ConfigError(key, f"must be {names}, got {_describe(value)}")
     if value is None:
@@ -164,23 +175,15 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
             return value
         raise ConfigError(key, f"must be true or false, got {_describe(value)}")
     if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(key, f"must be an integer, got {_describe(value)}")
-        if isinstance(value, int):
-            return int(value)
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and meta.get("unit") == "bytes":
-            try:
-                return parse_size(value)
-            except ValueError as err:
-                raise ConfigError(key, str(err)) from None
-        raise ConfigError(key, f"must be an integer, got {_describe(value)}")
+        return _integer(value, key, meta)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"must be a number, got {_describe(value)}")
-        if value != value:  # NaN
-            raise ConfigError(key, "must be a number, got NaN")
+            raise ConfigError(key, f"must be a number, got {_describe(value)}"
+                              + _yaml_number_hint(value))
+        if not math.isfinite(value):
+            raise ConfigError(key, f"must be a finite number, got {value}")
+        if abs(value) > MAX_INT:
+            raise ConfigError(key, f"must be a number within +-2**53, got {value:.3g}")
         return float(value)
     if tp is str:
         if isinstance(value, str):
@@ -205,6 +208,55 @@ def _convert(tp: Any, value: Any, key: str, meta: Mapping[str, Any]) -> Any:
     if dataclasses.is_dataclass(tp):
         return load(tp, value, key)
     raise TypeError(f"unsupported field type {tp!r} at {key}")  # programming error
+
+
+def _shaped_for(tp: Any, value: Any) -> bool:
+    """Whether ``value`` has the Python shape of type ``tp`` (whatever its content)."""
+    origin = typing.get_origin(tp) or tp
+    if isinstance(value, bool):
+        return tp is bool
+    if isinstance(value, (int, float)):
+        return tp in (int, float)
+    if isinstance(value, str):
+        return tp is str or origin is Literal
+    if isinstance(value, Mapping):
+        return origin is dict or dataclasses.is_dataclass(tp)
+    return origin in (tuple, list)
+
+
+def _yaml_number_hint(value: Any) -> str:
+    """YAML 1.1 reads ``1e9`` (no dot, no exponent sign) as text: say how to write it."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    mantissa, e, exponent = text.partition("e")
+    try:
+        float(text)
+    except ValueError:
+        return ""
+    if not e:
+        return ""
+    mantissa += "" if "." in mantissa else ".0"
+    exponent = exponent if exponent[:1] in "+-" else "+" + exponent
+    return f" (YAML reads {value} as text; write {mantissa}e{exponent})"
+
+
+def _integer(value: Any, key: str, meta: Mapping[str, Any]) -> int:
+    """An integer setting: an int, a float with no fraction, or (bytes) a size string;
+    within +-:data:`MAX_INT`."""
+    if isinstance(value, bool):
+        raise ConfigError(key, f"must be an integer, got {_describe(value)}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and meta.get("unit") == "bytes":
+        try:
+            value = parse_size(value)
+        except ValueError as err:
+            raise ConfigError(key, str(err)) from None
+    if not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {_describe(value)}"
+                          + _yaml_number_hint(value))
+    if abs(value) > MAX_INT:
+        raise ConfigError(key, f"must be an integer within +-2**53, got {value:.3g}")
+    return int(value)
 
 
 def _check_range(value: Any, key: str, meta: Mapping[str, Any]) -> None:

@@ -29,6 +29,16 @@ PRESET_DIR = Path(__file__).resolve().parent / "presets"
 Family = Literal["ddr4", "ddr5", "lpddr4", "lpddr5", "hbm2", "hbm3"]
 
 
+#: Limits of what the engine can hold: it keeps state per bank, addresses are 64-bit,
+#: and timings are added up in 64-bit ticks. Far beyond any standard (HBM3: 64 banks per
+#: channel; refresh intervals of ~10^4 CK).
+MAX_BANKS_PER_CHANNEL = 1024
+MAX_BANKS = 1 << 22
+MAX_TIMING_CK = 1 << 24
+#: Longest command-bus occupancy of one command (standards use 0.5-2 CK).
+MAX_SLOTS_CK = 16
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Organization:
     """How a DRAM configuration is built. A *channel* has its own controller and command
@@ -55,6 +65,20 @@ class Organization:
             v = getattr(self, name)
             if v & (v - 1):
                 raise ConfigError(name, f"must be a power of two (address bits), got {v}")
+        bits = self.channel_width_bits * self.burst_length
+        if bits % 8 or (bits // 8) & (bits // 8 - 1):
+            raise ConfigError("channel_width_bits", f"a burst (channel_width_bits x "
+                              f"burst_length = {bits} bits) must be a power-of-two number "
+                              "of bytes: addresses are split into bit fields")
+        banks = self.pseudo_channels * self.ranks * self.banks
+        if banks > MAX_BANKS_PER_CHANNEL:
+            raise ConfigError("banks_per_group", f"{banks} banks per channel (pseudo-"
+                              f"channels x ranks x bank groups x banks); the engine keeps "
+                              f"state per bank and takes at most {MAX_BANKS_PER_CHANNEL}")
+        if self.channels * banks > MAX_BANKS or self.capacity_bytes >= 2**63:
+            raise ConfigError("channels", f"{self.channels} channels of {banks} banks "
+                              f"({self.capacity_bytes:.3g} bytes): at most {MAX_BANKS} "
+                              "banks and 2**63 bytes in one memory")
         if self.columns % self.column_step:
             raise ConfigError("columns", f"must be a multiple of the prefetch "
                               f"({self.column_step}), got {self.columns}")
@@ -90,6 +114,10 @@ class Organization:
     def capacity_bytes(self) -> int:
         return (self.channels * self.pseudo_channels * self.ranks * self.banks * self.rows
                 * self.row_bytes)
+
+
+#: Timings of refresh itself (the others must fit between two refreshes).
+_REFRESH_TIMINGS = ("tREFI", "tREFIpb", "tRFC", "tRFCpb")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -132,6 +160,10 @@ class Timing:
                                     "another bank, same rank (default tRRD_S)")
 
     def _check(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is not None and v > MAX_TIMING_CK:
+                raise ConfigError(f.name, f"must be <= {MAX_TIMING_CK} CK, got {v}")
         if self.tRC < self.tRAS + self.tRP:
             raise ConfigError("tRC", f"must be >= tRAS + tRP = {self.tRAS + self.tRP}, "
                               f"got {self.tRC}")
@@ -148,6 +180,24 @@ class Timing:
                               f"{self.tWTR_L}")
         if self.tREFI <= self.tRFC:
             raise ConfigError("tREFI", f"must be > tRFC = {self.tRFC}, got {self.tREFI}")
+        if self.tRFCpb is not None and self.tRFCpb > self.tRFC:
+            raise ConfigError("tRFCpb", f"refreshing one bank cannot take longer than all "
+                              f"banks (tRFC = {self.tRFC}), got {self.tRFCpb}")
+        if self.tREFIpb is not None and self.tREFIpb > self.tREFI:
+            raise ConfigError("tREFIpb", f"must be <= tREFI = {self.tREFI}, got "
+                              f"{self.tREFIpb}")
+        if self.tREFIpb is not None and (self.tPBR2PBR or self.tRRD_S) > self.tREFIpb:
+            raise ConfigError("tPBR2PBR", f"per-bank refreshes are due every tREFIpb = "
+                              f"{self.tREFIpb} CK and could not keep up at one per "
+                              f"{self.tPBR2PBR or self.tRRD_S} CK")
+        # a wait longer than the time between refreshes is cut by every refresh (it
+        # closes the rows), so the request behind it would never complete
+        window = self.tREFI - self.tRFC
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name not in _REFRESH_TIMINGS and v is not None and v >= window:
+                raise ConfigError(f.name, f"must be < tREFI - tRFC = {window} CK (a longer "
+                                  f"wait is cut by every refresh), got {v}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,11 +208,15 @@ class CommandBus:
     Timing constraints count from the *last* slot of a multi-slot command."""
 
     split: bool = param(False, doc="separate row and column command buses (HBM)")
-    ACT: float = param(1.0, gt=0, unit="CK", doc="slots of an activate")
-    PRE: float = param(1.0, gt=0, unit="CK", doc="slots of a precharge (one or all banks)")
-    RD: float = param(1.0, gt=0, unit="CK", doc="slots of a read (incl. auto-precharge)")
-    WR: float = param(1.0, gt=0, unit="CK", doc="slots of a write (incl. auto-precharge)")
-    REF: float = param(1.0, gt=0, unit="CK", doc="slots of a refresh (all- or per-bank)")
+    ACT: float = param(1.0, gt=0, le=MAX_SLOTS_CK, unit="CK", doc="slots of an activate")
+    PRE: float = param(1.0, gt=0, le=MAX_SLOTS_CK, unit="CK",
+                       doc="slots of a precharge (one or all banks)")
+    RD: float = param(1.0, gt=0, le=MAX_SLOTS_CK, unit="CK",
+                      doc="slots of a read (incl. auto-precharge)")
+    WR: float = param(1.0, gt=0, le=MAX_SLOTS_CK, unit="CK",
+                      doc="slots of a write (incl. auto-precharge)")
+    REF: float = param(1.0, gt=0, le=MAX_SLOTS_CK, unit="CK",
+                       doc="slots of a refresh (all- or per-bank)")
 
 
 # Address-mapping names understood everywhere a mapping is asked for; any other string is
@@ -212,11 +266,25 @@ class DramSpec:
     def _check(self):
         beats_per_ck = self.data_rate_mtps * self.tCK_ps * 1e-6
         bl = self.organization.burst_length / beats_per_ck
+        if bl > MAX_TIMING_CK:
+            raise ConfigError("data_rate_mtps", f"a burst would last {bl:.3g} CK (more than "
+                              f"{MAX_TIMING_CK}) at {self.data_rate_mtps:g} MT/s and tCK "
+                              f"{self.tCK_ps:g} ps")
+        window = self.timing.tREFI - self.timing.tRFC
+        if bl >= window:
+            raise ConfigError("data_rate_mtps", f"a burst would last {bl:.3g} CK, longer "
+                              f"than tREFI - tRFC = {window} CK between refreshes")
         if abs(bl - round(bl)) > 1e-6 or round(bl) < 1:
             raise ConfigError("organization.burst_length",
                               f"a burst of {self.organization.burst_length} beats lasts "
                               f"{bl:g} CK at {self.data_rate_mtps:g} MT/s and tCK "
                               f"{self.tCK_ps:g} ps; it must be a whole number of CK")
+        t = self.timing
+        if t.tRTW < t.tCL + round(bl) - t.tCWL:
+            raise ConfigError("timing.tRTW", f"must be >= tCL + burst - tCWL = "
+                              f"{t.tCL + round(bl) - t.tCWL} CK (the read's data must leave "
+                              f"the bus before the write's arrives), got {t.tRTW}")
+        self.ticks_per_ck                      # raises unless the slots fit a tick grid
         if self.controller.refresh == "per_bank" and not self.per_bank_refresh:
             raise ConfigError("controller.refresh", f"{self.name} has no per-bank refresh; "
                               "use all_bank or none")
