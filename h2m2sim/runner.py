@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from h2m2sim.cache import plain
+from h2m2sim.config.schema import job_kind
 from h2m2sim.decode.job import run_iteration
 from h2m2sim.errors import SimError
 from h2m2sim.parallel import use_threads
@@ -52,11 +53,6 @@ class JobError(SimError):
     """A job cannot be found, or returned something that is not a metrics dict."""
 
 
-def job_kind(cfg: Any) -> str:
-    """``"serving"`` if the workload has a serving section, else ``"iteration"``."""
-    return "serving" if cfg.workload.serving is not None else "iteration"
-
-
 def get_job(kind: str) -> Job:
     """The job function registered for a workload kind."""
     if kind not in JOBS:
@@ -75,6 +71,16 @@ def _clean(metrics: Any, where: str) -> dict[str, Any]:
     return out
 
 
+def _timed(metrics: dict[str, Any], t: str | None, where: str) -> dict[str, Any]:
+    """``metrics`` whose time metric ``t``, when reported, is a finite positive number:
+    anything else means a setting drove the model outside its range."""
+    v = metrics.get(t)
+    if isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
+        raise JobError(f"the run{where} gave {t} = {v}: a setting is outside what the "
+                       "model can represent (check clocks, bandwidths and sizes)")
+    return metrics
+
+
 def run(cfg: Any, job: Job | None = None) -> dict[str, Any]:
     """Run ``cfg`` (with ``job``, default: the registered job for its workload kind)
     and return its metrics, plus ``speedup`` when a baseline is configured."""
@@ -86,14 +92,14 @@ def _run(cfg: Any, job: Job | None) -> dict[str, Any]:
     kind = job_kind(cfg)
     job = get_job(kind) if job is None else job
     name = getattr(job, "__qualname__", repr(job))
-    metrics = _clean(job(cfg), f"job {name}")
+    t = TIME_METRIC.get(kind)
+    metrics = _timed(_clean(job(cfg), f"job {name}"), t, "")
     baseline = cfg.policy.baseline
     if baseline is None:
         return metrics
     base_cfg = dataclasses.replace(cfg, system=baseline,
                                    policy=dataclasses.replace(cfg.policy, baseline=None))
-    base = _clean(job(base_cfg), f"job {name} (baseline)")
-    t = TIME_METRIC.get(kind)
+    base = _timed(_clean(job(base_cfg), f"job {name} (baseline)"), t, " on the baseline")
     if t not in metrics or t not in base:
         raise JobError(f"cannot compute a speedup: job {name} reported no '{t}'")
     ours, theirs = metrics[t], base[t]

@@ -79,8 +79,7 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str) -> str:
              f"  system     {_name(cfg.system)}",
              f"  model      {_name(cfg.model)}",
              (f"  workload   serving ({_name(w.serving)})" if w.serving is not None else
-              f"  workload   {w.phase}, batch {w.batch}, {seq}, {w.iterations} iteration"
-              + ("s" if w.iterations > 1 else "")),
+              f"  workload   {w.phase}, batch {w.batch}, {seq}, one iteration"),
              f"  policy     mapper {p.mapper}, allocator {p.allocator}", ""]
     t = runner.TIME_METRIC.get(runner.job_kind(cfg))
     if t in metrics and isinstance(metrics[t], (int, float)):

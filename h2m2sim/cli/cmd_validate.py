@@ -16,7 +16,8 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate", help=HELP, description=HELP[0].upper() + HELP[1:]
-                              + ". Exit status 2 with a one-line error if it is invalid.")
+                              + ". Exit status 2 with a one-line error if it is invalid "
+                                "or does not fit in the system's memory.")
     p.add_argument("config", help="run configuration (YAML)")
     add_set_option(p)
     p.set_defaults(func=main)
@@ -24,8 +25,9 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
-    from h2m2sim.config import dump_yaml, load_file
+    from h2m2sim.config import dump_yaml, load_file, schema
     cfg = load_file(args.config, args.sets)
+    schema.FITS[schema.job_kind(cfg)](cfg)
     print(f"# resolved from {args.config}; config hash {config_hash(cfg)}")
     print(dump_yaml(cfg), end="")
     return 0

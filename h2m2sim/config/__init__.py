@@ -4,7 +4,7 @@ A run configuration has five sections::
 
     system:      preset name, {preset: NAME, <overrides>}, or inline   (required)
     model:       model-zoo name or inline mapping                       (required)
-    workload:    batch, seq, phase, iterations, serving                 (optional)
+    workload:    batch, seq, phase, serving                             (optional)
     policy:      mapper, mapper_params, allocator, allocator_params, baseline
     simulation:  fidelity, seed, cache, cache_dir, workers, threads
 
@@ -27,6 +27,7 @@ from h2m2sim.config.loader import (
                                    parse_yaml,
                                    read_yaml,
                                    resolve_section,
+                                   set_key,
 )
 from h2m2sim.config.schema import (
                                    EXAMPLE_YAML,
@@ -44,4 +45,4 @@ from h2m2sim.errors import ConfigError
 __all__ = ["EXAMPLE_YAML", "RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "RunConfig",
            "WorkloadConfig", "PolicyConfig", "SimulationConfig", "ConfigError",
            "apply_sets", "dump_yaml", "load_config", "load_file", "normalize_raw",
-           "parse_yaml", "read_yaml", "resolve_section", "config_hash"]
+           "parse_yaml", "read_yaml", "resolve_section", "set_key", "config_hash"]

@@ -26,7 +26,7 @@ from h2m2sim.config.schema import (
 )
 from h2m2sim.errors import ConfigError, join_key
 
-__all__ = ["read_yaml", "parse_yaml", "normalize_raw", "apply_sets", "load_config",
+__all__ = ["read_yaml", "parse_yaml", "normalize_raw", "apply_sets", "set_key", "load_config",
            "load_file", "resolve_section", "dump_yaml", "MAX_DEPTH"]
 
 MAX_DEPTH = 64
@@ -121,8 +121,39 @@ def apply_sets(raw: Any, sets: Iterable[str] = ()) -> Any:
             raw = {}
         if not isinstance(raw, Mapping):
             raise ConfigError(key, "cannot set: the configuration is not a mapping")
-        raw = set_path(dict(raw), key, value)
+        raw = set_key(dict(raw), key, value)
     return raw
+
+
+def set_key(raw: dict, path: str, value: Any) -> dict:
+    """``raw`` with key path ``path`` set to ``value`` (``--set`` and sweep axes). Inside
+    ``system`` or ``policy.baseline`` a preset name is first written as ``{preset: NAME}``
+    (so ``system.sides.hbm.channels`` overrides a side of the preset), and a path that
+    indexes one of the preset's lists (``system.sides[1].capacity_bytes``) first expands
+    the preset into its fields (:data:`schema.EXPANDERS`)."""
+    try:
+        return set_path(raw, path, value)
+    except ConfigError:
+        section = next((s for s in ("system", "policy.baseline")
+                        if path.startswith((s + "[", s + "."))), None)
+        sub = None if section is None else _get(raw, section)
+        if sub is None:
+            raise
+        if isinstance(sub, str) and "[" not in path:
+            return set_path(set_path(raw, section, {"preset": sub}), path, value)
+        if "[" not in path:
+            raise
+        expanded = schema.EXPANDERS["system"](sub, section)
+        return set_path(set_path(raw, section, expanded), path, value)
+
+
+def _get(raw: Mapping, dotted: str) -> Any:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def resolve_section(section: str, raw: Any, key: str) -> Any:
@@ -189,8 +220,13 @@ def load_config(raw: Any, key: str = "") -> RunConfig:
         policy = dataclasses.replace(policy, baseline=resolve_section(
             "system", policy.baseline, join_key(key, "policy.baseline")))
     simulation = load(SimulationConfig, raw.get("simulation"), join_key(key, "simulation"))
-    return RunConfig(system=system, model=model, workload=workload, policy=policy,
-                     simulation=simulation)
+    cfg = RunConfig(system=system, model=model, workload=workload, policy=policy,
+                    simulation=simulation)
+    try:
+        schema.CHECKS[schema.job_kind(cfg)](cfg)
+    except ConfigError as err:
+        raise err.prefixed(key) from None
+    return cfg
 
 
 def load_file(path: str | os.PathLike, sets: Iterable[str] = ()) -> RunConfig:

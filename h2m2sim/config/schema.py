@@ -15,15 +15,18 @@ from typing import Any, Literal, Optional, Union
 
 from dram_models.schema import param
 from h2m2sim.allocators import ALLOCATORS
+from h2m2sim.decode.job import check_iteration, check_iteration_fits
 from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import MAPPERS
 from h2m2sim.model import load_model
 from h2m2sim.registry import Registry
 from h2m2sim.serving.config import resolve_serving
-from h2m2sim.system.config import resolve_system
+from h2m2sim.serving.job import check_serving, check_serving_fits
+from h2m2sim.system.config import expand_system, resolve_system
 
-__all__ = ["RESOLVERS", "REGISTRIES", "SECTIONS", "REQUIRED_SECTIONS", "EXAMPLE_YAML",
-           "WorkloadConfig", "PolicyConfig", "SimulationConfig", "RunConfig"]
+__all__ = ["RESOLVERS", "REGISTRIES", "CHECKS", "FITS", "EXPANDERS", "SECTIONS",
+           "REQUIRED_SECTIONS", "EXAMPLE_YAML", "WorkloadConfig", "PolicyConfig",
+           "SimulationConfig", "RunConfig", "job_kind"]
 
 #: Section name -> ``fn(raw_value, key) -> frozen dataclass`` raising ConfigError with the
 #: full key path. ``system`` also resolves ``policy.baseline``; ``serving`` resolves
@@ -40,6 +43,29 @@ RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
 REGISTRIES: dict[str, Registry] = {
     "mapper": MAPPERS,
     "allocator": ALLOCATORS,
+}
+
+#: Workload kind (:func:`job_kind`) -> ``fn(cfg)`` checking a whole resolved
+#: configuration for what that kind of run would refuse (capacity, options of the job),
+#: raising ConfigError; run when a configuration is loaded, so ``validate`` finds it.
+CHECKS: dict[str, Callable[[Any], None]] = {
+    "iteration": check_iteration,
+    "serving": check_serving,
+}
+
+#: Workload kind -> ``fn(cfg)`` raising OutOfMemoryError when the run cannot fit in its
+#: system (or baseline). The job runs it before simulating anything and ``validate``
+#: runs it too; a sweep records such a point as an out-of-memory result.
+FITS: dict[str, Callable[[Any], None]] = {
+    "iteration": check_iteration_fits,
+    "serving": check_serving_fits,
+}
+
+#: Section -> ``fn(raw, key) -> raw mapping`` with any preset expanded into its fields,
+#: so that ``--set`` and sweep axes can address items of a preset's lists by index
+#: (``system.sides[1].capacity_bytes``).
+EXPANDERS: dict[str, Callable[[Any, str], Any]] = {
+    "system": expand_system,
 }
 
 SECTIONS = ("system", "model", "workload", "policy", "simulation")
@@ -60,23 +86,22 @@ REQUIRED_SECTIONS = ("system", "model")
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """What is run: a batch of requests for some iterations, or a serving trace."""
+    """What is run: one decode iteration of a batch of requests, or a serving trace."""
 
-    batch: int = param(1, ge=1, unit="requests",
-                       doc="Requests processed together in one iteration (batch size).")
+    batch: int = param(1, ge=1, le=65536, unit="requests",
+                       doc="Requests processed together in one iteration (batch size; the "
+                           "iteration job builds kernels per request, hence the bound).")
     seq: Union[int, tuple[int, ...]] = param(
-        2048, ge=1, unit="tokens",
+        2048, ge=1, le=1 << 24, unit="tokens",
         doc="Context length of every request, or a list with one length per request "
-            "(the list must have `batch` entries).")
+            "(the list must have `batch` entries). Weights and KV cache must fit in the "
+            "system's memory.")
     phase: Literal["decode", "prefill"] = param(
         "decode", doc="Which inference phase one iteration models: decode (one new token "
                       "per request) or prefill (the whole prompt).")
-    iterations: int = param(1, ge=1, unit="iterations",
-                            doc="Iterations to simulate; with more than one, every sequence "
-                                "grows by one token per decode iteration (dynamic lengths).")
     # Optional[Any] values: dram_models.schema rejects null for a bare Any.
     serving: Optional[dict[str, Optional[Any]]] = param(
-        None, doc="Request-level serving run instead of fixed iterations: a mapping "
+        None, doc="Request-level serving run instead of one iteration: a mapping "
                   "(request trace path, arrival rate, ...) handed to the serving "
                   "layer's resolver. Null = no serving.")
 
@@ -93,11 +118,8 @@ class PolicyConfig:
     mapper: str = param("greedy", doc="Mapping algorithm (a name from the mapper registry, "
                                       "e.g. greedy = H2M2 Algorithm 1).")
     mapper_params: dict[str, Optional[Any]] = param(
-        default_factory=dict, doc="Parameters of the mapper and of the decode-iteration "
-                                  "job: translate (default | ideal = no TLB cost), "
-                                  "table_points (oracle table grid, default 5), attention "
-                                  "(per-request | fused decode-attention launches), policy "
-                                  "and fault_ns (hierarchical).")
+        default_factory=dict, doc="Options of the mapper and of the decode-iteration job "
+                                  "(see Mapper options below); unknown keys are errors.")
     allocator: str = param("static", doc="KV-cache allocator (a name from the allocator "
                                          "registry, e.g. static worst-case reservation).")
     allocator_params: dict[str, Optional[Any]] = param(
@@ -152,3 +174,9 @@ class RunConfig:
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
+
+
+def job_kind(cfg: Any) -> str:
+    """The kind of run ``cfg`` asks for: ``"serving"`` if the workload has a serving
+    section, else ``"iteration"``."""
+    return "serving" if cfg.workload.serving is not None else "iteration"

@@ -12,12 +12,14 @@ nested ``breakdown[sublayer][side]`` with time, compute, memory/TLB stalls, barr
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
+from dram_models.schema import load, param
 from h2m2sim.cache import options_from
-from h2m2sim.errors import ConfigError
+from h2m2sim.errors import ConfigError, OutOfMemoryError
 from h2m2sim.mapping import (
     MAPPERS,
     NEEDS_TABLES,
@@ -31,8 +33,81 @@ from h2m2sim.model import normalize_batch
 from .hierarchical import run_hierarchical
 from .iteration import build_problem, run_layer, sublayer_tables
 
-#: mapper options a configuration may set (policy.mapper_params)
-MAPPER_PARAMS = {"policy", "fault_ns", "translate", "table_points", "attention"}
+__all__ = ["IterationOptions", "check_iteration", "check_iteration_fits", "run_iteration",
+           "simulate", "estimate_tables"]
+
+
+@dataclass(frozen=True)
+class IterationOptions:
+    """``policy.mapper_params``: options of the mapper and of the decode-iteration job."""
+
+    translate: Literal["default", "mmu", "ideal"] = param(
+        "default", doc="Address translation: mmu (TLB and page-table walks), ideal (no "
+                       "translation cost), default (mmu when the system has an MMU).")
+    table_points: int = param(5, ge=2, le=65, doc="Points per sublayer of the oracle "
+                              "mapper's time tables (simulations grow with it).")
+    attention: Literal["per-request", "fused"] = param(
+        "per-request", doc="Decode attention as one launch per request, or fused across "
+                           "the batch.")
+    policy: Literal["optimal", "lru"] = param(
+        "optimal", doc="Hierarchical mapper: which bytes stay resident in the first side "
+                       "(optimal = Belady, lru).")
+    fault_ns: float = param(0.0, ge=0, le=1e9, unit="ns", doc="Hierarchical mapper: cost "
+                            "of each page fault on top of the migration time.")
+
+    @property
+    def translate_mode(self) -> str | None:
+        """The NPU model's translate argument (None: as the system says)."""
+        return None if self.translate == "default" else self.translate
+
+
+def iteration_options(params: Any) -> IterationOptions:
+    """``policy.mapper_params`` validated (unknown keys and bad values are errors)."""
+    return load(IterationOptions, params, "policy.mapper_params")
+
+
+def _fits(system, model, batch: int, seq_lens) -> None:
+    """Weights and KV cache of the batch must fit in the system's memory (all sides; a
+    necessary condition, the mapper checks each side)."""
+    total_tokens = sum(seq_lens) if isinstance(seq_lens, tuple) else batch * int(seq_lens)
+    need = model.total_weight_bytes() + \
+        model.kv_bytes_per_token_per_layer() * model.layers * total_tokens
+    have = sum(s.capacity_bytes for s in system.sides)
+    if need > have:
+        raise OutOfMemoryError(f"{system.name} (all sides)", need, have,
+                               f"the weights and KV cache of {batch} requests "
+                               f"({total_tokens} tokens) of {model.name}")
+
+
+def check_iteration_fits(cfg) -> None:
+    """The batch's weights and KV cache must fit in the system and in the baseline
+    (raises OutOfMemoryError before anything is simulated)."""
+    w = cfg.workload
+    for system in (cfg.system, cfg.policy.baseline):
+        if system is not None:
+            _fits(system, cfg.model, w.batch, w.seq)
+
+
+def check_iteration(cfg) -> None:
+    """What the iteration job would refuse, found when the configuration is loaded."""
+    _check_phase(cfg.workload)
+    iteration_options(cfg.policy.mapper_params)
+    _check_cards(cfg.system, "system.cards")
+    if cfg.policy.baseline is not None:
+        _check_cards(cfg.policy.baseline, "policy.baseline")
+
+
+def _check_phase(w) -> None:
+    if w.phase != "decode":
+        raise ConfigError("workload.phase", "the iteration job simulates decode iterations; "
+                          "prefill runs inside serving workloads")
+
+
+def _check_cards(system, key: str) -> None:
+    if system.cards > 1:
+        raise ConfigError(key, f"the decode-iteration job simulates one card; "
+                          f"{system.name!r} has {system.cards} (set cards: 1, or serve it: "
+                          "serving workloads shard the model over the cards)")
 
 
 def estimate_tables(problem) -> SublayerTimes:
@@ -54,18 +129,9 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
              dtype: str | None = None, fidelity: str = "sampled", cache: dict | None = None,
              ) -> dict:
     """Decide with ``mapper`` and simulate one iteration; returns the metrics dict."""
-    if system.cards > 1:
-        raise ConfigError("system.cards", f"the decode-iteration job simulates one card; "
-                          f"{system.name!r} has {system.cards} (set cards: 1, or serve it: "
-                          "serving workloads shard the model over the cards)")
-    params = dict(params or {})
-    unknown = set(params) - MAPPER_PARAMS
-    if unknown:
-        raise ConfigError(f"policy.mapper_params.{sorted(unknown)[0]}",
-                          f"unknown option; allowed: {', '.join(sorted(MAPPER_PARAMS))}")
-    translate = params.get("translate")
-    # how per-request attention launches: per-request (default) or fused across requests
-    att = params.get("attention", "per-request")
+    _check_cards(system, "system.cards")
+    opts = iteration_options(params)
+    translate, att = opts.translate_mode, opts.attention
     batch, lens = normalize_batch(batch, seq_lens)
     sides = system.side_names
     out: dict[str, Any] = {"mapper": mapper, "fidelity": fidelity, "layers": model.layers,
@@ -86,9 +152,8 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
                             for sl, d in lay.sublayers.items()}
         out["boundary_ns"] = lay.boundary_ns
     elif mapper == "hierarchical":
-        h = run_hierarchical(system, model, batch, lens, params.get("policy", "optimal"),
-                             params.get("fault_ns", 0.0), dtype, sim_fid, translate, cache,
-                             attention=att)
+        h = run_hierarchical(system, model, batch, lens, opts.policy, opts.fault_ns, dtype,
+                             sim_fid, translate, cache, attention=att)
         out.update(granularity="hierarchical", decision_s=0.0,
                    iteration_time_ns=h.iteration_ns, compute_ns=h.compute_ns,
                    migration_ns=h.migration_ns, migrated_bytes=h.migrated_bytes,
@@ -102,7 +167,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         if mapper in NEEDS_TABLES:
             times = estimate_tables(problem) if fidelity == "estimate" else \
                 sublayer_tables(system, model, batch, lens, problem, dtype, sim_fid,
-                                translate, cache, params.get("table_points", 5), att)
+                                translate, cache, opts.table_points, att)
         m = MAPPERS[mapper](problem, times)
         out.update(granularity=m.granularity, decision_s=m.decision_s)
         if m.note:
@@ -150,9 +215,8 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
 def run_iteration(cfg) -> dict:
     """Runner job: a resolved RunConfig -> metrics."""
     w = cfg.workload
-    if w.phase != "decode":
-        raise ConfigError("workload.phase", "the iteration job simulates decode iterations; "
-                          "prefill runs inside serving workloads")
+    _check_phase(w)
+    _fits(cfg.system, cfg.model, w.batch, w.seq)
     model = cfg.model
     return simulate(cfg.system, model, w.batch, w.seq, cfg.policy.mapper,
                     cfg.policy.mapper_params, model.dtype,

@@ -4,10 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from .deployment import ServingDevice
-from .run import EVALUATORS, analytic_evaluator, serve
+from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
+from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
 
-__all__ = ["run_serving"]
+__all__ = ["run_serving", "check_serving", "check_serving_fits"]
+
+
+def check_serving(cfg: Any) -> None:
+    """What a serving run would refuse about its settings (ConfigError), found when the
+    configuration is loaded: the deployment over the system's cards, the context."""
+    s = cfg.workload.serving
+    with_model_context(s, cfg.model)
+    for system in (cfg.system, cfg.policy.baseline):
+        if system is not None:
+            deployment(s.deployment, ServingDevice.from_system(system))
+
+
+def _fits(cfg: Any, system: Any) -> None:
+    """Each replica's memory on ``system`` must hold the weights with room for KV cache
+    (raises OutOfMemoryError)."""
+    s = cfg.workload.serving
+    if s.kv_capacity_bytes is None:
+        one = deployment(s.deployment, ServingDevice.from_system(system))[1]
+        kv_capacity_bytes(one, model_sizes(cfg.model, s.kv_dtype), s.memory_fraction)
+
+
+def check_serving_fits(cfg: Any) -> None:
+    """The model fits each replica of the system and of the baseline."""
+    for system in (cfg.system, cfg.policy.baseline):
+        if system is not None:
+            _fits(cfg, system)
 
 
 def run_serving(cfg: Any) -> dict:
@@ -16,6 +42,7 @@ def run_serving(cfg: Any) -> dict:
     tensor parallel) and ``cfg.model``. ``simulation.fidelity: estimate`` uses the
     analytic placeholder; ``cycle`` / ``sampled`` the cycle-level evaluator
     (:mod:`.cycle_eval`) at that fidelity."""
+    _fits(cfg, cfg.system)
     s = cfg.workload.serving
     device = ServingDevice.from_system(cfg.system)
     sim = cfg.simulation

@@ -27,9 +27,10 @@ from typing import Any
 
 import yaml
 
-from dram_models.schema import set_path, suggest
+from dram_models.schema import suggest
 from h2m2sim.cache import config_hash
-from h2m2sim.config import RunConfig, apply_sets, load_config, normalize_raw, read_yaml
+from h2m2sim.config import (RunConfig, apply_sets, load_config, normalize_raw, read_yaml,
+                            set_key)
 from h2m2sim.errors import ConfigError
 
 __all__ = ["Axis", "Point", "Sweep", "read_sweep", "build_sweep", "SWEEP_KEYS",
@@ -83,7 +84,7 @@ def _axes(spec: Mapping[str, Any], group: str, base: dict[str, Any]) -> list[Axi
         if not isinstance(path, str):
             raise ConfigError(key, "axis names must be key paths such as workload.seq")
         try:
-            set_path(base, path, None)
+            set_key(base, path, None)
         except ConfigError as err:
             where = f"'{err.key}' " if err.key and err.key != path else ""
             raise ConfigError(key, where + err.message) from None
@@ -175,7 +176,7 @@ def build_sweep(spec: Any, base_dir: str | os.PathLike = ".", name: str = "sweep
         raw = base
         try:
             for path, value in params.items():
-                raw = set_path(raw, path, value)
+                raw = set_key(raw, path, value)
             cfg = load_config(raw)
         except ConfigError as err:
             raise _point_error(err, axes, combo, params, index) from None

@@ -29,7 +29,7 @@ class NpuChipConfig:
 
     name: str = param("h2m2", doc="chip name")
     cores: int = param(4, ge=1, le=1024, doc="cores per chip", source="H2M2 Sec. 4.1, Fig. 11")
-    freq_ghz: float = param(1.0, gt=0, le=10, unit="GHz", doc="core clock", source=_T2)
+    freq_ghz: float = param(1.0, ge=1e-3, le=10, unit="GHz", doc="core clock", source=_T2)
     # ---- MM unit: weight-stationary systolic array
     mm_rows: int = param(128, ge=1, le=4096, doc="systolic array rows (the reduction (K) "
                          "dimension of the stationary weight block)", source=_T2)

@@ -40,8 +40,13 @@ from h2m2sim.system.chip import NpuChipConfig, resolve_chip
 from h2m2sim.system.mmu import MmuSpec
 
 __all__ = ["SideSpec", "InterconnectSpec", "SyncSpec", "SystemSpec", "resolve_system",
-           "build_system", "SYSTEMS", "PRESET_DIR", "list_presets", "preset_data",
-           "load_system_preset"]
+           "build_system", "expand_system", "SYSTEMS", "PRESET_DIR", "list_presets",
+           "preset_data", "load_system_preset", "MAX_CHANNELS"]
+
+
+#: Most DRAM channels one side may have: the engine's state and work grow with them
+#: (4,096 = 128 HBM3 stacks of 32 pseudo-channels).
+MAX_CHANNELS = 4096
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,10 +56,11 @@ class SideSpec:
     name: str = param(doc="side name (e.g. hbm, lpddr); kernels and tensors refer to it")
     dram: DramSpec = param(doc="DRAM standard: preset name, {preset: NAME, <overrides "
                            "incl. organization / timing / controller>}, or a full standard")
-    channels: Optional[int] = param(None, ge=1, doc="DRAM channels (overrides the "
-                                    "standard's organization.channels; any count: a "
-                                    "count that is not a power of two interleaves "
-                                    "channels modulo)")
+    channels: Optional[int] = param(None, ge=1, le=MAX_CHANNELS, doc="DRAM channels "
+                                    "(overrides the standard's organization.channels; any "
+                                    "count: a count that is not a power of two interleaves "
+                                    "channels modulo). The engine keeps state and work per "
+                                    "channel, hence the bound (128 HBM3 stacks).")
     capacity_bytes: int = param(gt=0, unit="bytes", doc="usable memory of the side (at "
                                 "most the DRAM organization's capacity)")
     chip: NpuChipConfig = param(default_factory=NpuChipConfig, doc="accelerator chip "
@@ -70,6 +76,9 @@ class SideSpec:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ConfigError("name", f"must be a non-empty name of letters, digits, '-' "
                               f"or '_', got {self.name!r}")
+        if self.n_channels > MAX_CHANNELS:
+            raise ConfigError("dram.organization.channels", f"at most {MAX_CHANNELS} "
+                              f"channels per side, got {self.n_channels}")
         org = self.dram_spec.organization.capacity_bytes
         if self.capacity_bytes > org:
             raise ConfigError("capacity_bytes", f"{self.capacity_bytes} bytes exceed what "
@@ -273,22 +282,28 @@ def load_system_preset(name: str) -> SystemSpec:
     return resolve_system(name, "system")
 
 
+def expand_system(raw: Any, key: str = "system") -> dict:
+    """A run configuration's ``system`` value (preset name, YAML path, or mapping with an
+    optional ``preset`` and overrides) as the full mapping of its fields."""
+    if isinstance(raw, str):
+        return preset_data(raw, key)
+    if not isinstance(raw, Mapping):
+        raise ConfigError(key, f"must be a system preset name, a YAML path or a mapping, "
+                          f"got {raw!r}")
+    data = dict(raw)
+    if "preset" in data:
+        pname = data.pop("preset")
+        base = preset_data(pname, f"{key}.preset")
+        _check_new_sides(base, data, pname, key)
+        try:
+            data = deep_merge(base, data)
+        except ConfigError as err:
+            raise err.prefixed(f"{key}.sides") from None
+    return data
+
+
 def resolve_system(raw: Any, key: str = "system") -> SystemSpec:
     """Resolve a run configuration's ``system`` value (see the module docstring)."""
     if isinstance(raw, SystemSpec):
         return raw
-    if isinstance(raw, str):
-        return build_system(preset_data(raw, key), key)
-    if isinstance(raw, Mapping):
-        data = dict(raw)
-        if "preset" in data:
-            pname = data.pop("preset")
-            base = preset_data(pname, f"{key}.preset")
-            _check_new_sides(base, data, pname, key)
-            try:
-                data = deep_merge(base, data)
-            except ConfigError as err:
-                raise err.prefixed(f"{key}.sides") from None
-        return build_system(data, key)
-    raise ConfigError(key, f"must be a system preset name, a YAML path or a mapping, "
-                      f"got {raw!r}")
+    return build_system(expand_system(raw, key), key)

@@ -33,7 +33,7 @@ def test_run_summary(cfg_path, capsys):
     assert main(["run", str(cfg_path), "--set", "policy.baseline=lpddr-only"]) == 0
     out = capsys.readouterr().out
     assert "system     h2m2" in out and "model      gpt3-175b" in out
-    assert "decode, batch 32, seq 2048, 1 iteration" in out
+    assert "decode, batch 32, seq 2048, one iteration" in out
     assert "iteration time: " in out and " ms" in out
     assert "speedup: " in out and "x over lpddr-only" in out
     assert "breakdown:" in out
@@ -90,7 +90,7 @@ def test_validate_prints_loadable_resolved_yaml(cfg_path, capsys):
     assert text.startswith(f"# resolved from {cfg_path}; config hash ")
     data = yaml.safe_load(text)
     assert data["workload"] == {"batch": 2, "seq": [5, 6], "phase": "decode",
-                                "iterations": 1, "serving": None}
+                                "serving": None}
     assert data["system"]["sides"][1]["name"] == "lpddr"  # preset expanded
     assert load_config(data) == load_config(yaml.safe_load(CONFIG.replace(
         "batch: 32\n  seq: 2048", "batch: 2\n  seq: [5, 6]")))

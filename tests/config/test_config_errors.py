@@ -139,7 +139,7 @@ def test_job_not_registered_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_out_of_memory_during_run_is_one_line(tmp_path, capsys):
     line = one_error(capsys, ["run", write(tmp_path, _yaml(GOOD)),
-                              "--set", "workload.seq=100000000"])
+                              "--set", "workload.seq=1000000"])
     assert line.startswith("error: out of memory on side 'hbm'")
 
 
@@ -157,8 +157,10 @@ SWEEP_CASES = [
     ("grid: {system.sides.lpddr.bandwidth_gbps: [100, 0]}",
      "error: system.sides[1].bandwidth_gbps: must be > 0",
      "(sweep point 1: system.sides.lpddr.bandwidth_gbps=0)"),
-    ("grid: {'system.sides[1].bandwidth_gbps': [100]}",
-     "error: grid.system.sides[1].bandwidth_gbps: 'system.sides' has no item [1]", ""),
+    ("grid: {'system.sides[1].bandwidth_gbps': [100, 0]}",
+     "error: grid.system.sides[1].bandwidth_gbps[1]: must be > 0", "got 0.0"),
+    ("grid: {'system.sides[7].bandwidth_gbps': [100]}",
+     "error: grid.system.sides[7].bandwidth_gbps: 'system.sides' has no item [7]", ""),
     ("zip: {model: [gpt3-175b, llama2-70b], workload.batch: [1, 2, 3]}",
      "error: zip.workload.batch: has 3 values but zip.model has 2", "equal lengths"),
     ("gird: {workload.seq: [64]}", "error: gird: unknown key", "did you mean 'grid'"),

@@ -17,7 +17,7 @@ BASE = {"system": "h2m2", "model": "chinchilla-70b",
 SPEC = {"base": BASE,
         "grid": {"model": ["chinchilla-70b", "gpt3-175b"], "simulation.seed": [0, 1, 2]},
         "zip": {"workload.seq": [[100, 200, 300, 400], [1, 2, 3, 4]],
-                "workload.iterations": [1, 3]}}
+                "policy.baseline": ["lpddr-only", "hbm-8"]}}
 
 
 @pytest.fixture(autouse=True)
