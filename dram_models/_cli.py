@@ -1,8 +1,16 @@
-"""Shared command-line plumbing of ``dram_models.bench`` and ``dram_models.replay``."""
+"""Shared command-line plumbing of ``dram_models.bench`` and ``dram_models.replay``.
+
+Exit status (:func:`main_guard`): 0 done; 2 a user error (bad option, standard, pattern or
+trace: one line ``error: ...`` on stderr); 70 (``EX_SOFTWARE``) an internal error, a bug:
+one line ``internal error: ...``, or the traceback with ``--debug``; 130 interrupted
+(Ctrl-C); 141 stdout closed early (``| head``), as a shell reports a program ended by
+SIGPIPE. The last two print nothing.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -18,18 +26,18 @@ from .trace import Trace
 def add_memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--standard", required=True,
                    help="DRAM standard: a preset name (e.g. lpddr5-6400) or a YAML file")
-    p.add_argument("--channels", type=int, default=None,
+    p.add_argument("--channels", type=positive_int, default=None,
                    help="channels to simulate (default: the preset's whole device); "
                         "1 = one channel exactly as the preset describes it")
     p.add_argument("--mapping", default=None,
                    help="address mapping: named (RoBaRaCoCh, MOP4CLXOR, ...) or a bit order "
                         "(default: the preset's)")
-    p.add_argument("--queue-depth", type=int, default=None,
+    p.add_argument("--queue-depth", type=positive_int, default=None,
                    help="read and write queue entries per channel (default: the preset's)")
     p.add_argument("--refresh", choices=("all_bank", "per_bank", "none"), default=None,
                    help="refresh mode (default: the preset's)")
     p.add_argument("--page-policy", choices=("open", "closed"), default=None)
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="threads to spread the channels over (default 1: one core; the "
                         "results do not depend on it)")
     p.add_argument("--repeat", type=positive_int, default=1,
@@ -37,18 +45,21 @@ def add_memory_args(p: argparse.ArgumentParser) -> None:
                         "times on a shared machine vary from run to run; every run must "
                         "give the same results); default 1")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--debug", action="store_true",
+                   help="show the traceback of an internal error instead of one line")
 
 
 def memory_from_args(args) -> MemorySystem:
     spec = load_standard(args.standard)
     ctrl = {}
-    if args.mapping:
+    # (is not None: an empty or zero value is the user's, to be checked, not a default)
+    if args.mapping is not None:
         ctrl["mapping"] = args.mapping
-    if args.queue_depth:
+    if args.queue_depth is not None:
         ctrl["read_queue"] = ctrl["write_queue"] = args.queue_depth
-    if args.refresh:
+    if args.refresh is not None:
         ctrl["refresh"] = args.refresh
-    if args.page_policy:
+    if args.page_policy is not None:
         ctrl["page_policy"] = args.page_policy
     return MemorySystem(spec, ctrl or None, channels=args.channels)
 
@@ -121,9 +132,43 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
           + (f", fastest of {repeat} runs" if repeat > 1 else ""))
 
 
-def main_guard(fn, argv=None) -> int:
+def _one_line(text: str, limit: int = 500) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush of it at exit does not fail a
+    second time on the closed pipe (the recipe of the Python docs, 'Note on SIGPIPE')."""
     try:
-        return fn(argv)
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return                          # not a file (a test's capture): nothing to flush
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def main_guard(parser: argparse.ArgumentParser, run, argv=None) -> int:
+    """Parse ``argv`` with ``parser``, call ``run(args)`` and map what escapes it to an
+    exit status (see the module docstring)."""
+    args = parser.parse_args(argv)
+    try:
+        status = run(args)
+        sys.stdout.flush()              # a closed pipe fails here, not at exit
+        return status
     except SimError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _drop_stdout()
+        return 141
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:            # a bug: one line unless asked for the traceback
+        if args.debug:
+            raise
+        print(f"internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug "
+              "for the traceback)", file=sys.stderr)
+        return 70

@@ -14,6 +14,18 @@ import argparse
 
 from ._cli import add_memory_args, main_guard, memory_from_args, run_and_report
 from .patterns import make
+from .schema import positive_int
+
+
+def _seed(text: str) -> int:
+    """A seed of the random patterns: an integer >= 0 (an argparse type)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
 
 
 def parser() -> argparse.ArgumentParser:
@@ -22,13 +34,12 @@ def parser() -> argparse.ArgumentParser:
     add_memory_args(p)
     p.add_argument("--pattern", required=True,
                    help="seq | random | stride:BYTES | paged:BYTES | mixed:R:W")
-    p.add_argument("--requests", type=int, default=1_000_000)
-    p.add_argument("--seed", type=int, default=0, help="seed of random patterns")
+    p.add_argument("--requests", type=positive_int, default=1_000_000)
+    p.add_argument("--seed", type=_seed, default=0, help="seed of random patterns (>= 0)")
     return p
 
 
-def _main(argv=None) -> int:
-    args = parser().parse_args(argv)
+def _run(args) -> int:
     ms = memory_from_args(args)
     trace = make(args.pattern, args.requests, ms.spec.burst_bytes, args.seed)
     run_and_report(ms, trace, args, "pattern", args.pattern)
@@ -36,7 +47,7 @@ def _main(argv=None) -> int:
 
 
 def main(argv=None) -> int:
-    return main_guard(_main, argv)
+    return main_guard(parser(), _run, argv)
 
 
 if __name__ == "__main__":

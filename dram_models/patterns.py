@@ -58,7 +58,7 @@ def make(pattern: str, n: int, burst: int, seed: int = 0) -> Trace:
             writes = (np.arange(n) % (r + w)) >= r
         else:
             raise ValueError("unknown pattern")
-    except ValueError as err:
+    except (ValueError, OverflowError) as err:     # (a size beyond 64 bits overflows)
         raise ConfigError("pattern", f"{pattern!r}: {err}; patterns: {', '.join(NAMES)}") \
             from None
     return Trace.open_loop(addr, writes)

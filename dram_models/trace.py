@@ -10,22 +10,40 @@ A :class:`Trace` is three parallel NumPy arrays:
   the controller accepts it" (open-loop, saturating).
 
 Text formats (one request per line; blank lines and lines starting with ``#`` are
-ignored when reading):
+ignored when reading; ``.gz`` files are read and written compressed):
 
 * ``ramulator`` -- Ramulator 2 ``LoadStoreTrace`` front-end: ``LD 0x1f40`` or
   ``ST 0x1f40`` (no timing: Ramulator 2 offers one request per front-end tick);
 * ``dramsim3`` -- DRAMsim3 trace: ``0x1f40 READ 120`` / ``0x1f40 WRITE 121`` (address,
   operation, arrival cycle).
 
-Malformed input raises :class:`~dram_models.errors.ConfigError` naming the file and
-line number.
+Addresses are written in hex (``0x``) or decimal, cycles in decimal, without signs.
+
+Every trace, read from any format or built in code, follows the same rules
+(:func:`check_arrays`):
+
+* ``addr``, ``is_write`` and ``arrival`` are 1-D arrays of equal length (a file holds at
+  least one request);
+* ``addr`` holds integers in 0..2**64-1 (address bits above the configured capacity
+  are ignored: addresses wrap, see :mod:`dram_models.mapping`);
+* ``is_write`` holds booleans (or the integers 0 and 1);
+* ``arrival`` holds integers: -1 for every request (no arrival cycles), or cycles >= 0
+  for every request that never decrease, at most :data:`MAX_ARRIVAL_CK` (the engine
+  counts up to 8 ticks per CK in int64) or a lower limit the reader is given
+  (``python -m dram_models.replay --max-span``). Float arrays are refused, even if
+  their values are whole.
+
+Any problem raises :class:`~dram_models.errors.ConfigError` naming the file and the
+request: ``FILE:LINE`` for the text formats, ``FILE ARRAY[INDEX]`` for npz arrays.
 """
 from __future__ import annotations
 
 import dataclasses
 import gzip
-import io
 import os
+import re
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,22 +52,28 @@ from .errors import ConfigError
 
 FORMATS = ("npz", "ramulator", "dramsim3")
 
+#: The latest arrival cycle any trace may have, CK: up to 8 engine ticks per CK stay far
+#: below the engine's int64 "never" (2**62).
+MAX_ARRIVAL_CK = 2**40
+
+_ADDR_LIMIT = 2**64 - 1
+# what reading a damaged file may raise (gzip: truncated or corrupt streams)
+_UNREADABLE = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Trace:
-    """A request trace (see module docstring for units)."""
+    """A request trace (see module docstring for units and rules)."""
 
     addr: np.ndarray
     is_write: np.ndarray
     arrival: np.ndarray
 
     def __post_init__(self):
-        n = len(self.addr)
-        if len(self.is_write) != n or len(self.arrival) != n:
-            raise ConfigError("trace", "addr, is_write and arrival must have equal lengths")
-        object.__setattr__(self, "addr", np.ascontiguousarray(self.addr, dtype=np.uint64))
-        object.__setattr__(self, "is_write", np.ascontiguousarray(self.is_write, dtype=np.bool_))
-        object.__setattr__(self, "arrival", np.ascontiguousarray(self.arrival, dtype=np.int64))
+        addr, is_write, arrival = check_arrays(self.addr, self.is_write, self.arrival)
+        object.__setattr__(self, "addr", addr)
+        object.__setattr__(self, "is_write", is_write)
+        object.__setattr__(self, "arrival", arrival)
 
     @classmethod
     def open_loop(cls, addr: np.ndarray, is_write: np.ndarray | None = None) -> "Trace":
@@ -64,7 +88,7 @@ class Trace:
 
     @property
     def timed(self) -> bool:
-        """True if any request carries an arrival cycle."""
+        """True if the requests carry arrival cycles."""
         return bool(len(self.arrival)) and bool((self.arrival >= 0).any())
 
     def __eq__(self, other: object) -> bool:
@@ -78,14 +102,116 @@ class Trace:
                      np.concatenate([self.arrival, other.arrival]))
 
 
+def check_arrays(addr, is_write, arrival, source: str = "trace", lines=None,
+                 limit: tuple[int, str] | None = None) -> tuple[np.ndarray, ...]:
+    """``addr``, ``is_write`` and ``arrival`` as the engine takes them (uint64, bool,
+    int64), after checking the rules of the module docstring.
+
+    ``lines[i]`` is the line of request i in a text file ``source``; errors then name
+    ``source:line``, else ``source array[i]``. ``limit`` is (the latest arrival cycle
+    allowed, what sets it); default :data:`MAX_ARRIVAL_CK`."""
+    def key(name: str, i: int | None = None) -> str:
+        if i is None:
+            return f"{source} {name}"
+        return f"{source}:{lines[i]}" if lines is not None else f"{source} {name}[{i}]"
+
+    def fail(name: str, i: int, rule: str, value) -> ConfigError:
+        lead = f"{name} " if lines is not None else ""
+        return ConfigError(key(name, i), f"{lead}{rule}, got {value}")
+
+    arrays = {"addr": np.asarray(addr), "is_write": np.asarray(is_write),
+              "arrival": np.asarray(arrival)}
+    for name, a in arrays.items():
+        if a.ndim != 1:
+            raise ConfigError(key(name), f"must be a 1-D array, got shape {a.shape}")
+    sizes = [len(a) for a in arrays.values()]
+    if len(set(sizes)) > 1:
+        raise ConfigError(source, "addr, is_write and arrival must have equal lengths, "
+                          f"got {', '.join(map(str, sizes))}")
+    addr = _integers(arrays["addr"], "addr", 0, _ADDR_LIMIT, "an address in 0..2**64-1",
+                     key, fail)
+    is_write = _flags(arrays["is_write"], key, fail)
+    top, why = limit or (MAX_ARRIVAL_CK, "the engine's clock range")
+    arrival = _integers(arrays["arrival"], "arrival", -1, top,
+                        f"-1 (none) or a cycle in 0..{top} ({why})", key, fail)
+    if arrival.size and arrival[0] == -1:
+        mixed = np.flatnonzero(arrival != -1)
+        if mixed.size:
+            i = int(mixed[0])
+            raise fail("arrival", i, "must be -1 like the first request's (a trace gives "
+                       "every request an arrival cycle or none)", arrival[i])
+    elif arrival.size:
+        back = np.flatnonzero(arrival[1:] < arrival[:-1])
+        if back.size:
+            i = int(back[0]) + 1
+            raise fail("arrival", i, f"must not be earlier than the previous request's "
+                       f"{arrival[i - 1]} (arrivals never decrease)", arrival[i])
+    return addr, is_write, arrival.astype(np.int64, copy=False)
+
+
+def _integers(a: np.ndarray, name: str, lo: int, hi: int, rule: str, key, fail):
+    """``a`` checked to hold integers in lo..hi, as int64 (lo < 0) or uint64."""
+    dtype = np.int64 if lo < 0 else np.uint64
+    if a.dtype == object:       # Python integers of a text file, some beyond 64 bits
+        values = a.tolist()
+        for i, v in enumerate(values):
+            if type(v) is not int or not lo <= v <= hi:
+                raise fail(name, i, f"must be {rule}", v)
+        return np.array(values, dtype=dtype)
+    if a.dtype.kind not in "iu":
+        raise ConfigError(key(name), f"must hold integers ({rule}), got {a.dtype} values")
+    info = np.iinfo(a.dtype)
+    if info.min < lo or info.max > hi:
+        bad = np.flatnonzero((a < lo) | (a > hi))
+        if bad.size:
+            i = int(bad[0])
+            raise fail(name, i, f"must be {rule}", a[i])
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def _flags(a: np.ndarray, key, fail) -> np.ndarray:
+    """``a`` checked to hold booleans or the integers 0 and 1, as bool."""
+    if a.dtype.kind in "iu":
+        bad = np.flatnonzero((a != 0) & (a != 1))
+        if bad.size:
+            i = int(bad[0])
+            raise fail("is_write", i, "must be 0 or 1", a[i])
+    elif a.dtype.kind != "b":
+        raise ConfigError(key("is_write"), f"must hold booleans (or 0 and 1), got "
+                          f"{a.dtype} values")
+    return np.ascontiguousarray(a, dtype=np.bool_)
+
+
 def _open_text(path: Path, mode: str):
+    """A text file (gzip-compressed if its name ends in .gz), in binary mode: reading
+    decodes line by line, so an error names its line."""
     if str(path).endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="ascii")
-    return open(path, mode, encoding="ascii")
+        return gzip.open(path, mode + "b")
+    return open(path, mode + "b")
 
 
-def _parse_int(token: str) -> int:
-    return int(token, 16) if token.lower().startswith("0x") else int(token, 10)
+_UINT = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)\Z")
+_DEC = re.compile(r"[0-9]+\Z")
+
+
+def _parse_uint(token: str, hex_ok: bool = True) -> int:
+    """An unsigned integer token: decimal digits, or ``0x`` and hex digits if
+    ``hex_ok``."""
+    if not (_UINT if hex_ok else _DEC).match(token):
+        raise ValueError(f"{token!r} is not an unsigned integer"
+                         + (" (decimal or 0x hex)" if hex_ok else " (decimal)"))
+    return int(token, 0) if token[:2] in ("0x", "0X") else int(token, 10)
+
+
+def _int_array(values: list[int]) -> np.ndarray:
+    """Python integers as an int64 (or uint64) array; an object array if some do not fit
+    either (:func:`check_arrays` then names the first of them)."""
+    for dtype in (np.int64, np.uint64):
+        try:
+            return np.array(values, dtype=dtype)
+        except OverflowError:
+            pass
+    return np.array(values, dtype=object)
 
 
 def save(trace: Trace, path: str | os.PathLike, fmt: str = "npz") -> Path:
@@ -109,65 +235,100 @@ def save(trace: Trace, path: str | os.PathLike, fmt: str = "npz") -> Path:
     else:
         raise ConfigError("format", f"unknown trace format {fmt!r}; allowed: {', '.join(FORMATS)}")
     with _open_text(path, "w") as fh:
-        fh.writelines(lines)
+        fh.write("".join(lines).encode("ascii"))
     return path
 
 
-def load(path: str | os.PathLike, fmt: str | None = None) -> Trace:
-    """Read a trace file. ``fmt`` defaults from the file suffix (.npz or text)."""
+def load(path: str | os.PathLike, fmt: str | None = None,
+         limit: tuple[int, str] | None = None) -> Trace:
+    """Read a trace file. ``fmt`` defaults from the file suffix (.npz or text);
+    ``limit`` (latest arrival cycle, what sets it) lowers :data:`MAX_ARRIVAL_CK`.
+    Every problem is a :class:`ConfigError` naming the file (and line or row)."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(str(path), "trace file does not exist")
     if fmt is None:
         fmt = "npz" if path.suffix == ".npz" else "ramulator"
-    if fmt == "npz":
-        try:
-            with np.load(path) as data:
-                missing = [k for k in ("addr", "is_write") if k not in data]
-                if missing:
-                    raise ConfigError(str(path), f"npz trace lacks array(s) {missing}; "
-                                      "needs addr, is_write and optionally arrival")
-                addr = data["addr"]
-                arrival = data["arrival"] if "arrival" in data else np.full(len(addr), -1)
-                return Trace(addr, data["is_write"], arrival)
-        except (OSError, ValueError) as err:
-            if isinstance(err, ConfigError):
-                raise
-            raise ConfigError(str(path), f"not a readable .npz trace ({err})") from None
     if fmt not in FORMATS:
         raise ConfigError("format", f"unknown trace format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    addrs: list[int] = []
-    writes: list[bool] = []
-    arrivals: list[int] = []
-    with _open_text(path, "r") as fh:
-        for lineno, line in enumerate(fh, 1):
-            tok = line.split()
-            if not tok or tok[0].startswith("#"):
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                if fmt == "ramulator":
-                    if len(tok) != 2 or tok[0] not in ("LD", "ST"):
-                        raise ValueError("expected 'LD <addr>' or 'ST <addr>'")
-                    writes.append(tok[0] == "ST")
-                    addrs.append(_parse_int(tok[1]))
-                    arrivals.append(-1)
-                else:
-                    if len(tok) != 3 or tok[1] not in ("READ", "WRITE"):
-                        raise ValueError("expected '<addr> READ|WRITE <cycle>'")
-                    addrs.append(_parse_int(tok[0]))
-                    writes.append(tok[1] == "WRITE")
-                    cyc = int(tok[2])
-                    if cyc < 0:
-                        raise ValueError("negative cycle")
-                    if arrivals and cyc < arrivals[-1]:
-                        raise ValueError(f"cycle {cyc} is earlier than the previous line's "
-                                         f"{arrivals[-1]}; arrivals must not decrease")
-                    arrivals.append(cyc)
-                if addrs[-1] < 0 or addrs[-1] >= 2**64:
-                    raise ValueError("address out of range")
-            except ValueError as err:
-                raise ConfigError(where, f"malformed {fmt} trace line {line.strip()!r}: {err}") \
-                    from None
-    return Trace(np.array(addrs, dtype=np.uint64), np.array(writes, dtype=np.bool_),
-                 np.array(arrivals, dtype=np.int64))
+    if not path.exists():
+        raise ConfigError(str(path), "trace file does not exist")
+    if path.is_dir():
+        raise ConfigError(str(path), "is a directory, not a trace file")
+    if fmt == "npz":
+        arrays, lines = _read_npz(path), None
+    else:
+        *arrays, lines = _read_text(path, fmt)
+    addr, is_write, arrival = check_arrays(*arrays, str(path), lines, limit)
+    if len(addr) == 0:
+        raise ConfigError(str(path), f"holds no requests ({fmt} trace)")
+    return Trace(addr, is_write, arrival)
+
+
+def _read_npz(path: Path) -> list[np.ndarray]:
+    """The addr, is_write and arrival arrays of an npz trace (arrival -1 if absent)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ConfigError(str(path), "is a single .npy array, not an .npz trace with "
+                              "arrays addr, is_write and optionally arrival")
+        with data:
+            missing = [k for k in ("addr", "is_write") if k not in data.files]
+            if missing:
+                raise ConfigError(str(path), f"npz trace lacks array(s) {', '.join(missing)}; "
+                                  "needs addr, is_write and optionally arrival; has "
+                                  f"{', '.join(data.files) or 'none'}")
+            addr = data["addr"]
+            arrival = data["arrival"] if "arrival" in data.files else \
+                np.full(np.shape(addr)[:1], -1, dtype=np.int64)
+            return [addr, data["is_write"], arrival]
+    except ConfigError:
+        raise
+    except _UNREADABLE as err:
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise ConfigError(str(path), f"not a readable .npz trace ({why})") from None
+
+
+def _read_text(path: Path, fmt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """The addr, is_write and arrival arrays of a text trace, and each request's line."""
+    requests: list[tuple[int, bool, int]] = []
+    lines: list[int] = []
+    lineno = 0
+    try:
+        with _open_text(path, "r") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                req = _parse_line(raw, fmt, f"{path}:{lineno}")
+                if req is not None:
+                    requests.append(req)
+                    lines.append(lineno)
+    except ConfigError:
+        raise
+    except _UNREADABLE as err:
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise ConfigError(f"{path}:{lineno + 1}", f"cannot read ({why})") from None
+    addrs, writes, arrivals = zip(*requests) if requests else ((), (), ())
+    return (_int_array(list(addrs)), np.array(writes, dtype=np.bool_),
+            _int_array(list(arrivals)), lines)
+
+
+def _parse_line(raw: bytes, fmt: str, where: str) -> tuple[int, bool, int] | None:
+    """The request (address, is_write, arrival cycle or -1) of one text line; None for a
+    blank or comment line."""
+    try:
+        line = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(where, f"not ASCII text: a {fmt} trace has one request per "
+                          "line") from None
+    tok = line.split()
+    if not tok or tok[0].startswith("#"):
+        return None
+    try:
+        if fmt == "ramulator":
+            if len(tok) != 2 or tok[0] not in ("LD", "ST"):
+                raise ValueError("expected 'LD <addr>' or 'ST <addr>'")
+            return _parse_uint(tok[1]), tok[0] == "ST", -1
+        if len(tok) != 3 or tok[1] not in ("READ", "WRITE"):
+            raise ValueError("expected '<addr> READ|WRITE <cycle>'")
+        return _parse_uint(tok[0]), tok[1] == "WRITE", _parse_uint(tok[2], hex_ok=False)
+    except ValueError as err:
+        shown = line.strip()
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ConfigError(where, f"malformed {fmt} trace line {shown!r}: {err}") from None

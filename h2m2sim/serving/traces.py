@@ -7,8 +7,15 @@ a CSV (plain or ``.gz``) whose header names at least ``prompt_tokens`` and
 The bundled traces (``workloads/traces``) can be named without a path: ``azure2023_conv``,
 ``azure2023_code``, ``alpaca``.
 
-Every problem with a file is a :class:`~h2m2sim.errors.ConfigError` whose key names the file
-and the data row (1-based, header excluded) and whose message names the column and line.
+Every file follows the same rules (:func:`_to_numbers` checks every column): the header
+names each column once; at least one data row; ``prompt_tokens`` and ``output_tokens`` are
+whole numbers in 0..2**40; ``arrival_s`` is a finite number of seconds in 0..1e9 that never
+decreases from row to row (a trace is replayed in file order: unsorted arrivals are
+refused, not sorted). Files of output lengths (:func:`read_lengths`) hold whole numbers in
+1..2**40. Every problem with a file (missing, a directory, unreadable, not UTF-8 text, a
+damaged gzip stream, a bad value) is a :class:`~h2m2sim.errors.ConfigError` whose key
+names the file and the data row (1-based, header excluded) and whose message names the
+column and line.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import dataclasses
 import gzip
 import io
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +40,15 @@ BUNDLED_TRACES = {"azure2023_conv": "azure2023_conv.csv",
                   "alpaca": "alpaca.csv.gz"}
 
 REQUIRED_COLUMNS = ("prompt_tokens", "output_tokens")
+
+#: Largest token count a trace may give (far beyond any model's context; keeps int64 sums
+#: of tokens exact).
+MAX_TOKENS = 2**40
+#: Latest arrival a trace may give, seconds (32 years: float64 times then still resolve
+#: better than a microsecond, so latencies computed from them stay exact).
+MAX_ARRIVAL_S = 1e9
+# what reading a damaged file may raise (gzip: truncated or corrupt streams)
+_UNREADABLE = (OSError, EOFError, UnicodeDecodeError, zlib.error)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -147,13 +164,23 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8", newline="")
 
 
-def _bad(path: str, row: int, line: int, column: str, message: str) -> ConfigError:
-    return ConfigError(f"{path} row {row}", f"column '{column}' (line {line}): {message}")
+def _bad(path: str, row: int, line: int, column: str, message: str,
+         item: str = "row") -> ConfigError:
+    """An error naming the file and the data row (or other ``item``), the column and the
+    line."""
+    where = f"column '{column}' (line {line})" if item == "row" else f"line {line}"
+    return ConfigError(f"{path} {item} {row}", f"{where}: {message}")
 
 
 def _to_numbers(path: str, column: str, values: list[str], lines: list[int],
-                integer: bool) -> np.ndarray:
-    """Vectorised conversion with a row-precise error on the first bad value."""
+                integer: bool, lo: float = 0, hi: float = MAX_TOKENS,
+                item: str = "row") -> np.ndarray:
+    """``values`` (the text of one column, ``lines`` its lines) as float64, or int64 if
+    ``integer``: finite numbers in lo..hi, whole if ``integer``. Vectorised, with an error
+    naming the first bad value's ``item`` (1-based) and line."""
+    def bad(i: int, message: str) -> ConfigError:
+        return _bad(path, i + 1, lines[i], column, message, item)
+
     try:
         arr = np.array(values, dtype=np.float64)
         ok = np.isfinite(arr)
@@ -164,25 +191,26 @@ def _to_numbers(path: str, column: str, values: list[str], lines: list[int],
             try:
                 v = float(text)
             except ValueError:
-                raise _bad(path, i + 1, lines[i], column,
-                           f"not a number: {text!r}") from None
+                raise bad(i, f"not a number: {text!r}") from None
             if not np.isfinite(v):
-                raise _bad(path, i + 1, lines[i], column, f"not a finite number: {text!r}")
-    neg = np.flatnonzero(arr < 0)
-    if neg.size:
-        i = int(neg[0])
-        raise _bad(path, i + 1, lines[i], column, f"must be >= 0, got {values[i]}")
+                raise bad(i, f"not a finite number: {text!r}")
+    low = np.flatnonzero(arr < lo)
+    if low.size:
+        raise bad(int(low[0]), f"must be >= {lo:g}, got {values[int(low[0])]}")
+    high = np.flatnonzero(arr > hi)
+    if high.size:
+        raise bad(int(high[0]), f"must be <= {hi:.0f}, got {values[int(high[0])]}")
     if integer:
         frac = np.flatnonzero(arr != np.floor(arr))
         if frac.size:
             i = int(frac[0])
-            raise _bad(path, i + 1, lines[i], column,
-                       f"must be a whole number of tokens, got {values[i]}")
-        if arr.size and arr.max() > 2**40:
-            i = int(np.argmax(arr))
-            raise _bad(path, i + 1, lines[i], column, f"implausibly large: {values[i]}")
+            raise bad(i, f"must be a whole number of tokens, got {values[i]}")
         return arr.astype(np.int64)
     return arr
+
+
+def _why(err: BaseException) -> str:
+    return getattr(err, "strerror", None) or str(err) or type(err).__name__
 
 
 def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | None = None,
@@ -210,7 +238,7 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
     try:
         fh = _open_text(p)
     except OSError as err:
-        raise ConfigError(shown, f"cannot open: {err.strerror or err}") from None
+        raise ConfigError(shown, f"cannot open: {_why(err)}") from None
     with fh:
         reader = csv.reader(fh)
         try:
@@ -218,9 +246,13 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
         except StopIteration:
             raise ConfigError(shown, "empty file (expected a header row with "
                               "prompt_tokens,output_tokens[,arrival_s,prompt])") from None
-        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as err:
-            raise ConfigError(shown, f"cannot read header: {err}") from None
+        except (csv.Error, *_UNREADABLE) as err:
+            raise ConfigError(shown, f"cannot read header: {_why(err)}") from None
         header = [h.strip().lstrip("\ufeff") for h in header]
+        twice = sorted({h for h in header if h and header.count(h) > 1})
+        if twice:
+            raise ConfigError(shown, f"header names column(s) {', '.join(twice)} more than "
+                              "once; each column may appear once")
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
             raise ConfigError(shown, "missing column(s) " + ", ".join(missing)
@@ -254,8 +286,8 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
         except csv.Error as err:
             raise ConfigError(f"{shown} row {row + 1}",
                               f"line {reader.line_num}: malformed CSV: {err}") from None
-        except (UnicodeDecodeError, OSError, EOFError) as err:
-            raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {err}") from None
+        except _UNREADABLE as err:
+            raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {_why(err)}") from None
     if row == 0:
         raise ConfigError(shown, "no requests (header only)")
     prompt_tokens = _to_numbers(shown, "prompt_tokens", prompts, lines, integer=True)
@@ -263,7 +295,8 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
     name = p.name.split(".")[0]
     text = tuple(texts) if i_t is not None else None
     if i_a is not None:
-        arrival = _to_numbers(shown, "arrival_s", arrivals, lines, integer=False)
+        arrival = _to_numbers(shown, "arrival_s", arrivals, lines, integer=False,
+                              hi=MAX_ARRIVAL_S)
         back = np.flatnonzero(np.diff(arrival) < 0)
         if back.size:
             i = int(back[0]) + 1
@@ -281,20 +314,21 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
 
 
 def read_lengths(path) -> np.ndarray:
-    """Token lengths from a text file (integers separated by whitespace or commas)."""
+    """Token lengths (int64, each in 1..2**40) from a text file (``.gz`` for gzip):
+    integers separated by whitespace or commas. Errors name the file and the length
+    (1-based) and its line."""
     shown = str(path)
+    words: list[str] = []
+    lines: list[int] = []
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(shown, f"cannot read: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(shown, "is not a text file of lengths") from None
-    words = text.replace(",", " ").split()
-    try:
-        values = np.array([int(w) for w in words], dtype=np.int64)
-    except ValueError:
-        bad = next(w for w in words if not w.lstrip("-").isdigit())
-        raise ConfigError(shown, f"{bad!r} is not a whole number of tokens") from None
-    if values.size == 0 or np.any(values < 1):
-        raise ConfigError(shown, "needs at least one length, every one >= 1 token")
-    return values
+        with _open_text(Path(path)) as fh:
+            for lineno, line in enumerate(fh, 1):
+                for word in line.replace(",", " ").split():
+                    words.append(word)
+                    lines.append(lineno)
+    except _UNREADABLE as err:
+        raise ConfigError(shown, f"cannot read: {_why(err)}") from None
+    if not words:
+        raise ConfigError(shown, "holds no lengths (expected whole numbers >= 1 separated "
+                          "by whitespace or commas)")
+    return _to_numbers(shown, "length", words, lines, integer=True, lo=1, item="length")
