@@ -3,12 +3,16 @@
 Workers receive the resolved config and the job function (pickled by reference, so the
 job must be a top-level function of an importable module) and return the point's
 record; only the coordinating process writes to the result store, so workers on other
-machines need no shared file system.
+machines need no shared file system. Local pool workers end themselves when the sweep
+process that started them is gone (even after SIGKILL, which no handler sees), so they
+never run on as orphans.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -17,13 +21,15 @@ from typing import Any
 from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
-__all__ = ["run_point", "execute", "Task", "WorkerDied"]
+__all__ = ["run_point", "execute", "exit_with_parent", "Task", "WorkerDied"]
 
 
 class WorkerDied(SimError):
     """A worker process of the local pool ended without returning a result."""
 
+
 CONNECT_TIMEOUT = "20s"  # how long to try reaching a Dask scheduler
+PARENT_POLL_S = 0.25     # how often a pool worker checks that its sweep process lives
 Task = tuple[str, Any, Callable[[Any], Any]]  # (config hash, RunConfig, job)
 OnDone = Callable[[str, dict[str, Any]], None]
 
@@ -81,9 +87,24 @@ def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], 
         raise failure
 
 
+def exit_with_parent(parent_pid: int) -> None:
+    """Pool worker initializer: end this process as soon as ``parent_pid`` is no longer
+    its parent. A daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
+    seconds; it runs while a point computes, because the DRAM engine releases the GIL.
+    (Linux's PR_SET_PDEATHSIG is not used: it follows the thread that started the
+    worker, not the process, and exists on Linux only.)"""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # nothing to flush: workers write no files of the sweep
+
+    threading.Thread(target=watch, name="h2m2sim-parent-watch", daemon=True).start()
+
+
 def _pool(tasks: Sequence[Task], workers: int, on_done: OnDone) -> None:
     ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba, tqdm)
-    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                initializer=exit_with_parent, initargs=(os.getpid(),))
     try:
         futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
 
