@@ -1,5 +1,9 @@
 """Result store of a sweep, and atomic file writes.
 
+A run (``h2m2sim run CONFIG --out DIR``) writes ``result.json`` (config hash, h2m2sim
+version, git revision, metrics), the resolved ``config.yaml`` and ``timing.json``
+(wall-clock times, see "Results and timings" below).
+
 A sweep's output directory (``h2m2sim sweep ... --out DIR``) holds::
 
     DIR/
@@ -11,10 +15,12 @@ A sweep's output directory (``h2m2sim sweep ... --out DIR``) holds::
                           hash, swept values, the fully resolved config, all metrics
                           (including nested ones such as 'breakdown'), error message if
                           the point failed with a user error, h2m2sim version, git
-                          revision, wall time
+                          revision, and a 'timing' object with the point's wall times
       results.csv         one row per finished point, in point order (derived from
                           plan.json + points/, rewritten atomically during and after
                           the sweep)
+      timings.csv         the wall times of the same rows: point, config_hash, then one
+                          column per timing (wall_s, decision_s, ..., finished_at)
 
 ``results.csv`` columns, in this order: ``point`` (index in the sweep), ``config_hash``
 (sha256 of the resolved config, :func:`h2m2sim.cache.config_hash`), one column per
@@ -26,6 +32,16 @@ and floats are written exactly (``repr``), booleans as ``true``/``false``, missi
 values empty, lists and mappings (e.g. an inline system as a swept value) as compact
 JSON. CSV was chosen over Parquet because every tool reads it and rows are few (one per
 simulated point); the point files keep the full-precision, nested data.
+
+**Results and timings.** Results depend only on the configuration: the same config and
+seed give a byte-identical ``result.json``, and a sweep interrupted and resumed gives
+the same ``results.csv`` and point files (outside their ``timing`` object) as one run
+without interruption. Wall-clock times vary from run to run, so they are kept apart:
+a job's metric is a wall time when it is named ``decision_s`` (how long a mapper took
+to decide), ``elapsed_s``, or has ``wall`` as a word of its name (``wall_s``); these go
+to ``timing.json`` / the ``timing`` object / ``timings.csv``, together with the
+run's own ``wall_s`` (seconds, baseline run included) and ``finished_at``. Times
+of the baseline run carry a ``baseline_`` prefix.
 
 Every file is written to a temporary name in the same directory and renamed into place
 with ``os.replace``, so a killed sweep leaves only whole files behind; ``--resume``
@@ -49,11 +65,17 @@ from h2m2sim.errors import ConfigError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
            "ResultStore", "encode_cell", "decode_cell", "flatten_metrics", "read_csv",
-           "FORMAT"]
+           "FORMAT", "is_wall_time", "split_timing", "now_iso"]
 
-FORMAT = "h2m2sim-sweep/1"
+FORMAT = "h2m2sim-sweep/2"  # /1 kept wall times among the metrics (read_point converts)
 
 
+def now_iso() -> str:
+    """Local time as ISO 8601 with offset, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# -- atomic writes ----------------------------------------------------------------------
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one,
     never a partial one (temporary file in the same directory, fsync, os.replace).
@@ -79,8 +101,13 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def json_text(obj: Any) -> str:
+    """The JSON rendering of every stored file (one key per line, key order kept)."""
+    return json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n"
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n")
+    atomic_write_text(path, json_text(obj))
 
 
 _GIT: list[str | None] = []
@@ -108,6 +135,35 @@ def git_revision() -> str | None:
     return _GIT[0]
 
 
+# -- results and timings ----------------------------------------------------------------
+#: Metric names that are wall-clock times whatever their spelling (module docstring).
+WALL_TIME_NAMES = frozenset({"decision_s", "elapsed_s"})
+
+
+def is_wall_time(name: str) -> bool:
+    """Whether metric ``name`` is a wall-clock time (module docstring, "Results and
+    timings"), which varies from run to run and so is kept out of the results."""
+    return name in WALL_TIME_NAMES or "wall" in name.split("_")
+
+
+def split_timing(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(results, wall times) of a job's metrics, each keeping the job's order; nested
+    mappings are split alike (a timing keeps its dotted path as its name)."""
+    results: dict[str, Any] = {}
+    timing: dict[str, Any] = {}
+    for k, v in metrics.items():
+        if isinstance(v, Mapping):
+            inner, inner_timing = split_timing(v)
+            results[k] = inner
+            timing.update({f"{k}.{n}": t for n, t in inner_timing.items()})
+        elif is_wall_time(k):
+            timing[k] = v
+        else:
+            results[k] = v
+    return results, timing
+
+
+# -- CSV cells --------------------------------------------------------------------------
 def encode_cell(value: Any) -> str:
     """One CSV cell for ``value`` (see the module docstring)."""
     if value is None:
@@ -167,6 +223,16 @@ def read_csv(path: str | os.PathLike) -> tuple[list[str], list[dict[str, Any]]]:
     return header, rows
 
 
+def _csv_text(header: list[str], lines: Iterable[list[Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for line in lines:
+        writer.writerow([encode_cell(v) for v in line])
+    return buf.getvalue()
+
+
+# -- a sweep's folder -------------------------------------------------------------------
 class ResultStore:
     """The output directory of one sweep (layout in the module docstring)."""
 
@@ -176,6 +242,7 @@ class ResultStore:
         self.plan_path = self.root / "plan.json"
         self.meta_path = self.root / "meta.json"
         self.csv_path = self.root / "results.csv"
+        self.timings_path = self.root / "timings.csv"
         self.spec_path = self.root / "sweep.yaml"
 
     # -- writing ---------------------------------------------------------------------
@@ -185,7 +252,7 @@ class ResultStore:
         atomic_write_text(self.spec_path, spec_yaml)
         atomic_write_json(self.plan_path, {"axes": axes, "points": plan})
         meta = self.meta()
-        now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        now = now_iso()
         atomic_write_json(self.meta_path, {
             "format": FORMAT, "h2m2sim_version": __version__,
             "git_revision": git_revision(), "created": meta.get("created", now),
@@ -221,7 +288,15 @@ class ResultStore:
         return {p.stem for p in self.points_dir.glob("*.json")}
 
     def read_point(self, config_hash: str) -> dict[str, Any]:
-        return json.loads(self.point_path(config_hash).read_text())
+        """One point record; one of format /1 is read with its wall times moved into
+        ``timing`` as in the current format."""
+        rec = json.loads(self.point_path(config_hash).read_text())
+        if "timing" not in rec:
+            metrics, timing = split_timing(rec.get("metrics") or {})
+            rec["metrics"] = metrics
+            rec["timing"] = {"wall_s": rec.pop("elapsed_s", None), **timing,
+                             "finished_at": rec.pop("finished_at", None)}
+        return rec
 
     def records(self) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
         """(plan entry, point record) for every finished point, in point order."""
@@ -234,36 +309,50 @@ class ResultStore:
                     continue  # cannot happen with atomic writes; be lenient anyway
 
     def rebuild(self) -> Path:
-        """Rewrite ``results.csv`` from the plan and the finished points."""
+        """Rewrite ``results.csv`` and ``timings.csv`` from the plan and the finished
+        points."""
+        self._write_csvs(self._csv_texts())
+        return self.csv_path
+
+    def _csv_texts(self) -> tuple[str, str]:
+        """The text of ``results.csv`` and of ``timings.csv``."""
         axes = list(self.plan().get("axes", []))
-        rows, metric_cols, any_error = [], {}, False
+        rows, metric_cols, timing_cols, any_error = [], {}, {}, False
         for entry, rec in self.records():
             metrics = flatten_metrics(rec.get("metrics") or {})
-            for name in metrics:
-                metric_cols.setdefault(name, None)
+            timing = dict(rec.get("timing") or {})
+            metric_cols.update(dict.fromkeys(metrics))
+            timing_cols.update(dict.fromkeys(timing))
             any_error |= bool(rec.get("error"))
-            rows.append((entry, rec, metrics))
+            rows.append((entry, rec, metrics, timing))
         fixed = ["point", "config_hash"] + axes + (["error"] if any_error else [])
         metric_names = list(metric_cols)
         header = fixed + [m if m not in fixed else f"metric:{m}" for m in metric_names]
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(header)
-        for entry, rec, metrics in rows:
+        lines = []
+        for entry, rec, metrics, _ in rows:
             params = entry.get("params", {})
             line = [entry["index"], entry["config_hash"]] + [params.get(a) for a in axes]
             if any_error:
                 line.append(rec.get("error"))
-            line += [metrics.get(m) for m in metric_names]
-            writer.writerow([encode_cell(v) for v in line])
-        atomic_write_text(self.csv_path, buf.getvalue())
-        return self.csv_path
+            lines.append(line + [metrics.get(m) for m in metric_names])
+        # the durations first, the clock reading after them
+        timing_names = sorted(timing_cols, key=lambda n: n == "finished_at")
+        timing_lines = [[entry["index"], entry["config_hash"]]
+                        + [timing.get(t) for t in timing_names]
+                        for entry, _, _, timing in rows]
+        return (_csv_text(header, lines),
+                _csv_text(["point", "config_hash"] + timing_names, timing_lines))
+
+    def _write_csvs(self, texts: tuple[str, str]) -> None:
+        atomic_write_text(self.csv_path, texts[0])
+        atomic_write_text(self.timings_path, texts[1])
 
     def read(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
         """(columns, rows, swept axes) of the results, rebuilding the CSV first (when the
         directory is writable; otherwise the CSV is read as it is)."""
+        texts = self._csv_texts()
         try:
-            self.rebuild()
+            self._write_csvs(texts)
         except OSError:
             if not self.csv_path.exists():
                 raise ConfigError(str(self.root), "cannot write results.csv and there is "

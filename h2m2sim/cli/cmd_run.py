@@ -19,10 +19,11 @@ def register(subparsers) -> None:
     p.add_argument("config", help="run configuration (YAML)")
     add_set_option(p)
     p.add_argument("--out", metavar="DIR",
-                   help="also write DIR/result.json and the resolved DIR/config.yaml")
+                   help="also write DIR/result.json, the resolved DIR/config.yaml and the "
+                        "wall times DIR/timing.json")
     p.add_argument("--json", action="store_true",
-                   help="print one JSON object (config_hash, version, metrics) instead of "
-                        "the summary")
+                   help="print one JSON object (config_hash, version, metrics, timing) "
+                        "instead of the summary")
     p.set_defaults(func=main)
 
 
@@ -70,7 +71,9 @@ def table(data: Mapping[str, Any]) -> list[str]:
             for row in cells]
 
 
-def summary(cfg: Any, metrics: Mapping[str, Any], chash: str) -> str:
+def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
+            timing: Mapping[str, Any] | None = None) -> str:
+    """The text report of one run; ``timing`` (wall seconds) is shown last, apart."""
     from h2m2sim import __version__, runner
     w, p = cfg.workload, cfg.policy
     seq = (f"seq {w.seq}" if isinstance(w.seq, int)
@@ -96,6 +99,8 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str) -> str:
     for k, v in metrics.items():
         if isinstance(v, Mapping) and v:
             lines += ["", f"{k}:"] + table(v)
+    if timing:
+        lines += ["", "wall-clock times (s; vary from run to run):"] + table(timing)
     return "\n".join(lines)
 
 
@@ -104,24 +109,26 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
     from h2m2sim.config import dump_yaml, load_file
     from h2m2sim.errors import ConfigError
-    from h2m2sim.store import atomic_write_json, atomic_write_text, git_revision
+    from h2m2sim.store import atomic_write_json, atomic_write_text, git_revision, now_iso
     cfg = load_file(args.config, args.sets)
     chash = config_hash(cfg)
-    metrics = runner.run(cfg)
+    res = runner.run(cfg)
     result = {"config_hash": chash, "h2m2sim_version": __version__,
-              "git_revision": git_revision(), "metrics": metrics}
+              "git_revision": git_revision(), "metrics": res.metrics}
     if args.out:
         out = Path(args.out)
         try:
             atomic_write_json(out / "result.json", result)
             atomic_write_text(out / "config.yaml", dump_yaml(cfg))
+            atomic_write_json(out / "timing.json", {"config_hash": chash, **res.timing,
+                                                    "finished_at": now_iso()})
         except OSError as err:
             raise ConfigError("--out", f"cannot write to {out}: {err.strerror or err}") \
                 from None
     if args.json:
-        print(json.dumps(result, allow_nan=True))
+        print(json.dumps({**result, "timing": res.timing}, allow_nan=True))
     else:
-        print(summary(cfg, metrics, chash))
+        print(summary(cfg, res.metrics, chash, res.timing))
         if args.out:
-            print(f"\nwrote {Path(args.out) / 'result.json'} and config.yaml")
+            print(f"\nwrote {Path(args.out) / 'result.json'}, config.yaml and timing.json")
     return 0

@@ -35,15 +35,17 @@ OnDone = Callable[[str, dict[str, Any]], None]
 
 
 def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
-    """Run one point. A user error (:class:`SimError`, e.g. out of memory) is a result
-    of the point and is returned as ``error``; anything else is a bug and propagates,
+    """Run one point: ``metrics``, ``error`` and ``timing`` (wall seconds, apart from
+    the metrics). A user error (:class:`SimError`, e.g. out of memory) is a result of
+    the point and is returned as ``error``; anything else is a bug and propagates,
     which stops the sweep (finished points are kept)."""
     t0 = time.perf_counter()
     try:
-        metrics, error = runner.run(cfg, job), None
+        res = runner.run(cfg, job)
     except SimError as err:
-        metrics, error = {}, str(err)
-    return {"metrics": metrics, "error": error, "elapsed_s": time.perf_counter() - t0}
+        return {"metrics": {}, "error": str(err),
+                "timing": {"wall_s": time.perf_counter() - t0}}
+    return {"metrics": res.metrics, "error": None, "timing": res.timing}
 
 
 def _inline(tasks: Sequence[Task], on_done: OnDone) -> None:

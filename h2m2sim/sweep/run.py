@@ -11,7 +11,7 @@ from typing import Any, Callable
 from h2m2sim import __version__, runner
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError
-from h2m2sim.store import ResultStore, git_revision
+from h2m2sim.store import ResultStore, git_revision, now_iso
 from h2m2sim.sweep.execute import execute
 from h2m2sim.sweep.spec import Sweep
 
@@ -92,8 +92,8 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
             "config_hash": h, "index": point.index, "params": point.params,
             "metrics": result["metrics"], "error": result["error"],
             "config": plain(point.config), "h2m2sim_version": __version__,
-            "git_revision": rev, "elapsed_s": result["elapsed_s"],
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            "git_revision": rev,
+            "timing": {**result["timing"], "finished_at": now_iso()}})
         counts["ran"] += 1
         counts["errors"] += bool(result["error"])
         bar.update(1)
