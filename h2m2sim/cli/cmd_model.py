@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 from dram_models.errors import ConfigError
 from dram_models.schema import suggest
@@ -16,6 +17,7 @@ from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_foot
                            transfers, unique_bytes)
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
+from h2m2sim.store import atomic_output_path, prepare_file, writing_to
 
 
 def register(subparsers) -> None:
@@ -151,12 +153,15 @@ def run(args) -> int:
         if split is not None and args.side is None:
             raise ConfigError("--side", f"--export-trace with --split needs --side "
                               f"({' or '.join(sides)})")
+        path = _trace_path(args.export_trace, fmt)
+        prepare_file(path, "--export-trace")  # before the traffic, which may take seconds
         tr = layer_traffic(model, batch, seqs, kv_layout=layout,
                            request_bytes=_int(args.request_bytes, "--request-bytes", 1),
                            dtype=dtype, seed=_int(args.seed, "--seed"), split=split,
                            side=args.side, phase=phase, sides=sides,
                            activations=not args.no_activations)
-        path = save(tr, args.export_trace, fmt)
+        with writing_to(path, "--export-trace"), atomic_output_path(path) as tmp:
+            save(tr, tmp, fmt)
         out["trace"] = {"file": str(path), "format": fmt, "requests": len(tr),
                         "writes": int(tr.is_write.sum()), "kv_layout": kind}
     if args.timing:
@@ -167,6 +172,14 @@ def run(args) -> int:
         return 0
     _print_text(out)
     return 0
+
+
+def _trace_path(text: str, fmt: str) -> Path:
+    """The file a trace export writes: ``npz`` gains the ``.npz`` suffix it lacks (as
+    NumPy would add it)."""
+    path = Path(text)
+    return path if fmt != "npz" or path.name.endswith(".npz") else \
+        path.with_name(path.name + ".npz")
 
 
 def _fmt_bytes(n: int) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from h2m2sim.cli.cmd_validate import add_set_option
@@ -20,7 +19,9 @@ def register(subparsers) -> None:
     add_set_option(p)
     p.add_argument("--out", metavar="DIR",
                    help="also write DIR/result.json, the resolved DIR/config.yaml and the "
-                        "wall times DIR/timing.json")
+                        "wall times DIR/timing.json; DIR must not hold a result already")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --out: replace the result DIR already holds")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (config_hash, version, metrics, timing) "
                         "instead of the summary")
@@ -109,26 +110,29 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
     from h2m2sim.config import dump_yaml, load_file
     from h2m2sim.errors import ConfigError
-    from h2m2sim.store import atomic_write_json, atomic_write_text, git_revision, now_iso
+    from h2m2sim.store import RunOutput, git_revision, now_iso
+    if args.overwrite and not args.out:
+        raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load_file(args.config, args.sets)
     chash = config_hash(cfg)
-    res = runner.run(cfg)
+    out = RunOutput(args.out) if args.out else None
+    if out is not None:
+        out.prepare(overwrite=args.overwrite)  # refuse before a run that may be long
+    try:
+        res = runner.run(cfg)
+    except BaseException:
+        if out is not None:
+            out.abandon()
+        raise
     result = {"config_hash": chash, "h2m2sim_version": __version__,
               "git_revision": git_revision(), "metrics": res.metrics}
-    if args.out:
-        out = Path(args.out)
-        try:
-            atomic_write_json(out / "result.json", result)
-            atomic_write_text(out / "config.yaml", dump_yaml(cfg))
-            atomic_write_json(out / "timing.json", {"config_hash": chash, **res.timing,
-                                                    "finished_at": now_iso()})
-        except OSError as err:
-            raise ConfigError("--out", f"cannot write to {out}: {err.strerror or err}") \
-                from None
+    timing = {"config_hash": chash, **res.timing, "finished_at": now_iso()}
+    if out is not None:
+        out.write(result, dump_yaml(cfg), timing)
     if args.json:
         print(json.dumps({**result, "timing": res.timing}, allow_nan=True))
     else:
         print(summary(cfg, res.metrics, chash, res.timing))
-        if args.out:
-            print(f"\nwrote {Path(args.out) / 'result.json'}, config.yaml and timing.json")
+        if out is not None:
+            print(f"\nwrote {out.result_path}, config.yaml and timing.json")
     return 0

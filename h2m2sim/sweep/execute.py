@@ -3,12 +3,17 @@
 Workers receive the resolved config and the job function (pickled by reference, so the
 job must be a top-level function of an importable module) and return the point's
 record; only the coordinating process writes to the result store, so workers on other
-machines need no shared file system. Local pool workers end themselves when the sweep
-process that started them is gone (even after SIGKILL, which no handler sees), so they
-never run on as orphans.
+machines need no shared file system.
+
+A :class:`Backend` is entered (``with``) before the sweep writes anything, because
+entering is where it can fail: a Dask scheduler out of reach is reported before a
+result folder exists. Local pool workers end themselves when the sweep process that
+started them is gone (even after SIGKILL, which no handler sees), so they never run on
+as orphans.
 """
 from __future__ import annotations
 
+import abc
 import concurrent.futures as cf
 import multiprocessing
 import os
@@ -21,7 +26,8 @@ from typing import Any
 from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
-__all__ = ["run_point", "execute", "exit_with_parent", "Task", "WorkerDied"]
+__all__ = ["run_point", "execute", "backend_for", "Backend", "InProcess", "ProcessPool",
+           "DaskCluster", "Task", "WorkerDied"]
 
 
 class WorkerDied(SimError):
@@ -46,11 +52,6 @@ def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
         return {"metrics": {}, "error": str(err),
                 "timing": {"wall_s": time.perf_counter() - t0}}
     return {"metrics": res.metrics, "error": None, "timing": res.timing}
-
-
-def _inline(tasks: Sequence[Task], on_done: OnDone) -> None:
-    for h, cfg, job in tasks:
-        on_done(h, run_point(cfg, job))
 
 
 def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], None]
@@ -89,6 +90,32 @@ def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], 
         raise failure
 
 
+class Backend(abc.ABC):
+    """Where points run; a context manager (see the module docstring)."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release what :meth:`__enter__` acquired."""
+
+    @abc.abstractmethod
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        """Run ``tasks``, calling ``on_done(config_hash, record)`` in this process as each
+        finishes (in completion order)."""
+
+
+class InProcess(Backend):
+    """Points one after another in this process."""
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        for h, cfg, job in tasks:
+            on_done(h, run_point(cfg, job))
+
+
 def exit_with_parent(parent_pid: int) -> None:
     """Pool worker initializer: end this process as soon as ``parent_pid`` is no longer
     its parent. A daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
@@ -103,32 +130,57 @@ def exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="h2m2sim-parent-watch", daemon=True).start()
 
 
-def _pool(tasks: Sequence[Task], workers: int, on_done: OnDone) -> None:
-    ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba, tqdm)
-    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                                initializer=exit_with_parent, initargs=(os.getpid(),))
-    try:
-        futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
+class ProcessPool(Backend):
+    """Points on ``workers`` spawned local processes."""
 
-        def cancel() -> None:
-            for f in futures:
-                f.cancel()
-        _drain(futures, cf.as_completed(futures), on_done, cancel)
-    finally:
-        ex.shutdown(wait=True, cancel_futures=True)
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba)
+        ex = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
+                                    initializer=exit_with_parent, initargs=(os.getpid(),))
+        try:
+            futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
+
+            def cancel() -> None:
+                for f in futures:
+                    f.cancel()
+            _drain(futures, cf.as_completed(futures), on_done, cancel)
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
 
 
-def _dask(tasks: Sequence[Task], address: str, on_done: OnDone) -> None:
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise ConfigError("--scheduler", "Dask distributed is not installed "
-                                         "(pip install 'h2m2sim[distributed]')") from None
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as err:
-        raise ConfigError("--scheduler", f"cannot connect to {address}: {err}") from None
-    try:
+class DaskCluster(Backend):
+    """Points on a Dask distributed cluster; entering connects to its scheduler."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self.client: Any = None
+
+    def __enter__(self) -> DaskCluster:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ConfigError("--scheduler", "Dask distributed is not installed "
+                                             "(pip install 'h2m2sim[distributed]')") from None
+        try:
+            self.client = Client(self.address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as err:
+            raise ConfigError("--scheduler", f"cannot connect to {self.address}: {err}") \
+                from None
+        return self
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        from distributed import as_completed
+        client = self.client
+        if client is None:
+            raise RuntimeError("DaskCluster.run outside its `with` block")
         futures = {client.submit(run_point, cfg, job, pure=False,
                                  key=f"h2m2sim-point-{i}-{h[:16]}-{time.time_ns()}"): h
                    for i, (h, cfg, job) in enumerate(tasks)}
@@ -136,21 +188,25 @@ def _dask(tasks: Sequence[Task], address: str, on_done: OnDone) -> None:
         def cancel() -> None:
             client.cancel(list(futures))
         _drain(futures, as_completed(futures, loop=client.loop), on_done, cancel)
-    finally:
-        client.close()
+
+
+def backend_for(workers: int = 1, scheduler: str | None = None,
+                n_tasks: int | None = None) -> Backend:
+    """``scheduler`` (a Dask address) wins over ``workers``; ``workers == 1`` (or a
+    single task) runs in this process, more use a spawn process pool of at most
+    ``n_tasks`` processes."""
+    if scheduler:
+        return DaskCluster(scheduler)
+    if n_tasks is not None:
+        workers = min(workers, n_tasks)
+    return InProcess() if workers <= 1 else ProcessPool(workers)
 
 
 def execute(tasks: Sequence[Task], on_done: OnDone, workers: int = 1,
             scheduler: str | None = None) -> None:
-    """Run ``tasks`` (config hash, config, job) and call ``on_done(config_hash, record)``
-    in the calling process as each finishes (in completion order). ``scheduler`` (a
-    Dask address) wins over ``workers``; ``workers == 1`` runs in this process, more use
-    a spawn process pool."""
+    """Run ``tasks`` (config hash, config, job) on :func:`backend_for` and call
+    ``on_done(config_hash, record)`` in the calling process as each finishes."""
     if not tasks:
         return
-    if scheduler:
-        _dask(tasks, scheduler, on_done)
-    elif workers <= 1 or len(tasks) == 1:
-        _inline(tasks, on_done)
-    else:
-        _pool(tasks, min(workers, len(tasks)), on_done)
+    with backend_for(workers, scheduler, len(tasks)) as backend:
+        backend.run(tasks, on_done)

@@ -1,4 +1,6 @@
-"""A sweep's pool workers die with the sweep process, even when it is SIGKILLed."""
+"""A sweep's folder is never left half-made: a scheduler out of reach or a first point
+that fails leaves the folder reusable; the pool's workers die with the sweep process
+even when it is SIGKILLed."""
 from __future__ import annotations
 
 import os
@@ -8,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import fakes
 import pytest
 import yaml
 
+from h2m2sim.cli import main
 from h2m2sim.store import ResultStore
 
 TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subprocesses
@@ -19,9 +23,65 @@ SPEC = {"name": "safety",
         "grid": {"workload.seq": [64, 128, 256, 512]}}
 
 
+@pytest.fixture(autouse=True)
+def _fakes(monkeypatch):
+    fakes.install(monkeypatch.setitem)
+    monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ", raising=False)
+    monkeypatch.delenv("H2M2SIM_FAKE_SLEEP", raising=False)
+
+
 def write_spec(path: Path, spec: dict) -> Path:
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def sweep(capsys, *argv) -> tuple[int, list[str]]:
+    """Exit status and stderr lines of ``h2m2sim sweep ARGV`` (stdout in LAST_OUT)."""
+    rc = main(["sweep", *map(str, argv), "--no-progress", "--workers", "1"])
+    out, err = capsys.readouterr()
+    LAST_OUT[:] = [out]
+    return rc, err.strip().splitlines()
+
+
+LAST_OUT: list[str] = [""]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["new-folder", "empty-folder"])
+def test_unreachable_scheduler_leaves_the_folder_reusable(tmp_path, capsys, monkeypatch,
+                                                          existed):
+    from h2m2sim.sweep import execute
+    monkeypatch.setattr(execute, "CONNECT_TIMEOUT", "1s")
+    spec = write_spec(tmp_path / "s.yaml", SPEC)
+    out = tmp_path / "results" / "o"
+    if existed:
+        out.mkdir(parents=True)
+    rc, err = sweep(capsys, spec, "--out", out, "--scheduler", "tcp://127.0.0.1:1")
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith("error: --scheduler: cannot connect to tcp://127.0.0.1:1")
+    if existed:
+        assert out.is_dir() and os.listdir(out) == []
+    else:
+        assert not (tmp_path / "results").exists()
+    rc, err = sweep(capsys, spec, "--out", out)     # the same --out, no --resume
+    assert rc == 0 and err == [] and len(ResultStore(out).finished()) == 4
+
+
+def test_new_sweep_failing_at_its_first_point_leaves_nothing(tmp_path, capsys,
+                                                             monkeypatch):
+    from h2m2sim.sweep import build_sweep, run_sweep
+    out = tmp_path / "o"
+    monkeypatch.setenv("H2M2SIM_FAKE_FAIL_SEQ", "64")
+    with pytest.raises(RuntimeError, match="fail at seq=64"):
+        run_sweep(build_sweep(SPEC), out, workers=1, progress=False)
+    assert not out.exists()
+    monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ")
+    rc, err = sweep(capsys, write_spec(tmp_path / "s.yaml", SPEC), "--out", out)
+    assert rc == 0 and err == [] and len(ResultStore(out).finished()) == 4
 
 
 # -- pool workers die with the sweep ---------------------------------------------------------
