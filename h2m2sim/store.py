@@ -13,7 +13,7 @@
     DIR/
       sweep.yaml          the sweep as run: base config inlined, axes, --set applied
       meta.json           format tag, h2m2sim version, git revision, axes, point count,
-                          when it was created / last updated
+                          sha256 of the plan, when it was created / last updated
       plan.json           every point of the sweep: index, config hash, swept values
       points/<hash>.json  one file per finished point (the source of truth): config
                           hash, swept values, the fully resolved config, all metrics
@@ -51,7 +51,10 @@ of the baseline run carry a ``baseline_`` prefix.
 that already holds a run result; pass ``--overwrite`` to replace it (the three files
 are written under temporary names first, then renamed into place, ``result.json``
 last) or choose another ``--out``. ``sweep --out DIR`` refuses a folder that already
-holds a sweep unless ``--resume`` is given. Neither command writes into the other's folder. An output that cannot be written
+holds a sweep unless ``--resume`` is given, and ``--resume`` refuses a folder holding
+a *different* sweep: the sha256 of the plan (axes, every point's config hash and
+swept values) must match; resume with the folder's own ``DIR/sweep.yaml`` to finish
+it. Neither command writes into the other's folder. An output that cannot be written
 (a file where a folder should be, a read-only folder) is reported as one line naming
 the path and the system's reason before anything runs; this holds for ``plot --out``
 and ``model --export-trace`` too. A new sweep that fails before finishing any point
@@ -66,6 +69,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import hashlib
 import io
 import json
 import os
@@ -83,7 +87,7 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_
            "ResultStore", "RunOutput", "encode_cell", "decode_cell", "flatten_metrics",
            "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
            "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
-           "now_iso"]
+           "plan_digest", "now_iso"]
 
 FORMAT = "h2m2sim-sweep/2"  # /1 kept wall times among the metrics (read_point converts)
 
@@ -278,6 +282,16 @@ def split_timing(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return results, timing
 
 
+def plan_digest(axes: list[str], points: list[dict[str, Any]]) -> str:
+    """sha256 (hex) of a sweep's plan: its axes and every point's index, config hash and
+    swept values, in a canonical JSON rendering (so a plan read back from plan.json has
+    the digest of the plan that was written)."""
+    plain = json.loads(json.dumps({"axes": list(axes), "points": list(points)},
+                                  allow_nan=True))
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 # -- CSV cells --------------------------------------------------------------------------
 def encode_cell(value: Any) -> str:
     """One CSV cell for ``value`` (see the module docstring)."""
@@ -420,8 +434,8 @@ class ResultStore:
 
     def check(self, axes: list[str], plan: list[dict[str, Any]], resume: bool) -> bool:
         """Refuse to write this sweep here: a folder holding a run result; one holding a
-        sweep without ``resume``. Writes nothing. Returns whether the folder holds no
-        sweep yet."""
+        sweep without ``resume``; with ``resume``, one holding a different sweep (plan
+        digest). Writes nothing. Returns whether the folder holds no sweep yet."""
         where = self.root
         if self.root.exists() and not self.root.is_dir():
             raise output_error("--out", where, _not_a_dir(where))
@@ -435,6 +449,14 @@ class ResultStore:
             raise ConfigError("--out", f"{where} already holds a sweep ({len(done)} "
                                        "finished points); pass --resume to continue it or "
                                        "choose another --out")
+        stored = self.plan()
+        old = plan_digest(stored.get("axes", []), stored.get("points", []))
+        new = plan_digest(axes, plan)
+        if old != new:
+            raise ConfigError("--out", f"{where} holds a different sweep (plan sha256 "
+                                       f"{old[:12]}, this sweep {new[:12]}); choose another "
+                                       f"--out, or resume it with its own file: h2m2sim "
+                                       f"sweep {self.spec_path} --out {where} --resume")
         return False
 
     def prepare(self) -> None:
@@ -453,7 +475,8 @@ class ResultStore:
             atomic_write_json(self.meta_path, {
                 "format": FORMAT, "h2m2sim_version": __version__,
                 "git_revision": git_revision(), "created": meta.get("created", now),
-                "updated": now, "axes": axes, "n_points": len(plan)})
+                "updated": now, "axes": axes, "n_points": len(plan),
+                "plan_sha256": plan_digest(axes, plan)})
 
     def discard(self) -> None:
         """Remove what :meth:`prepare` and :meth:`start` created, for a new sweep that

@@ -99,6 +99,8 @@ def test_sweep_directory_layout(tmp_path):
                                        "sweep.yaml", "timings.csv"]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["format"] == "h2m2sim-sweep/2" and meta["h2m2sim_version"] == __version__
+    plan = json.loads((out / "plan.json").read_text())
+    assert meta["plan_sha256"] == store_mod.plan_digest(plan["axes"], plan["points"])
     assert meta["axes"] == ["system", "workload.seq"] and meta["n_points"] == 4
     assert "git_revision" in meta
 

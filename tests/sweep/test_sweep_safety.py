@@ -1,8 +1,9 @@
-"""A sweep's folder is never left half-made: a scheduler out of reach or a first point
-that fails leaves the folder reusable; the pool's workers die with the sweep process
-even when it is SIGKILLed."""
+"""A sweep's folder is never mixed or left half-made: a scheduler out of reach or a
+first point that fails leaves the folder reusable, --resume refuses a different sweep,
+and the pool's workers die with the sweep process even when it is SIGKILLed."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -82,6 +83,45 @@ def test_new_sweep_failing_at_its_first_point_leaves_nothing(tmp_path, capsys,
     monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ")
     rc, err = sweep(capsys, write_spec(tmp_path / "s.yaml", SPEC), "--out", out)
     assert rc == 0 and err == [] and len(ResultStore(out).finished()) == 4
+
+
+def test_resume_refuses_a_different_sweep(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "o"
+    first = write_spec(tmp_path / "first.yaml", SPEC)
+    monkeypatch.setenv("H2M2SIM_FAKE_FAIL_SEQ", "256")  # stop half-way
+    with pytest.raises(RuntimeError):
+        main(["sweep", str(first), "--out", str(out), "--workers", "1", "--no-progress"])
+    monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ")
+    capsys.readouterr()
+    before = snapshot(out)
+    assert len(ResultStore(out).finished()) == 2
+
+    plan = json.loads((out / "plan.json").read_text())
+    meta = json.loads((out / "meta.json").read_text())
+    others = {
+        "other values": {**SPEC, "grid": {"workload.seq": [64, 128, 1024, 512]}},
+        "fewer points": {**SPEC, "grid": {"workload.seq": [64, 128]}},
+        "other axis": {**SPEC, "grid": {"workload.batch": [2, 4]}},
+        "other base": {**SPEC, "base": {**SPEC["base"], "model": "llama2-70b"}},
+    }
+    for what, spec in others.items():
+        rc, err = sweep(capsys, write_spec(tmp_path / "other.yaml", spec), "--out", out,
+                        "--resume")
+        assert rc == 2 and len(err) == 1, what
+        assert err[0].startswith(f"error: --out: {out} holds a different sweep (plan "
+                                 f"sha256 {meta['plan_sha256'][:12]}, this sweep "), what
+        assert err[0].endswith(f"h2m2sim sweep {out / 'sweep.yaml'} --out {out} --resume")
+        assert snapshot(out) == before, what                 # nothing touched
+    rc, err = sweep(capsys, first, "--out", out, "--resume", "--set", "model=llama2-70b")
+    assert rc == 2 and "holds a different sweep" in err[0]
+
+    # the same plan resumes, whatever the file is called; so does the folder's own copy
+    renamed = write_spec(tmp_path / "renamed.yaml", {**SPEC, "name": "renamed"})
+    rc, err = sweep(capsys, renamed, "--out", out, "--resume")
+    assert rc == 0 and err == [] and len(ResultStore(out).finished()) == 4
+    assert json.loads((out / "plan.json").read_text()) == plan
+    rc, err = sweep(capsys, out / "sweep.yaml", "--out", out, "--resume")
+    assert rc == 0 and err == [] and "0 run, 4 already finished" in LAST_OUT[0]
 
 
 # -- pool workers die with the sweep ---------------------------------------------------------
