@@ -5,9 +5,9 @@ job must be a top-level function of an importable module) and return the point's
 record; only the coordinating process writes to the result store, so workers on other
 machines need no shared file system.
 
-A :class:`Backend` is entered (``with``) before the sweep writes anything, because
-entering is where it can fail: a Dask scheduler out of reach is reported before a
-result folder exists. Local pool workers end themselves when the sweep process that
+A :class:`Backend` is entered (``with``) before the sweep writes its files, because
+entering is where it can fail: a Dask scheduler out of reach, or an address Dask cannot
+use, is one line before any sweep file exists. Local pool workers end themselves when the sweep process that
 started them is gone (even after SIGKILL, which no handler sees), so they never run on
 as orphans.
 """
@@ -165,8 +165,9 @@ class DaskCluster(Backend):
             raise ConfigError("--scheduler", "Dask distributed is not installed "
                                              "(pip install 'h2m2sim[distributed]')") from None
         try:
+            _reach(self.address)
             self.client = Client(self.address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as err:
+        except Exception as err:  # noqa: BLE001 - any failure to connect is the user's
             raise ConfigError("--scheduler", f"cannot connect to {self.address}: {err}") \
                 from None
         return self
@@ -188,6 +189,23 @@ class DaskCluster(Backend):
         def cancel() -> None:
             client.cancel(list(futures))
         _drain(futures, as_completed(futures, loop=client.loop), on_done, cancel)
+
+
+def _reach(address: str) -> None:
+    """Open and close one connection to the scheduler at ``address`` (within
+    :data:`CONNECT_TIMEOUT`, with the Dask configuration's security settings), so that
+    an address out of reach, or TLS without its settings, fails before a ``Client``
+    exists: a Client that failed to start waits twice the timeout in its finalizer."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def once() -> None:
+        comm = await connect(address, timeout=CONNECT_TIMEOUT,
+                             **Security().get_connection_args("client"))
+        await comm.close()
+    asyncio.run(once())
 
 
 def backend_for(workers: int = 1, scheduler: str | None = None,

@@ -72,6 +72,26 @@ def test_unreachable_scheduler_leaves_the_folder_reusable(tmp_path, capsys, monk
     assert rc == 0 and err == [] and len(ResultStore(out).finished()) == 4
 
 
+@pytest.mark.parametrize("address, reason", [
+    ("foo", "missing port number in address 'foo'"),
+    ("nonsense://host:1", "unknown address scheme 'nonsense'"),
+    ("tls://127.0.0.1:1", "TLS expects a `ssl_context` argument"),  # no TLS settings
+])
+def test_bad_scheduler_address_is_one_line_and_quick(tmp_path, address, reason):
+    """In a fresh process: a Dask Client that failed to start would print a traceback
+    from its finalizer at exit, after waiting twice the connect timeout."""
+    spec = write_spec(tmp_path / "s.yaml", SPEC)
+    code = (f"import sys\nsys.path.insert(0, {TESTS!r})\nimport fakes\nfakes.install()\n"
+            "from h2m2sim.cli import main\nraise SystemExit(main(sys.argv[1:]))\n")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code, "sweep", str(spec), "--out",
+                        str(tmp_path / "o"), "--scheduler", address, "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"error: --scheduler: cannot connect to {address}: {reason}")
+    assert time.monotonic() - t0 < 15 and not (tmp_path / "o").exists()
+
+
 def test_new_sweep_failing_at_its_first_point_leaves_nothing(tmp_path, capsys,
                                                              monkeypatch):
     from h2m2sim.sweep import build_sweep, run_sweep
