@@ -16,12 +16,18 @@ When ``policy.baseline`` names a system, the job runs a second time on it (basel
 config = same config with ``system`` replaced by the baseline and no baseline of its
 own) and the metrics gain ``baseline_<T>`` and ``speedup = baseline_<T> / <T>``, where
 ``<T>`` is the kind's time metric in :data:`TIME_METRIC`.
+
+A job may also report wall-clock times (``decision_s``, a name with the word ``wall``;
+rule in :func:`h2m2sim.store.is_wall_time`). They vary from run to run, so :func:`run`
+returns them apart from the metrics, in :attr:`RunResult.timing`, with the run's own
+``wall_s``; the metrics alone are bit-identical for the same config and seed.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,8 +38,9 @@ from h2m2sim.errors import SimError
 from h2m2sim.parallel import use_threads
 from h2m2sim.registry import Registry
 from h2m2sim.serving.job import run_serving
+from h2m2sim.store import split_timing
 
-__all__ = ["JOBS", "TIME_METRIC", "job_kind", "get_job", "run", "JobError"]
+__all__ = ["JOBS", "TIME_METRIC", "job_kind", "get_job", "run", "RunResult", "JobError"]
 
 Job = Callable[[Any], Mapping[str, Any]]
 
@@ -81,28 +88,40 @@ def _timed(metrics: dict[str, Any], t: str | None, where: str) -> dict[str, Any]
     return metrics
 
 
-def run(cfg: Any, job: Job | None = None) -> dict[str, Any]:
-    """Run ``cfg`` (with ``job``, default: the registered job for its workload kind)
-    and return its metrics, plus ``speedup`` when a baseline is configured."""
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What one run produced."""
+    metrics: dict[str, Any]   # results: same config and seed, bit-identical
+    timing: dict[str, Any]    # wall-clock seconds: wall_s (whole run), the job's own
+
+
+def run(cfg: Any, job: Job | None = None) -> RunResult:
+    """Run ``cfg`` (with ``job``, default: the registered job for its workload kind):
+    its metrics, plus ``speedup`` when a baseline is configured, and its wall times."""
+    t0 = time.perf_counter()
     with use_threads(cfg.simulation.threads):
-        return _run(cfg, job)
+        metrics, timing = _run(cfg, job)
+    return RunResult(metrics, {"wall_s": time.perf_counter() - t0, **timing})
 
 
-def _run(cfg: Any, job: Job | None) -> dict[str, Any]:
+def _run(cfg: Any, job: Job | None) -> tuple[dict[str, Any], dict[str, Any]]:
     kind = job_kind(cfg)
     job = get_job(kind) if job is None else job
     name = getattr(job, "__qualname__", repr(job))
     t = TIME_METRIC.get(kind)
-    metrics = _timed(_clean(job(cfg), f"job {name}"), t, "")
+    metrics, timing = split_timing(_clean(job(cfg), f"job {name}"))
+    metrics = _timed(metrics, t, "")
     baseline = cfg.policy.baseline
     if baseline is None:
-        return metrics
+        return metrics, timing
     base_cfg = dataclasses.replace(cfg, system=baseline,
                                    policy=dataclasses.replace(cfg.policy, baseline=None))
-    base = _timed(_clean(job(base_cfg), f"job {name} (baseline)"), t, " on the baseline")
+    base, base_timing = split_timing(_clean(job(base_cfg), f"job {name} (baseline)"))
+    base = _timed(base, t, " on the baseline")
+    timing.update({f"baseline_{k}": v for k, v in base_timing.items()})
     if t not in metrics or t not in base:
         raise JobError(f"cannot compute a speedup: job {name} reported no '{t}'")
     ours, theirs = metrics[t], base[t]
     metrics[f"baseline_{t}"] = theirs
     metrics["speedup"] = theirs / ours if ours else math.inf
-    return metrics
+    return metrics, timing

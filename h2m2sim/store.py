@@ -1,20 +1,30 @@
-"""Result store of a sweep, and atomic file writes.
+"""Result stores (a run's, a sweep's), output locations, and atomic file writes.
 
-A sweep's output directory (``h2m2sim sweep ... --out DIR``) holds::
+**A run** (``h2m2sim run CONFIG --out DIR``) writes::
+
+    DIR/
+      result.json         config hash, h2m2sim version, git revision, metrics
+      config.yaml         the fully resolved configuration
+      timing.json         wall-clock times of the run, in seconds (see "Results and
+                          timings" below)
+
+**A sweep** (``h2m2sim sweep ... --out DIR``) writes::
 
     DIR/
       sweep.yaml          the sweep as run: base config inlined, axes, --set applied
       meta.json           format tag, h2m2sim version, git revision, axes, point count,
-                          when it was created / last updated
+                          sha256 of the plan, when it was created / last updated
       plan.json           every point of the sweep: index, config hash, swept values
       points/<hash>.json  one file per finished point (the source of truth): config
                           hash, swept values, the fully resolved config, all metrics
                           (including nested ones such as 'breakdown'), error message if
                           the point failed with a user error, h2m2sim version, git
-                          revision, wall time
+                          revision, and a 'timing' object with the point's wall times
       results.csv         one row per finished point, in point order (derived from
                           plan.json + points/, rewritten atomically during and after
                           the sweep)
+      timings.csv         the wall times of the same rows: point, config_hash, then one
+                          column per timing (wall_s, decision_s, ..., finished_at)
 
 ``results.csv`` columns, in this order: ``point`` (index in the sweep), ``config_hash``
 (sha256 of the resolved config, :func:`h2m2sim.cache.config_hash`), one column per
@@ -27,20 +37,46 @@ values empty, lists and mappings (e.g. an inline system as a swept value) as com
 JSON. CSV was chosen over Parquet because every tool reads it and rows are few (one per
 simulated point); the point files keep the full-precision, nested data.
 
+**Results and timings.** Results depend only on the configuration: the same config and
+seed give a byte-identical ``result.json``, and a sweep interrupted and resumed gives
+the same ``results.csv`` and point files (outside their ``timing`` object) as one run
+without interruption. Wall-clock times vary from run to run, so they are kept apart:
+a job's metric is a wall time when it is named ``decision_s`` (how long a mapper took
+to decide), ``elapsed_s``, or has ``wall`` as a word of its name (``wall_s``); these go
+to ``timing.json`` / the ``timing`` object / ``timings.csv``, together with the
+run's own ``wall_s`` (seconds, baseline run included) and ``finished_at``. Times
+of the baseline run carry a ``baseline_`` prefix.
+
+**Output locations are never reused silently.** ``run --out DIR`` refuses a folder
+that already holds a run result; pass ``--overwrite`` to replace it (the three files
+are written under temporary names first, then renamed into place, ``result.json``
+last) or choose another ``--out``. ``sweep --out DIR`` refuses a folder that already
+holds a sweep unless ``--resume`` is given, and ``--resume`` refuses a folder holding
+a *different* sweep: the sha256 of the plan (axes, every point's config hash and
+swept values) must match; resume with the folder's own ``DIR/sweep.yaml`` to finish
+it. Neither command writes into the other's folder. An output that cannot be written
+(a file where a folder should be, a read-only folder) is reported as one line naming
+the path and the system's reason before anything runs; this holds for ``plot --out``
+and ``model --export-trace`` too. A new sweep that fails before finishing any point
+removes what it created, so the same ``--out`` can be used again.
+
 Every file is written to a temporary name in the same directory and renamed into place
-with ``os.replace``, so a killed sweep leaves only whole files behind; ``--resume``
-skips every point whose ``points/<hash>.json`` exists.
+with ``os.replace``, so a killed run or sweep leaves only whole files behind;
+``--resume`` skips every point whose ``points/<hash>.json`` exists.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import hashlib
 import io
 import json
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +84,117 @@ from h2m2sim import __version__
 from h2m2sim.errors import ConfigError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
-           "ResultStore", "encode_cell", "decode_cell", "flatten_metrics", "read_csv",
-           "FORMAT"]
+           "ResultStore", "RunOutput", "encode_cell", "decode_cell", "flatten_metrics",
+           "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
+           "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
+           "plan_digest", "now_iso"]
 
-FORMAT = "h2m2sim-sweep/1"
+FORMAT = "h2m2sim-sweep/2"  # /1 kept wall times among the metrics (read_point converts)
+
+#: Files a sweep writes at its top level (the only ones it may remove again).
+SWEEP_FILES = ("sweep.yaml", "meta.json", "plan.json", "results.csv", "timings.csv")
 
 
+def now_iso() -> str:
+    """Local time as ISO 8601 with offset, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# -- output locations -------------------------------------------------------------------
+def output_error(key: str, path: str | os.PathLike, err: OSError) -> ConfigError:
+    """The one-line user error for an OSError met while writing under ``path``: names the
+    path and the system's reason (and the file, when it is not ``path`` itself)."""
+    reason = err.strerror or str(err)
+    if err.filename:  # name the file too when it lies outside ``path`` (a parent)
+        where = Path(os.path.abspath(os.fsdecode(err.filename)))
+        inside = Path(os.path.abspath(path))
+        if where != inside and inside not in where.parents:
+            reason += f" ({os.fsdecode(err.filename)})"
+    return ConfigError(key, f"cannot write to {path}: {reason}")
+
+
+@contextlib.contextmanager
+def writing_to(path: str | os.PathLike, key: str = "--out") -> Iterator[None]:
+    """Turn an OSError raised by the enclosed writes into :func:`output_error`."""
+    try:
+        yield
+    except OSError as err:
+        raise output_error(key, path, err) from None
+
+
+def _not_a_dir(path: Path) -> OSError:
+    return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+
+
+def prepare_dir(path: str | os.PathLike, key: str = "--out") -> Path | None:
+    """Make ``path`` an existing directory that this process can write to (creating it
+    and its parents, then creating and removing a probe file, which also catches
+    read-only file systems and root-squashed mounts that permission bits do not show).
+    Returns the topmost directory it created (None if ``path`` existed), for
+    :func:`remove_empty_dirs`. Any failure is :func:`output_error`."""
+    path = Path(path)
+    top = None
+    with writing_to(path, key):
+        if path.exists() and not path.is_dir():
+            raise _not_a_dir(path)
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        path.mkdir(parents=True, exist_ok=True)
+        top = missing[-1] if missing else None
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".h2m2sim-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError:
+            remove_empty_dirs(path, top)
+            raise
+    return top
+
+
+def prepare_file(path: str | os.PathLike, key: str) -> Path | None:
+    """Make the folder of output file ``path`` writable (:func:`prepare_dir`) and check
+    that ``path`` is not a directory. Returns what :func:`prepare_dir` returns."""
+    path = Path(path)
+    if path.is_dir():
+        raise output_error(key, path, IsADirectoryError(
+            errno.EISDIR, os.strerror(errno.EISDIR), str(path)))
+    return prepare_dir(path.parent, key)
+
+
+def remove_empty_dirs(leaf: str | os.PathLike, top: str | os.PathLike | None) -> None:
+    """Remove ``leaf`` and its parents up to ``top`` (included) while they are empty;
+    nothing when ``top`` is None (the folders existed before)."""
+    if top is None:
+        return
+    leaf, top = Path(leaf), Path(top)
+    for d in (leaf, *leaf.parents):
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        if d == top:
+            return
+
+
+@contextlib.contextmanager
+def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` for a writer that needs a file name; renamed to
+    ``path`` when the block ends without an exception, removed otherwise. The name
+    keeps every suffix of ``path`` (``.npz``, ``.csv.gz``), so writers that choose a
+    format or append an extension by suffix behave as they would for ``path``."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix="-" + path.name, dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+# -- atomic writes ----------------------------------------------------------------------
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one,
     never a partial one (temporary file in the same directory, fsync, os.replace).
@@ -79,8 +220,13 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def json_text(obj: Any) -> str:
+    """The JSON rendering of every stored file (one key per line, key order kept)."""
+    return json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n"
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n")
+    atomic_write_text(path, json_text(obj))
 
 
 _GIT: list[str | None] = []
@@ -108,6 +254,45 @@ def git_revision() -> str | None:
     return _GIT[0]
 
 
+# -- results and timings ----------------------------------------------------------------
+#: Metric names that are wall-clock times whatever their spelling (module docstring).
+WALL_TIME_NAMES = frozenset({"decision_s", "elapsed_s"})
+
+
+def is_wall_time(name: str) -> bool:
+    """Whether metric ``name`` is a wall-clock time (module docstring, "Results and
+    timings"), which varies from run to run and so is kept out of the results."""
+    return name in WALL_TIME_NAMES or "wall" in name.split("_")
+
+
+def split_timing(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(results, wall times) of a job's metrics, each keeping the job's order; nested
+    mappings are split alike (a timing keeps its dotted path as its name)."""
+    results: dict[str, Any] = {}
+    timing: dict[str, Any] = {}
+    for k, v in metrics.items():
+        if isinstance(v, Mapping):
+            inner, inner_timing = split_timing(v)
+            results[k] = inner
+            timing.update({f"{k}.{n}": t for n, t in inner_timing.items()})
+        elif is_wall_time(k):
+            timing[k] = v
+        else:
+            results[k] = v
+    return results, timing
+
+
+def plan_digest(axes: list[str], points: list[dict[str, Any]]) -> str:
+    """sha256 (hex) of a sweep's plan: its axes and every point's index, config hash and
+    swept values, in a canonical JSON rendering (so a plan read back from plan.json has
+    the digest of the plan that was written)."""
+    plain = json.loads(json.dumps({"axes": list(axes), "points": list(points)},
+                                  allow_nan=True))
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- CSV cells --------------------------------------------------------------------------
 def encode_cell(value: Any) -> str:
     """One CSV cell for ``value`` (see the module docstring)."""
     if value is None:
@@ -167,6 +352,68 @@ def read_csv(path: str | os.PathLike) -> tuple[list[str], list[dict[str, Any]]]:
     return header, rows
 
 
+def _csv_text(header: list[str], lines: Iterable[list[Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for line in lines:
+        writer.writerow([encode_cell(v) for v in line])
+    return buf.getvalue()
+
+
+# -- a run's folder ---------------------------------------------------------------------
+class RunOutput:
+    """The output folder of one run (layout in the module docstring)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.result_path = self.root / "result.json"
+        self.config_path = self.root / "config.yaml"
+        self.timing_path = self.root / "timing.json"
+        self._created: Path | None = None
+
+    def prepare(self, overwrite: bool = False) -> None:
+        """Refuse a folder holding a sweep, or a run result unless ``overwrite``; then make
+        the folder and check that it can be written (before the run, which may be long)."""
+        if (self.root / "plan.json").exists():
+            raise ConfigError("--out", f"{self.root} holds a sweep; choose another --out")
+        if self.result_path.exists() and not overwrite:
+            raise ConfigError("--out", f"{self.root} already holds a run result "
+                                       "(result.json); choose another --out or pass "
+                                       "--overwrite to replace it")
+        self._created = prepare_dir(self.root)
+
+    def abandon(self) -> None:
+        """Remove the folders :meth:`prepare` created, if they are still empty."""
+        remove_empty_dirs(self.root, self._created)
+
+    def write(self, result: Mapping[str, Any], config_yaml: str,
+              timing: Mapping[str, Any]) -> None:
+        """Write the three files: each is staged under a temporary name first, then all
+        are renamed into place with ``result.json`` last, so a failure never leaves a new
+        ``result.json`` beside an old configuration."""
+        staged: list[tuple[Path, Path]] = []
+        with writing_to(self.root):
+            try:
+                for path, text in ((self.config_path, config_yaml),
+                                   (self.timing_path, json_text(dict(timing))),
+                                   (self.result_path, json_text(dict(result)))):
+                    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                               dir=self.root)
+                    staged.append((Path(tmp), path))
+                    with os.fdopen(fd, "wb") as fh:
+                        fh.write(text.encode())
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                for tmp, path in staged:
+                    os.replace(tmp, path)
+            finally:
+                for tmp, _ in staged:
+                    with contextlib.suppress(OSError):
+                        tmp.unlink()
+
+
+# -- a sweep's folder -------------------------------------------------------------------
 class ResultStore:
     """The output directory of one sweep (layout in the module docstring)."""
 
@@ -176,27 +423,79 @@ class ResultStore:
         self.plan_path = self.root / "plan.json"
         self.meta_path = self.root / "meta.json"
         self.csv_path = self.root / "results.csv"
+        self.timings_path = self.root / "timings.csv"
         self.spec_path = self.root / "sweep.yaml"
+        self._created: Path | None = None
+
+    # -- opening ---------------------------------------------------------------------
+    def holds_sweep(self) -> bool:
+        """Whether the folder holds a sweep (a plan or any finished point)."""
+        return self.plan_path.exists() or bool(self.finished())
+
+    def check(self, axes: list[str], plan: list[dict[str, Any]], resume: bool) -> bool:
+        """Refuse to write this sweep here: a folder holding a run result; one holding a
+        sweep without ``resume``; with ``resume``, one holding a different sweep (plan
+        digest). Writes nothing. Returns whether the folder holds no sweep yet."""
+        where = self.root
+        if self.root.exists() and not self.root.is_dir():
+            raise output_error("--out", where, _not_a_dir(where))
+        if (self.root / "result.json").exists():
+            raise ConfigError("--out", f"{where} holds a run result (result.json); choose "
+                                       "another --out")
+        if not self.holds_sweep():
+            return True
+        done = self.finished()
+        if not resume:
+            raise ConfigError("--out", f"{where} already holds a sweep ({len(done)} "
+                                       "finished points); pass --resume to continue it or "
+                                       "choose another --out")
+        stored = self.plan()
+        old = plan_digest(stored.get("axes", []), stored.get("points", []))
+        new = plan_digest(axes, plan)
+        if old != new:
+            raise ConfigError("--out", f"{where} holds a different sweep (plan sha256 "
+                                       f"{old[:12]}, this sweep {new[:12]}); choose another "
+                                       f"--out, or resume it with its own file: h2m2sim "
+                                       f"sweep {self.spec_path} --out {where} --resume")
+        return False
+
+    def prepare(self) -> None:
+        """Make the folder and check that it can be written (:func:`prepare_dir`)."""
+        self._created = prepare_dir(self.root)
 
     # -- writing ---------------------------------------------------------------------
     def start(self, spec_yaml: str, axes: list[str], plan: list[dict[str, Any]]) -> None:
         """Record the sweep (spec, axes and every point's index/hash/swept values)."""
-        self.points_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.spec_path, spec_yaml)
-        atomic_write_json(self.plan_path, {"axes": axes, "points": plan})
-        meta = self.meta()
-        now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        atomic_write_json(self.meta_path, {
-            "format": FORMAT, "h2m2sim_version": __version__,
-            "git_revision": git_revision(), "created": meta.get("created", now),
-            "updated": now, "axes": axes, "n_points": len(plan)})
+        with writing_to(self.root):
+            self.points_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.spec_path, spec_yaml)
+            atomic_write_json(self.plan_path, {"axes": axes, "points": plan})
+            meta = self.meta()
+            now = now_iso()
+            atomic_write_json(self.meta_path, {
+                "format": FORMAT, "h2m2sim_version": __version__,
+                "git_revision": git_revision(), "created": meta.get("created", now),
+                "updated": now, "axes": axes, "n_points": len(plan),
+                "plan_sha256": plan_digest(axes, plan)})
+
+    def discard(self) -> None:
+        """Remove what :meth:`prepare` and :meth:`start` created, for a new sweep that
+        failed before finishing any point: the sweep's own files, ``points/`` if empty,
+        and the folders :meth:`prepare` made if empty. Nothing else is touched."""
+        for name in SWEEP_FILES:
+            with contextlib.suppress(OSError):
+                (self.root / name).unlink()
+        with contextlib.suppress(OSError):
+            self.points_dir.rmdir()
+        remove_empty_dirs(self.root, self._created)
 
     def point_path(self, config_hash: str) -> Path:
         return self.points_dir / f"{config_hash}.json"
 
     def write_point(self, record: Mapping[str, Any]) -> None:
         """Atomically store one finished point (``record['config_hash']`` names it)."""
-        atomic_write_json(self.point_path(record["config_hash"]), dict(record))
+        with writing_to(self.root):
+            atomic_write_json(self.point_path(record["config_hash"]), dict(record))
 
     # -- reading ---------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
@@ -221,7 +520,15 @@ class ResultStore:
         return {p.stem for p in self.points_dir.glob("*.json")}
 
     def read_point(self, config_hash: str) -> dict[str, Any]:
-        return json.loads(self.point_path(config_hash).read_text())
+        """One point record; one of format /1 is read with its wall times moved into
+        ``timing`` as in the current format."""
+        rec = json.loads(self.point_path(config_hash).read_text())
+        if "timing" not in rec:
+            metrics, timing = split_timing(rec.get("metrics") or {})
+            rec["metrics"] = metrics
+            rec["timing"] = {"wall_s": rec.pop("elapsed_s", None), **timing,
+                             "finished_at": rec.pop("finished_at", None)}
+        return rec
 
     def records(self) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
         """(plan entry, point record) for every finished point, in point order."""
@@ -234,36 +541,52 @@ class ResultStore:
                     continue  # cannot happen with atomic writes; be lenient anyway
 
     def rebuild(self) -> Path:
-        """Rewrite ``results.csv`` from the plan and the finished points."""
+        """Rewrite ``results.csv`` and ``timings.csv`` from the plan and the finished
+        points."""
+        texts = self._csv_texts()
+        with writing_to(self.root):
+            self._write_csvs(texts)
+        return self.csv_path
+
+    def _csv_texts(self) -> tuple[str, str]:
+        """The text of ``results.csv`` and of ``timings.csv``."""
         axes = list(self.plan().get("axes", []))
-        rows, metric_cols, any_error = [], {}, False
+        rows, metric_cols, timing_cols, any_error = [], {}, {}, False
         for entry, rec in self.records():
             metrics = flatten_metrics(rec.get("metrics") or {})
-            for name in metrics:
-                metric_cols.setdefault(name, None)
+            timing = dict(rec.get("timing") or {})
+            metric_cols.update(dict.fromkeys(metrics))
+            timing_cols.update(dict.fromkeys(timing))
             any_error |= bool(rec.get("error"))
-            rows.append((entry, rec, metrics))
+            rows.append((entry, rec, metrics, timing))
         fixed = ["point", "config_hash"] + axes + (["error"] if any_error else [])
         metric_names = list(metric_cols)
         header = fixed + [m if m not in fixed else f"metric:{m}" for m in metric_names]
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(header)
-        for entry, rec, metrics in rows:
+        lines = []
+        for entry, rec, metrics, _ in rows:
             params = entry.get("params", {})
             line = [entry["index"], entry["config_hash"]] + [params.get(a) for a in axes]
             if any_error:
                 line.append(rec.get("error"))
-            line += [metrics.get(m) for m in metric_names]
-            writer.writerow([encode_cell(v) for v in line])
-        atomic_write_text(self.csv_path, buf.getvalue())
-        return self.csv_path
+            lines.append(line + [metrics.get(m) for m in metric_names])
+        # the durations first, the clock reading after them
+        timing_names = sorted(timing_cols, key=lambda n: n == "finished_at")
+        timing_lines = [[entry["index"], entry["config_hash"]]
+                        + [timing.get(t) for t in timing_names]
+                        for entry, _, _, timing in rows]
+        return (_csv_text(header, lines),
+                _csv_text(["point", "config_hash"] + timing_names, timing_lines))
+
+    def _write_csvs(self, texts: tuple[str, str]) -> None:
+        atomic_write_text(self.csv_path, texts[0])
+        atomic_write_text(self.timings_path, texts[1])
 
     def read(self) -> tuple[list[str], list[dict[str, Any]], list[str]]:
         """(columns, rows, swept axes) of the results, rebuilding the CSV first (when the
         directory is writable; otherwise the CSV is read as it is)."""
+        texts = self._csv_texts()
         try:
-            self.rebuild()
+            self._write_csvs(texts)
         except OSError:
             if not self.csv_path.exists():
                 raise ConfigError(str(self.root), "cannot write results.csv and there is "

@@ -153,7 +153,10 @@ def _rng(cfg: Any) -> np.random.Generator:
 
 def run_iteration(cfg: Any) -> dict[str, Any]:
     """Toy roofline: weights + KV bytes over the summed side bandwidth, with a small
-    seeded jitter so that determinism tests can tell seeds apart."""
+    seeded jitter so that determinism tests can tell seeds apart. Like the real job it
+    reports ``decision_s``, a wall time (here of computing the jitter), which differs
+    from run to run."""
+    t0 = time.perf_counter()
     delay = float(os.environ.get("H2M2SIM_FAKE_SLEEP", "0") or 0)
     if delay:
         time.sleep(delay)
@@ -174,7 +177,8 @@ def run_iteration(cfg: Any) -> dict[str, Any]:
                          "kv_ns": kv_bytes / bw * jitter} for s in sys_.sides}
     t = (w_bytes + kv_bytes) / bw * jitter
     return {"iteration_time_ns": t, "tokens_per_s": w.batch / (t * 1e-9),
-            "kv_bytes": kv_bytes, "breakdown": per_side}
+            "kv_bytes": kv_bytes, "decision_s": time.perf_counter() - t0,
+            "breakdown": per_side}
 
 
 def run_serving(cfg: Any) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 from dram_models.errors import ConfigError
 from dram_models.schema import suggest
@@ -16,6 +17,7 @@ from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_foot
                            transfers, unique_bytes)
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
+from h2m2sim.store import atomic_output_path, prepare_file, writing_to
 
 
 def register(subparsers) -> None:
@@ -47,7 +49,8 @@ def register(subparsers) -> None:
     p.add_argument("--side", default=None, help="with --split: export only this side")
     p.add_argument("--no-activations", action="store_true",
                    help="trace only weight and KV traffic")
-    p.add_argument("--timing", action="store_true", help="also report graph build times")
+    p.add_argument("--timing", action="store_true",
+                   help="also report graph build wall times (seconds), under 'timing'")
     p.set_defaults(func=run)
 
 
@@ -121,8 +124,7 @@ def run(args) -> int:
         "footprint_per_layer": fp,
         "split_units": {s: split_units(model, s) for s in SUBLAYERS},
     }
-    if args.timing:
-        out["build_seconds"] = round(t_build, 6)
+    timing = {"build_s": round(t_build, 6)}  # wall clock: apart from the results
     split = _parse_split(args.split) if args.split else None
     sides = tuple(s.strip() for s in args.sides.split(","))
     if split is not None:
@@ -140,8 +142,7 @@ def run(args) -> int:
             "split": split, "sides": list(sides), "per_side": per_side,
             "transfers": len(transfers(P)), "transfer_bytes": transfer_bytes(P),
             "flops": total_flops(P)}
-        if args.timing:
-            out["partition"]["build_seconds"] = round(t_part, 6)
+        timing["partition_s"] = round(t_part, 6)
     elif args.side is not None:
         raise ConfigError("--side", "only meaningful with --split")
     if args.export_trace:
@@ -152,20 +153,33 @@ def run(args) -> int:
         if split is not None and args.side is None:
             raise ConfigError("--side", f"--export-trace with --split needs --side "
                               f"({' or '.join(sides)})")
+        path = _trace_path(args.export_trace, fmt)
+        prepare_file(path, "--export-trace")  # before the traffic, which may take seconds
         tr = layer_traffic(model, batch, seqs, kv_layout=layout,
                            request_bytes=_int(args.request_bytes, "--request-bytes", 1),
                            dtype=dtype, seed=_int(args.seed, "--seed"), split=split,
                            side=args.side, phase=phase, sides=sides,
                            activations=not args.no_activations)
-        path = save(tr, args.export_trace, fmt)
+        with writing_to(path, "--export-trace"), atomic_output_path(path) as tmp:
+            save(tr, tmp, fmt)
         out["trace"] = {"file": str(path), "format": fmt, "requests": len(tr),
                         "writes": int(tr.is_write.sum()), "kv_layout": kind}
+    if args.timing:
+        out["timing"] = timing
     if args.json:
         json.dump(out, sys.stdout, indent=None)
         print()
         return 0
     _print_text(out)
     return 0
+
+
+def _trace_path(text: str, fmt: str) -> Path:
+    """The file a trace export writes: ``npz`` gains the ``.npz`` suffix it lacks (as
+    NumPy would add it)."""
+    path = Path(text)
+    return path if fmt != "npz" or path.name.endswith(".npz") else \
+        path.with_name(path.name + ".npz")
 
 
 def _fmt_bytes(n: int) -> str:
@@ -191,8 +205,8 @@ def _print_text(o: dict) -> None:
     rows += [("flops_per_layer", f"{o['flops_per_layer']:,} ({o['flops_per_layer'] / 1e9:.3f} GFLOP)"),
              ("kernels_per_layer", f"{o['kernels_per_layer']}"),
              ("split_units", ", ".join(f"{k}={v}" for k, v in o["split_units"].items()))]
-    if "build_seconds" in o:
-        rows.append(("build_seconds", f"{o['build_seconds']:.4f}"))
+    for k, v in o.get("timing", {}).items():
+        rows.append((f"{k} (wall)", f"{v:.4f}"))
     w = max(len(r[0]) for r in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")

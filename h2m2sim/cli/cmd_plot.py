@@ -38,8 +38,9 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim import plotting
+    from h2m2sim.store import prepare_file
     if args.out:
-        plotting.check_out(args.out)  # fail before reading anything
+        prepare_file(plotting.check_out(args.out), "--out")  # fail before reading anything
     res = plotting.load_results(args.results)
     x = plotting.column(res, args.x, "--x")
     y = plotting.column(res, args.y, "--y")
@@ -55,6 +56,7 @@ def main(args: argparse.Namespace) -> int:
     xs, hues, data = plotting.pivot(rows, x, y, hue, res.axes or res.columns)
     src = res.source if res.source.is_dir() else res.source.parent
     out = Path(args.out) if args.out else src / f"{args.y}_vs_{x}.png".replace("/", "_")
+    prepare_file(out, "--out")
     plotting.plot(xs, hues, data, x=x, ylabel=ylabel, hue=hue, out=out, kind=args.kind,
                   title=args.title, reference=reference, logx=args.logx, logy=args.logy)
     print(plotting.format_pivot(xs, hues, data, x))

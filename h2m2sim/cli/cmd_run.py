@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from h2m2sim.cli.cmd_validate import add_set_option
@@ -19,10 +18,13 @@ def register(subparsers) -> None:
     p.add_argument("config", help="run configuration (YAML)")
     add_set_option(p)
     p.add_argument("--out", metavar="DIR",
-                   help="also write DIR/result.json and the resolved DIR/config.yaml")
+                   help="also write DIR/result.json, the resolved DIR/config.yaml and the "
+                        "wall times DIR/timing.json; DIR must not hold a result already")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --out: replace the result DIR already holds")
     p.add_argument("--json", action="store_true",
-                   help="print one JSON object (config_hash, version, metrics) instead of "
-                        "the summary")
+                   help="print one JSON object (config_hash, version, metrics, timing) "
+                        "instead of the summary")
     p.set_defaults(func=main)
 
 
@@ -70,7 +72,9 @@ def table(data: Mapping[str, Any]) -> list[str]:
             for row in cells]
 
 
-def summary(cfg: Any, metrics: Mapping[str, Any], chash: str) -> str:
+def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
+            timing: Mapping[str, Any] | None = None) -> str:
+    """The text report of one run; ``timing`` (wall seconds) is shown last, apart."""
     from h2m2sim import __version__, runner
     w, p = cfg.workload, cfg.policy
     seq = (f"seq {w.seq}" if isinstance(w.seq, int)
@@ -95,6 +99,8 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str) -> str:
     for k, v in metrics.items():
         if isinstance(v, Mapping) and v:
             lines += ["", f"{k}:"] + table(v)
+    if timing:
+        lines += ["", "wall-clock times (s; vary from run to run):"] + table(timing)
     return "\n".join(lines)
 
 
@@ -103,24 +109,29 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
     from h2m2sim.config import dump_yaml, load_file
     from h2m2sim.errors import ConfigError
-    from h2m2sim.store import atomic_write_json, atomic_write_text, git_revision
+    from h2m2sim.store import RunOutput, git_revision, now_iso
+    if args.overwrite and not args.out:
+        raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load_file(args.config, args.sets)
     chash = config_hash(cfg)
-    metrics = runner.run(cfg)
+    out = RunOutput(args.out) if args.out else None
+    if out is not None:
+        out.prepare(overwrite=args.overwrite)  # refuse before a run that may be long
+    try:
+        res = runner.run(cfg)
+    except BaseException:
+        if out is not None:
+            out.abandon()
+        raise
     result = {"config_hash": chash, "h2m2sim_version": __version__,
-              "git_revision": git_revision(), "metrics": metrics}
-    if args.out:
-        out = Path(args.out)
-        try:
-            atomic_write_json(out / "result.json", result)
-            atomic_write_text(out / "config.yaml", dump_yaml(cfg))
-        except OSError as err:
-            raise ConfigError("--out", f"cannot write to {out}: {err.strerror or err}") \
-                from None
+              "git_revision": git_revision(), "metrics": res.metrics}
+    timing = {"config_hash": chash, **res.timing, "finished_at": now_iso()}
+    if out is not None:
+        out.write(result, dump_yaml(cfg), timing)
     if args.json:
-        print(json.dumps(result, allow_nan=True))
+        print(json.dumps({**result, "timing": res.timing}, allow_nan=True))
     else:
-        print(summary(cfg, metrics, chash))
-        if args.out:
-            print(f"\nwrote {Path(args.out) / 'result.json'} and config.yaml")
+        print(summary(cfg, res.metrics, chash, res.timing))
+        if out is not None:
+            print(f"\nwrote {out.result_path}, config.yaml and timing.json")
     return 0

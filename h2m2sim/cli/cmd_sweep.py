@@ -22,7 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run on a Dask distributed cluster (e.g. tcp://host:8786) instead")
     p.add_argument("--resume", action="store_true",
-                   help="continue a sweep in --out, skipping finished points")
+                   help="continue the sweep in --out, skipping finished points (refused "
+                        "if --out holds a different sweep)")
     p.add_argument("--out", metavar="DIR",
                    help="result directory (default: results/<sweep file name>)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

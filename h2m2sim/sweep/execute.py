@@ -4,11 +4,20 @@ Workers receive the resolved config and the job function (pickled by reference, 
 job must be a top-level function of an importable module) and return the point's
 record; only the coordinating process writes to the result store, so workers on other
 machines need no shared file system.
+
+A :class:`Backend` is entered (``with``) before the sweep writes its files, because
+entering is where it can fail: a Dask scheduler out of reach, or an address Dask cannot
+use, is one line before any sweep file exists. Local pool workers end themselves when the sweep process that
+started them is gone (even after SIGKILL, which no handler sees), so they never run on
+as orphans.
 """
 from __future__ import annotations
 
+import abc
 import concurrent.futures as cf
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -17,32 +26,32 @@ from typing import Any
 from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
-__all__ = ["run_point", "execute", "Task", "WorkerDied"]
+__all__ = ["run_point", "execute", "backend_for", "Backend", "InProcess", "ProcessPool",
+           "DaskCluster", "Task", "WorkerDied"]
 
 
 class WorkerDied(SimError):
     """A worker process of the local pool ended without returning a result."""
 
+
 CONNECT_TIMEOUT = "20s"  # how long to try reaching a Dask scheduler
+PARENT_POLL_S = 0.25     # how often a pool worker checks that its sweep process lives
 Task = tuple[str, Any, Callable[[Any], Any]]  # (config hash, RunConfig, job)
 OnDone = Callable[[str, dict[str, Any]], None]
 
 
 def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
-    """Run one point. A user error (:class:`SimError`, e.g. out of memory) is a result
-    of the point and is returned as ``error``; anything else is a bug and propagates,
+    """Run one point: ``metrics``, ``error`` and ``timing`` (wall seconds, apart from
+    the metrics). A user error (:class:`SimError`, e.g. out of memory) is a result of
+    the point and is returned as ``error``; anything else is a bug and propagates,
     which stops the sweep (finished points are kept)."""
     t0 = time.perf_counter()
     try:
-        metrics, error = runner.run(cfg, job), None
+        res = runner.run(cfg, job)
     except SimError as err:
-        metrics, error = {}, str(err)
-    return {"metrics": metrics, "error": error, "elapsed_s": time.perf_counter() - t0}
-
-
-def _inline(tasks: Sequence[Task], on_done: OnDone) -> None:
-    for h, cfg, job in tasks:
-        on_done(h, run_point(cfg, job))
+        return {"metrics": {}, "error": str(err),
+                "timing": {"wall_s": time.perf_counter() - t0}}
+    return {"metrics": res.metrics, "error": None, "timing": res.timing}
 
 
 def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], None]
@@ -81,31 +90,98 @@ def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], 
         raise failure
 
 
-def _pool(tasks: Sequence[Task], workers: int, on_done: OnDone) -> None:
-    ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba, tqdm)
-    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    try:
-        futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
+class Backend(abc.ABC):
+    """Where points run; a context manager (see the module docstring)."""
 
-        def cancel() -> None:
-            for f in futures:
-                f.cancel()
-        _drain(futures, cf.as_completed(futures), on_done, cancel)
-    finally:
-        ex.shutdown(wait=True, cancel_futures=True)
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release what :meth:`__enter__` acquired."""
+
+    @abc.abstractmethod
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        """Run ``tasks``, calling ``on_done(config_hash, record)`` in this process as each
+        finishes (in completion order)."""
 
 
-def _dask(tasks: Sequence[Task], address: str, on_done: OnDone) -> None:
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise ConfigError("--scheduler", "Dask distributed is not installed "
-                                         "(pip install 'h2m2sim[distributed]')") from None
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as err:
-        raise ConfigError("--scheduler", f"cannot connect to {address}: {err}") from None
-    try:
+class InProcess(Backend):
+    """Points one after another in this process."""
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        for h, cfg, job in tasks:
+            on_done(h, run_point(cfg, job))
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Pool worker initializer: end this process as soon as ``parent_pid`` is no longer
+    its parent. A daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
+    seconds; it runs while a point computes, because the DRAM engine releases the GIL.
+    (Linux's PR_SET_PDEATHSIG is not used: it follows the thread that started the
+    worker, not the process, and exists on Linux only.)"""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # nothing to flush: workers write no files of the sweep
+
+    threading.Thread(target=watch, name="h2m2sim-parent-watch", daemon=True).start()
+
+
+class ProcessPool(Backend):
+    """Points on ``workers`` spawned local processes."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba)
+        ex = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
+                                    initializer=exit_with_parent, initargs=(os.getpid(),))
+        try:
+            futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
+
+            def cancel() -> None:
+                for f in futures:
+                    f.cancel()
+            _drain(futures, cf.as_completed(futures), on_done, cancel)
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskCluster(Backend):
+    """Points on a Dask distributed cluster; entering connects to its scheduler."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self.client: Any = None
+
+    def __enter__(self) -> DaskCluster:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ConfigError("--scheduler", "Dask distributed is not installed "
+                                             "(pip install 'h2m2sim[distributed]')") from None
+        try:
+            _reach(self.address)
+            self.client = Client(self.address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        except Exception as err:  # noqa: BLE001 - any failure to connect is the user's
+            raise ConfigError("--scheduler", f"cannot connect to {self.address}: {err}") \
+                from None
+        return self
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        from distributed import as_completed
+        client = self.client
+        if client is None:
+            raise RuntimeError("DaskCluster.run outside its `with` block")
         futures = {client.submit(run_point, cfg, job, pure=False,
                                  key=f"h2m2sim-point-{i}-{h[:16]}-{time.time_ns()}"): h
                    for i, (h, cfg, job) in enumerate(tasks)}
@@ -113,21 +189,42 @@ def _dask(tasks: Sequence[Task], address: str, on_done: OnDone) -> None:
         def cancel() -> None:
             client.cancel(list(futures))
         _drain(futures, as_completed(futures, loop=client.loop), on_done, cancel)
-    finally:
-        client.close()
+
+
+def _reach(address: str) -> None:
+    """Open and close one connection to the scheduler at ``address`` (within
+    :data:`CONNECT_TIMEOUT`, with the Dask configuration's security settings), so that
+    an address out of reach, or TLS without its settings, fails before a ``Client``
+    exists: a Client that failed to start waits twice the timeout in its finalizer."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def once() -> None:
+        comm = await connect(address, timeout=CONNECT_TIMEOUT,
+                             **Security().get_connection_args("client"))
+        await comm.close()
+    asyncio.run(once())
+
+
+def backend_for(workers: int = 1, scheduler: str | None = None,
+                n_tasks: int | None = None) -> Backend:
+    """``scheduler`` (a Dask address) wins over ``workers``; ``workers == 1`` (or a
+    single task) runs in this process, more use a spawn process pool of at most
+    ``n_tasks`` processes."""
+    if scheduler:
+        return DaskCluster(scheduler)
+    if n_tasks is not None:
+        workers = min(workers, n_tasks)
+    return InProcess() if workers <= 1 else ProcessPool(workers)
 
 
 def execute(tasks: Sequence[Task], on_done: OnDone, workers: int = 1,
             scheduler: str | None = None) -> None:
-    """Run ``tasks`` (config hash, config, job) and call ``on_done(config_hash, record)``
-    in the calling process as each finishes (in completion order). ``scheduler`` (a
-    Dask address) wins over ``workers``; ``workers == 1`` runs in this process, more use
-    a spawn process pool."""
+    """Run ``tasks`` (config hash, config, job) on :func:`backend_for` and call
+    ``on_done(config_hash, record)`` in the calling process as each finishes."""
     if not tasks:
         return
-    if scheduler:
-        _dask(tasks, scheduler, on_done)
-    elif workers <= 1 or len(tasks) == 1:
-        _inline(tasks, on_done)
-    else:
-        _pool(tasks, min(workers, len(tasks)), on_done)
+    with backend_for(workers, scheduler, len(tasks)) as backend:
+        backend.run(tasks, on_done)

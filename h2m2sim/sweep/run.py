@@ -1,6 +1,7 @@
 """Run a sweep into a result store, resumably."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -10,9 +11,9 @@ from typing import Any, Callable
 
 from h2m2sim import __version__, runner
 from h2m2sim.cache import plain
-from h2m2sim.errors import ConfigError
-from h2m2sim.store import ResultStore, git_revision
-from h2m2sim.sweep.execute import execute
+from h2m2sim.errors import SimError
+from h2m2sim.store import ResultStore, git_revision, now_iso
+from h2m2sim.sweep.execute import Backend, backend_for
 from h2m2sim.sweep.spec import Sweep
 
 __all__ = ["SweepReport", "run_sweep", "default_workers"]
@@ -48,14 +49,16 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
 
     Each finished point is written atomically as soon as it finishes, so an interrupted
     sweep resumed with ``resume=True`` runs only what is missing and ends with exactly
-    the result set of an uninterrupted run. ``progress``: None = a bar on terminals only.
+    the result set of an uninterrupted run. Everything that can be refused is refused
+    before anything is written (rules in :mod:`h2m2sim.store`); a new sweep that fails
+    before finishing a point removes what it wrote. ``progress``: None = a bar on
+    terminals only.
     """
     store = ResultStore(out)
+    plan = [{"index": p.index, "config_hash": p.config_hash, "params": p.params}
+            for p in sweep.points]
+    fresh = store.check(sweep.axis_paths, plan, resume)
     done = store.finished()
-    if not resume and (done or store.plan_path.exists()):
-        raise ConfigError("--out", f"{out} already holds a sweep ({len(done)} finished "
-                                   "points); pass --resume to continue it or choose "
-                                   "another --out")
     old_rev = store.meta().get("git_revision")
     if resume and done and old_rev != git_revision():
         print(f"warning: resuming points computed at git revision {old_rev} with "
@@ -74,38 +77,62 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
                 jobs[kind] = job or runner.get_job(kind)
             todo.append((h, p.config, jobs[kind]))
 
-    plan = [{"index": p.index, "config_hash": p.config_hash, "params": p.params}
-            for p in sweep.points]
-    store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
-
     n_workers = workers or default_workers(sweep)
-    counts = {"ran": 0, "errors": 0}
-    last = [time.monotonic()]
-    from tqdm import tqdm
-    bar = tqdm(total=len(todo), unit="pt", desc=sweep.name, dynamic_ncols=True,
-               disable=None if progress is None else not progress, file=sys.stderr)
-    rev = git_revision()
+    record = _Recorder(store, by_hash)
+    store.prepare()
+    try:
+        if todo:
+            with backend_for(n_workers, scheduler, len(todo)) as backend:
+                store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
+                record.run(backend, todo, sweep.name, progress)
+        else:
+            store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
+    except BaseException:
+        if fresh and not store.finished():
+            store.discard()
+        elif store.plan_path.exists():
+            with contextlib.suppress(SimError, OSError):  # the failure matters more
+                store.rebuild()
+        raise
+    store.rebuild()
+    errors = sum(1 for _, rec in store.records() if rec.get("error"))
+    return SweepReport(points=len(sweep.points), unique=len(by_hash), skipped=skipped,
+                       ran=record.ran, errors=errors, csv_path=store.csv_path)
 
-    def on_done(h: str, result: dict[str, Any]) -> None:
-        point = by_hash[h]
-        store.write_point({
+
+class _Recorder:
+    """Stores each point as it finishes, its wall times in the record's ``timing``;
+    ``results.csv`` is refreshed every :data:`REBUILD_EVERY_S` seconds meanwhile."""
+
+    def __init__(self, store: ResultStore, by_hash: dict[str, Any]):
+        self.store, self.by_hash = store, by_hash
+        self.rev = git_revision()
+        self.ran = 0
+        self.last_rebuild = time.monotonic()
+
+    def run(self, backend: Backend, todo: list, name: str, progress: bool | None) -> None:
+        """Run ``todo`` on ``backend`` with a progress bar (None: on terminals only)."""
+        from tqdm import tqdm
+        bar = tqdm(total=len(todo), unit="pt", desc=name, dynamic_ncols=True,
+                   disable=None if progress is None else not progress, file=sys.stderr)
+
+        def on_done(h: str, result: dict[str, Any]) -> None:
+            self.write(h, result)
+            bar.update(1)
+        try:
+            backend.run(todo, on_done)
+        finally:
+            bar.close()
+
+    def write(self, h: str, result: dict[str, Any]) -> None:
+        point = self.by_hash[h]
+        self.store.write_point({
             "config_hash": h, "index": point.index, "params": point.params,
             "metrics": result["metrics"], "error": result["error"],
             "config": plain(point.config), "h2m2sim_version": __version__,
-            "git_revision": rev, "elapsed_s": result["elapsed_s"],
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        counts["ran"] += 1
-        counts["errors"] += bool(result["error"])
-        bar.update(1)
-        if time.monotonic() - last[0] > REBUILD_EVERY_S:
-            store.rebuild()
-            last[0] = time.monotonic()
-
-    try:
-        execute(todo, on_done, workers=n_workers, scheduler=scheduler)
-    finally:
-        bar.close()
-        store.rebuild()
-    errors = sum(1 for _, rec in store.records() if rec.get("error"))
-    return SweepReport(points=len(sweep.points), unique=len(by_hash), skipped=skipped,
-                       ran=counts["ran"], errors=errors, csv_path=store.csv_path)
+            "git_revision": self.rev,
+            "timing": {**result["timing"], "finished_at": now_iso()}})
+        self.ran += 1
+        if time.monotonic() - self.last_rebuild > REBUILD_EVERY_S:
+            self.store.rebuild()
+            self.last_rebuild = time.monotonic()

@@ -48,13 +48,18 @@ def test_run_json_and_out(cfg_path, tmp_path, capsys):
                  "--set", "policy.baseline=lpddr-only"]) == 0
     printed = json.loads(capsys.readouterr().out)
     saved = json.loads((out_dir / "result.json").read_text())
+    timing = printed.pop("timing")
     assert printed == saved
+    # wall times are printed apart from the metrics and saved in their own file
+    assert timing["wall_s"] > 0 and "decision_s" in timing
+    assert "decision_s" not in saved["metrics"]
+    assert json.loads((out_dir / "timing.json").read_text())["wall_s"] == timing["wall_s"]
     assert saved["h2m2sim_version"] == __version__ and len(saved["config_hash"]) == 64
     m = saved["metrics"]
     assert m["speedup"] == m["baseline_iteration_time_ns"] / m["iteration_time_ns"]
     # the saved config is the resolved one and reproduces the same run
     cfg = load_config(yaml.safe_load((out_dir / "config.yaml").read_text()))
-    assert runner.run(cfg) == m
+    assert runner.run(cfg).metrics == m
 
 
 def test_baseline_run_uses_baseline_system_only():
@@ -65,9 +70,11 @@ def test_baseline_run_uses_baseline_system_only():
     def job(c):
         seen.append((c.system.name, c.policy.baseline))
         return {"iteration_time_ns": 10.0 if c.system.name == "h2m2" else 25.0}
-    m = runner.run(cfg, job)
+    res = runner.run(cfg, job)
     assert seen == [("h2m2", cfg.policy.baseline), ("lpddr-only", None)]
-    assert m == {"iteration_time_ns": 10.0, "baseline_iteration_time_ns": 25.0, "speedup": 2.5}
+    assert res.metrics == {"iteration_time_ns": 10.0, "baseline_iteration_time_ns": 25.0,
+                           "speedup": 2.5}
+    assert list(res.timing) == ["wall_s"] and res.timing["wall_s"] >= 0
 
 
 def test_serving_workload_dispatches_to_serving_job(cfg_path, capsys):

@@ -96,9 +96,11 @@ def test_sweep_directory_layout(tmp_path):
     rep = run_sweep(sw, out, workers=1, progress=False)
     assert (rep.points, rep.ran, rep.errors) == (4, 4, 2)
     assert sorted(os.listdir(out)) == ["meta.json", "plan.json", "points", "results.csv",
-                                       "sweep.yaml"]
+                                       "sweep.yaml", "timings.csv"]
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["format"] == "h2m2sim-sweep/1" and meta["h2m2sim_version"] == __version__
+    assert meta["format"] == "h2m2sim-sweep/2" and meta["h2m2sim_version"] == __version__
+    plan = json.loads((out / "plan.json").read_text())
+    assert meta["plan_sha256"] == store_mod.plan_digest(plan["axes"], plan["points"])
     assert meta["axes"] == ["system", "workload.seq"] and meta["n_points"] == 4
     assert "git_revision" in meta
 
@@ -114,6 +116,14 @@ def test_sweep_directory_layout(tmp_path):
     assert rec["metrics"]["iteration_time_ns"] == rows[0]["iteration_time_ns"]  # exact
     assert rec["h2m2sim_version"] == __version__ and "git_revision" in rec
     assert rec["params"] == {"system": "h2m2", "workload.seq": 64}
+    # wall times: in the point's 'timing' object and timings.csv, never among the results
+    assert "decision_s" not in header and "decision_s" not in rec["metrics"]
+    assert rec["timing"]["wall_s"] > 0 and rec["timing"]["decision_s"] >= 0
+    t_header, t_rows = read_csv(out / "timings.csv")
+    assert t_header == ["point", "config_hash", "wall_s", "decision_s", "finished_at"]
+    assert [r["point"] for r in t_rows] == [0, 1, 2, 3]
+    assert t_rows[0]["decision_s"] == rec["timing"]["decision_s"]
+    assert t_rows[1]["decision_s"] is None  # out of memory: no decision was reported
 
 
 def test_duplicate_points_run_once_but_keep_their_rows(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from h2m2sim.cli import main
-from h2m2sim.store import ResultStore
+from h2m2sim.store import ResultStore, read_csv
 from h2m2sim.sweep import build_sweep, run_sweep
 
 TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subprocesses
@@ -35,14 +35,20 @@ def _fakes(monkeypatch):
 
 
 def result_set(out):
-    """Everything a sweep promises to keep: the CSV, and each point's config, metrics
-    and error (wall-clock fields excluded)."""
+    """Everything a sweep promises to keep: the CSV, and every field of each point file
+    but its 'timing' object (wall times, which timings.csv lists row for row)."""
     store = ResultStore(out)
     store.rebuild()
     points = {}
-    for _, rec in store.records():
-        points[rec["config_hash"]] = {k: rec[k] for k in ("config", "metrics", "error",
-                                                          "params")}
+    for h in store.finished():
+        rec = json.loads(store.point_path(h).read_text())
+        assert {"wall_s", "decision_s", "finished_at"} <= set(rec.pop("timing"))
+        points[h] = rec
+    _, rows = read_csv(store.csv_path)
+    _, timing_rows = read_csv(store.timings_path)
+    assert [(r["point"], r["config_hash"]) for r in timing_rows] == \
+        [(r["point"], r["config_hash"]) for r in rows]
+    assert all(r["wall_s"] > 0 for r in timing_rows)
     return store.csv_path.read_text(), points
 
 
