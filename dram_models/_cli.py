@@ -1,22 +1,18 @@
 """Shared command-line plumbing of ``dram_models.bench`` and ``dram_models.replay``.
 
-Exit status (:func:`main_guard`): 0 done; 2 a user error (bad option, standard, pattern or
-trace: one line ``error: ...`` on stderr); 70 (``EX_SOFTWARE``) an internal error, a bug:
-one line ``internal error: ...``, or the traceback with ``--debug``; 130 interrupted
-(Ctrl-C); 141 stdout closed early (``| head``), as a shell reports a program ended by
-SIGPIPE. The last two print nothing.
+Exit statuses (:func:`main_guard`) are those of :mod:`dram_models.guard`: 0 done, 2 a
+user error, 70 an internal error, 130 Ctrl-C, 141 a closed output pipe.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import numpy as np
 
 from .errors import SimError
+from .guard import guarded
 from .memory import MemorySystem
 from .schema import positive_int
 from .spec import load_standard
@@ -132,43 +128,8 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
           + (f", fastest of {repeat} runs" if repeat > 1 else ""))
 
 
-def _one_line(text: str, limit: int = 500) -> str:
-    """``text`` on one line, at most ``limit`` characters."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null, so that Python's flush of it at exit does not fail a
-    second time on the closed pipe (the recipe of the Python docs, 'Note on SIGPIPE')."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return                          # not a file (a test's capture): nothing to flush
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
-
-
 def main_guard(parser: argparse.ArgumentParser, run, argv=None) -> int:
     """Parse ``argv`` with ``parser``, call ``run(args)`` and map what escapes it to an
     exit status (see the module docstring)."""
     args = parser.parse_args(argv)
-    try:
-        status = run(args)
-        sys.stdout.flush()              # a closed pipe fails here, not at exit
-        return status
-    except SimError as err:
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        _drop_stdout()
-        return 141
-    except KeyboardInterrupt:
-        return 130
-    except Exception as err:            # a bug: one line unless asked for the traceback
-        if args.debug:
-            raise
-        print(f"internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug "
-              "for the traceback)", file=sys.stderr)
-        return 70
+    return guarded(lambda: run(args), debug=args.debug, rerun="--debug")

@@ -52,7 +52,7 @@ class Organization:
     banks_per_group: int = param(ge=1, doc="banks per bank group")
     rows: int = param(ge=1, doc="rows per bank")
     columns: int = param(ge=1, doc="columns per row, in units of one data-bus word")
-    channel_width_bits: int = param(ge=1, doc="data-bus width of one (pseudo-)channel",
+    channel_width_bits: int = param(ge=1, le=4096, doc="data-bus width of one (pseudo-)channel",
                                     unit="bits")
     burst_length: int = param(ge=1, doc="data-bus beats per column access (BL)")
     prefetch: Optional[int] = param(None, ge=1, doc="columns fetched per access "
@@ -252,8 +252,8 @@ class DramSpec:
 
     name: str = param(doc="standard name, e.g. LPDDR5-6400")
     family: Family = param(doc="command set and timing-rule family")
-    tCK_ps: float = param(gt=0, unit="ps", doc="command clock (CK) period")
-    data_rate_mtps: float = param(gt=0, unit="MT/s", doc="data rate per pin")
+    tCK_ps: float = param(ge=1.0, le=1e6, unit="ps", doc="command clock (CK) period")
+    data_rate_mtps: float = param(ge=1.0, le=1e6, unit="MT/s", doc="data rate per pin")
     organization: Organization = param(doc="organization")
     timing: Timing = param(doc="timing parameters")
     command_bus: CommandBus = param(default_factory=CommandBus, doc="command-bus occupancy")

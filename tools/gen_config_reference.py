@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from dram_models.schema import fields_reference  # noqa: E402
 from h2m2sim import cache, store  # noqa: E402
 from h2m2sim.config import schema  # noqa: E402
+from h2m2sim.decode.job import IterationOptions  # noqa: E402
 from h2m2sim.serving.config import ServingConfig  # noqa: E402
 from h2m2sim.sweep import spec  # noqa: E402
 
@@ -45,7 +46,13 @@ are required; the others are optional and every key in them has a default.
   filled in, presets expanded); its output is itself a valid configuration.
 * `--set KEY=VALUE` (on `run`, `validate` and `sweep`; repeatable) changes one setting
   before validation. KEY is a key path (`workload.batch`, `system.sides[1].capacity_bytes`)
-  and VALUE is YAML (`--set 'workload.seq=[512, 2048]'`).
+  and VALUE is YAML (`--set 'workload.seq=[512, 2048]'`). Items of a list are addressed
+  by index, also inside a preset (`system.sides[1]`), or, when they have names, by name
+  (`system.sides.lpddr.capacity_bytes`). Sweep axes take the same paths.
+* Every number must be finite and within +-2^53 (YAML writes `1.0e+9`, not `1e9`, which
+  it reads as a string); counts that size the simulator's own state have tighter bounds
+  (listed below). `validate` also checks that the model's weights and the batch's KV
+  cache fit in the system's memory.
 * Sizes in bytes also accept strings with units: `"96 GB"` (10^9) or `"2 MiB"` (2^20).
   Bandwidths are GB/s = 10^9 B/s.
 * Any mistake is reported as one line naming the full key path and the program exits
@@ -195,6 +202,9 @@ def generate() -> str:
                  f"{registries}. A registered class may declare a dataclass `Params`; the "
                  "matching `*_params` mapping is then validated against it and completed "
                  "with its defaults.\n")
+    parts.append("## Mapper options\n\n`policy.mapper_params` of runs without a serving "
+                 "workload; unknown keys are errors.\n\n"
+                 + table(section_rows(IterationOptions, "policy.mapper_params")) + "\n")
     parts.append(allocator_section())
     parts.append("## Sweep files\n\n" + rst_to_md(spec.__doc__))
     parts.append("## Result store\n\n" + rst_to_md(store.__doc__))

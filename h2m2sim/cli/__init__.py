@@ -8,17 +8,20 @@ parser, so they import the simulator inside ``func``: ``h2m2sim --help`` and a m
 command answer without loading the DRAM engine.
 
 User errors (:class:`~h2m2sim.errors.SimError`, including every configuration error)
-print one line, ``error: <key>: <message>``, and exit with status 2.
+print one line, ``error: <key>: <message>``, and exit with status 2. Anything else is a
+bug of the simulator: one line ``internal error: ...`` with a hint, exit status 70;
+``--debug`` shows its traceback instead. Ctrl-C exits with 130 and a closed output pipe
+(``h2m2sim ... | head``) with 141, the shell's codes for SIGINT and SIGPIPE, silently
+(:mod:`dram_models.guard`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import pkgutil
-import sys
 
 from h2m2sim import __version__
-from h2m2sim.errors import SimError
+from dram_models.guard import guarded
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="h2m2sim",
         description="Cycle-level simulator of accelerator memory systems for LLM inference.")
     parser.add_argument("--version", action="version", version=f"h2m2sim {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("cmd_"):
@@ -39,11 +44,5 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except SimError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return guarded(lambda: int(args.func(args) or 0), debug=args.debug,
+                   rerun=f"h2m2sim --debug {args.command} ...")

@@ -195,7 +195,7 @@ def test_failed_run_leaves_no_folder(tmp_path, capsys, fake_layers):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(EXAMPLE_YAML)
     out = tmp_path / "a" / "b"
-    line = one_error(capsys, ["run", cfg, "--out", out, "--set", "workload.seq=100000000"])
+    line = one_error(capsys, ["run", cfg, "--out", out, "--set", "workload.seq=1000000"])
     assert line.startswith("error: out of memory")
     assert not (tmp_path / "a").exists()
 
