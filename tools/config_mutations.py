@@ -9,9 +9,11 @@ memory), ran to finite numbers, or anything else (a bug, listed).
 Runs have no baseline and ``fidelity: estimate`` (arithmetic only) unless told
 otherwise; ``--fidelity sampled --set model=opt-1.3b --set workload.batch=1 --set
 workload.seq=128`` runs each accepted mutation through the NPU and DRAM models in about a
-second. A mutated DRAM setting is also run through the engine on one channel with a
-192-request trace. Prints a Markdown table per value class (the robustness page quotes
-it) and the failures; exit status 1 if there are any.
+second. A mutation that takes longer than ``--slow`` seconds counts as a failure (a
+setting that makes the cycle-level run idle for hours is a hang). A mutated DRAM setting
+is also run through the engine on one channel with a 192-request trace. Prints a
+Markdown table per value class (the robustness page quotes it) and the failures; exit
+status 1 if there are any.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import math
 import multiprocessing as mp
 import re
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -120,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=str(ROOT / "workloads" / "configs" / "default.yaml"))
     ap.add_argument("--fidelity", default="estimate", choices=("estimate", "sampled", "cycle"))
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--slow", type=float, default=30.0, metavar="SECONDS",
+                    help="a mutation that takes longer than this is a failure (default 30)")
     args = ap.parse_args(argv)
     cfg = load_file(args.config, ["policy.baseline=null", "simulation.cache=false",
                                   f"simulation.fidelity={args.fidelity}", *args.sets])
@@ -132,9 +137,14 @@ def main(argv=None) -> int:
     classes["largest value accepted"] = None
     for name, vals in classes.items():
         c = table.setdefault(name, Counter())
+        print(f"trying {name} ...", file=sys.stderr, flush=True)
         for path in paths:
             for v in ([largest_accepted(raw, path)] if vals is None else vals):
+                t0 = time.perf_counter()
                 o = outcome(raw, path, v)
+                took = time.perf_counter() - t0
+                if took > args.slow and not o.startswith("BUG"):
+                    o = f"BUG: {o}, but took {took:.0f} s"
                 c[o] += 1
                 if o.startswith("BUG"):
                     bugs.append((path, v, o))

@@ -21,6 +21,10 @@ from h2m2sim.registry import Registry
 __all__ = ["NpuChipConfig", "CHIP_PRESETS", "resolve_chip"]
 
 _T2 = "H2M2 Table 2"
+#: Bound of a unit's pipeline latency, cycles. The cycle-level run lets the DRAM engine
+#: idle through every latency refresh by refresh, so a latency of 2^53 cycles would run
+#: for days; real pipelines are tens of cycles deep.
+MAX_LATENCY_CYCLES = 2**16
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,9 +55,9 @@ class NpuChipConfig:
                           source=_T2)
     mv_width: int = param(128, ge=1, le=4096, doc="elements per lane per cycle (1-D array "
                           "of multipliers + adder tree)", source=_T2)
-    mv_latency: int = param(10, ge=0, doc="MV pipeline latency (multiply + log2(width) "
-                            "adder-tree levels + accumulate)", unit="cycles",
-                            source="assumed: 1 + log2(128) + 2")
+    mv_latency: int = param(10, ge=0, le=MAX_LATENCY_CYCLES, unit="cycles",
+                            doc="MV pipeline latency (multiply + log2(width) adder-tree "
+                            "levels + accumulate)", source="assumed: 1 + log2(128) + 2")
     # ---- vector unit and SFU
     vector_width: int = param(128, ge=1, le=4096, doc="vector ALU lanes "
                               "(ADD/SUB/MUL/DIV)", source=_T2)
@@ -61,8 +65,9 @@ class NpuChipConfig:
                             "(reductions)", source=_T2)
     sfu_rate: int = param(128, ge=1, le=4096, doc="SFU lookup-table requests per cycle "
                           "(exp, rsqrt, GELU/SiLU)", source=_T2)
-    vector_latency: int = param(12, ge=0, unit="cycles", doc="vector/SFU pipeline latency "
-                                "per tile (adder tree depth + SFU lookup)",
+    vector_latency: int = param(12, ge=0, le=MAX_LATENCY_CYCLES, unit="cycles",
+                                doc="vector/SFU pipeline latency per tile (adder tree "
+                                "depth + SFU lookup)",
                                 source="assumed: log2(128) + 5")
     # ---- scratchpad and DMA
     spm_buffer_bytes: int = param(16 * 2**20, ge=4096, unit="bytes",
@@ -87,8 +92,9 @@ class NpuChipConfig:
         0, ge=0, unit="bytes", doc="bytes per DMA descriptor; 0 = the channel-interleave "
         "granularity of the side's address mapping (at least 256 B, at most 64 KiB and "
         "one page)", source="chosen: one descriptor per channel-interleave unit")
-    tile_overhead_cycles: int = param(0, ge=0, unit="cycles", doc="fixed cycles added to "
-                                      "each tile's compute (instruction issue)",
+    tile_overhead_cycles: int = param(0, ge=0, le=MAX_LATENCY_CYCLES, unit="cycles",
+                                      doc="fixed cycles added to each tile's compute "
+                                      "(instruction issue)",
                                       source="assumed 0")
 
     def _check(self) -> None:

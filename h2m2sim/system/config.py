@@ -85,6 +85,12 @@ class SideSpec:
                               f"the DRAM organization addresses ({org} bytes = "
                               f"{org / 2**30:g} GiB); raise dram.organization.rows or "
                               "channels, or lower capacity_bytes")
+        burst = self.dram_spec.burst_bytes
+        if self.chip.dma_chunk_bytes % burst:
+            # a descriptor ends on a burst: the DMA engine cannot move part of one
+            raise ConfigError("chip.dma_chunk_bytes", f"must be 0 (automatic) or a multiple "
+                              f"of the DRAM burst ({burst} bytes), got "
+                              f"{self.chip.dma_chunk_bytes}")
 
     @functools.cached_property
     def dram_spec(self) -> DramSpec:

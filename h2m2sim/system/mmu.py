@@ -41,7 +41,7 @@ class MmuSpec:
                           source="assumed (the paper does not say)")
     replacement: Literal["lru"] = param("lru", doc="TLB replacement policy (the engine "
                                         "implements LRU)")
-    miss_ns: float = param(300.0, ge=0, unit="ns", doc="TLB miss latency (fixed mode)",
+    miss_ns: float = param(300.0, ge=0, le=1e6, unit="ns", doc="TLB miss latency (fixed mode)",
                            source="H2M2 Table 2")
     miss_mode: Literal["fixed", "walk"] = param(
         "fixed", doc="fixed: every miss costs miss_ns; walk: every miss reads its page-table "

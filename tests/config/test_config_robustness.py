@@ -69,6 +69,12 @@ NONSENSE = [
     ("workload.phase=prefill", "error: workload.phase: the iteration job simulates decode"),
     ("workload.batch=1e3", "error: workload.batch: must be an integer, got '1e3' (str) (YAML "
                            "reads 1e3 as text; write 1.0e+3)"),
+    # latencies the cycle-level run would idle through for days
+    ("system.sides.hbm.chip.vector_latency=9007199254740992",
+     "error: system.sides[0].chip.vector_latency: must be <= 65536"),
+    ("system.mmu.miss_ns=1.0e+15", "error: system.mmu.miss_ns: must be <= 1000000.0"),
+    ("system.sides.lpddr.chip.dma_chunk_bytes=12", "error: system.sides[1].chip."
+     "dma_chunk_bytes: must be 0 (automatic) or a multiple of the DRAM burst (32 bytes)"),
 ]
 
 
