@@ -147,6 +147,29 @@ def test_set_by_index_works_on_preset_systems_and_in_sweeps():
         load_file(DEFAULT, ["system.sides[5].capacity_bytes=1"])
 
 
+SHIPPED = sorted(p for p in (ROOT / "workloads" / "configs").glob("*.yaml")
+                 if "grid" not in p.read_text())          # run configs, not sweep files
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_side_of_every_shipped_config_is_settable_by_name_and_index(path):
+    """The documented forms ``system.sides.NAME.KEY`` and ``system.sides[i].KEY`` reach
+    the same side of every shipped configuration, in --set and as a sweep axis."""
+    cfg = load_file(path)
+    for i, side in enumerate(cfg.system.sides):
+        by_name = load_file(path, [f"system.sides.{side.name}.capacity_bytes=64 GB"])
+        by_index = load_file(path, [f"system.sides[{i}].capacity_bytes=64 GB"])
+        assert by_name == by_index
+        assert by_name.system.sides[i].capacity_bytes == 64 * 10**9
+        # the same capacity, set by name: validate passes (64 GB may rightly not fit)
+        assert main(["validate", str(path), "--set",
+                     f"system.sides.{side.name}.capacity_bytes={side.capacity_bytes}"]) == 0
+        sweep = build_sweep({"base": str(path), "grid": {
+            f"system.sides.{side.name}.capacity_bytes": ["64 GB", "96 GB"]}}, base_dir=ROOT)
+        assert [p.config.system.sides[i].capacity_bytes for p in sweep.points] == \
+            [64 * 10**9, 96 * 10**9]
+
+
 # ----------------------------------------------------------------- the CLI's last guard
 @pytest.fixture
 def failing_validate(monkeypatch):
