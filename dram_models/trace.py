@@ -14,9 +14,13 @@ ignored when reading; files whose name ends in ``.gz`` are written gzip-compress
 any file starting with the gzip magic bytes is read decompressed, whatever its name):
 
 * ``ramulator`` -- Ramulator 2 ``LoadStoreTrace`` front-end: ``LD 0x1f40`` or
-  ``ST 0x1f40`` (no timing: Ramulator 2 offers one request per front-end tick);
+  ``ST 0x1f40``. No timing: every request reads back with arrival -1 (open loop), so a
+  timed trace saved in this format loses its arrival cycles;
 * ``dramsim3`` -- DRAMsim3 trace: ``0x1f40 READ 120`` / ``0x1f40 WRITE 121`` (address,
-  operation, arrival cycle).
+  operation, arrival cycle). An open-loop trace is written with every request at cycle 0
+  and reads back with arrival 0: every request is due at once and enters when the queue
+  accepts it, which replays with the same statistics as arrival -1 (the engine counts
+  read latency from a request's entry into the queue, not from its arrival cycle).
 
 Addresses are written in hex (``0x``) or decimal, cycles in decimal, without signs.
 
@@ -317,9 +321,10 @@ def save(trace: Trace, path: str | os.PathLike, fmt: str = "npz") -> Path:
         lines = [f"{o} 0x{a:x}\n" for o, a in zip(ops.tolist(), trace.addr.tolist())]
     elif fmt == "dramsim3":
         ops = np.where(trace.is_write, "WRITE", "READ")
-        # DRAMsim3 needs a cycle on every line; open-loop requests get their index,
-        # which offers them one per cycle, as Ramulator 2's trace front-end does.
-        cyc = np.where(trace.arrival >= 0, trace.arrival, np.arange(len(trace)))
+        # DRAMsim3 needs a cycle on every line. An open loop is written at cycle 0: every
+        # request is then due at once and enters when the queue accepts it, in DRAMsim3
+        # as here (the engine counts latency from entry, so statistics are identical).
+        cyc = np.maximum(trace.arrival, 0)
         lines = [f"0x{a:x} {o} {c}\n" for a, o, c in
                  zip(trace.addr.tolist(), ops.tolist(), cyc.tolist())]
     else:
