@@ -1,6 +1,12 @@
 """Replay a trace file through the DRAM engine.
 
-    python -m dram_models.replay TRACE --format {npz,ramulator,dramsim3} --standard NAME
+    python -m dram_models.replay TRACE [--format {npz,ramulator,dramsim3}] --standard NAME
+
+The format is told from the file's content: an npz file is a zip archive; a text file
+(gzip-compressed or not, told by its first bytes) is ramulator if its first request line
+reads ``LD|ST <addr>`` and dramsim3 if it reads ``<addr> READ|WRITE <cycle>``. A
+``--format`` the content contradicts is refused, naming the file, the line and both
+formats.
 
 Each channel gets its own front-end: requests keep their trace order per channel and enter
 as soon as that channel's queue accepts them, or at their arrival cycle (DRAMsim3 and npz
@@ -43,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="trace file (.npz, or text; .gz allowed for text)")
     p.add_argument("--format", choices=FORMATS, default=None,
-                   help="trace format (default: npz for .npz files, else ramulator)")
+                   help="trace format (default: told from the file's content); refused "
+                        "if the content is another format")
     p.add_argument("--max-span", type=seconds, default=MAX_SPAN_S, metavar="SECONDS",
                    help="latest arrival allowed, in seconds of simulated time (default "
                         f"{MAX_SPAN_S:g}); the engine simulates idle time refresh by "

@@ -10,14 +10,24 @@ A :class:`Trace` is three parallel NumPy arrays:
   the controller accepts it" (open-loop, saturating).
 
 Text formats (one request per line; blank lines and lines starting with ``#`` are
-ignored when reading; ``.gz`` files are read and written compressed):
+ignored when reading; files whose name ends in ``.gz`` are written gzip-compressed, and
+any file starting with the gzip magic bytes is read decompressed, whatever its name):
 
 * ``ramulator`` -- Ramulator 2 ``LoadStoreTrace`` front-end: ``LD 0x1f40`` or
-  ``ST 0x1f40`` (no timing: Ramulator 2 offers one request per front-end tick);
+  ``ST 0x1f40``. No timing: every request reads back with arrival -1 (open loop), so a
+  timed trace saved in this format loses its arrival cycles;
 * ``dramsim3`` -- DRAMsim3 trace: ``0x1f40 READ 120`` / ``0x1f40 WRITE 121`` (address,
-  operation, arrival cycle).
+  operation, arrival cycle). An open-loop trace is written with every request at cycle 0
+  and reads back with arrival 0: every request is due at once and enters when the queue
+  accepts it, which replays with the same statistics as arrival -1 (the engine counts
+  read latency from a request's entry into the queue, not from its arrival cycle).
 
 Addresses are written in hex (``0x``) or decimal, cycles in decimal, without signs.
+
+:func:`load` tells the format from the content (:func:`detect`): an npz file starts with
+the zip magic bytes; a text file's first request line decides between ``LD|ST <addr>``
+(ramulator) and ``<addr> READ|WRITE <cycle>`` (dramsim3). A format given by the caller
+that the content contradicts is refused, naming the file, the line and both formats.
 
 Every trace, read from any format or built in code, follows the same rules
 (:func:`check_arrays`):
@@ -57,6 +67,10 @@ FORMATS = ("npz", "ramulator", "dramsim3")
 MAX_ARRIVAL_CK = 2**40
 
 _ADDR_LIMIT = 2**64 - 1
+# magic bytes: an npz is a zip archive (local file header, or the end record of an empty
+# one); a lone .npy array is taken as npz too, so its reader explains the difference
+_NPZ_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")
+_GZIP_MAGIC = b"\x1f\x8b"
 # what reading a damaged file may raise (gzip: truncated or corrupt streams)
 _UNREADABLE = (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error)
 
@@ -183,11 +197,91 @@ def _flags(a: np.ndarray, key, fail) -> np.ndarray:
 
 
 def _open_text(path: Path, mode: str):
-    """A text file (gzip-compressed if its name ends in .gz), in binary mode: reading
-    decodes line by line, so an error names its line."""
-    if str(path).endswith(".gz"):
-        return gzip.open(path, mode + "b")
-    return open(path, mode + "b")
+    """A text file in binary mode (reading decodes line by line, so an error names its
+    line). Read compressed if its content starts with the gzip magic bytes, whatever its
+    name; written compressed if its name ends in .gz."""
+    gz = _head(path).startswith(_GZIP_MAGIC) if mode == "r" else str(path).endswith(".gz")
+    return gzip.open(path, mode + "b") if gz else open(path, mode + "b")
+
+
+def _head(path: Path, size: int = 8) -> bytes:
+    """The first ``size`` bytes of a file (fewer if it is shorter)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError as err:
+        raise ConfigError(str(path), f"cannot read ({err.strerror or err})") from None
+
+
+def _line_format(tok: list[str]) -> str | None:
+    """The text format a request line's tokens look like (even if malformed, so the
+    parser of that format names what is wrong), or None."""
+    if tok[0] in ("LD", "ST"):
+        return "ramulator"
+    if len(tok) >= 2 and tok[1] in ("READ", "WRITE"):
+        return "dramsim3"
+    return None
+
+
+def _shown(line: str) -> str:
+    """A line as an error message quotes it: stripped, at most 80 characters."""
+    line = line.strip()
+    return line if len(line) <= 80 else line[:77] + "..."
+
+
+def detect(path: str | os.PathLike) -> tuple[str | None, int, str]:
+    """The format of a trace file's content: ``(format, line, text)``.
+
+    npz by its zip (or .npy) magic bytes, ``("npz", 0, "")``; otherwise text,
+    gzip-compressed or not (by magic bytes), whose first request line (not blank, not a
+    ``#`` comment) decides, given with its number and text. The format is None when that
+    line fits no format (text ``""`` if it is not ASCII), and ``(None, 0, "")`` when the
+    file holds no request line."""
+    path = Path(path)
+    if _head(path).startswith(_NPZ_MAGIC):
+        return "npz", 0, ""
+    lineno = 0
+    try:
+        with _open_text(path, "r") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("ascii")
+                except UnicodeDecodeError:
+                    return None, lineno, ""
+                tok = line.split()
+                if tok and not tok[0].startswith("#"):
+                    return _line_format(tok), lineno, _shown(line)
+    except _UNREADABLE as err:
+        why = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise ConfigError(f"{path}:{lineno + 1}", f"cannot read ({why})") from None
+    return None, 0, ""
+
+
+def _resolve(path: Path, fmt: str | None) -> str:
+    """The format to read ``path`` in: ``fmt`` if the content agrees (or cannot tell),
+    the detected one if ``fmt`` is None."""
+    found, line, text = detect(path)
+    where = f"{path}:{line}" if line else str(path)
+    if fmt is None:
+        if found is None:
+            raise _undetected(where, line, text)
+        return found
+    if found is not None and found != fmt:
+        what = "an npz archive" if found == "npz" else f"a {found} line {text!r}"
+        raise ConfigError(where, f"format {fmt} was given, but the content is {what}; "
+                          f"give format {found}, or none to detect it")
+    return fmt
+
+
+def _undetected(where: str, line: int, text: str) -> ConfigError:
+    """The error for content whose format :func:`detect` cannot tell."""
+    if not line:
+        return ConfigError(where, "holds no requests (no request line to detect the trace "
+                           "format from)")
+    what = repr(text) if text else "a line that is not ASCII text"
+    return ConfigError(where, f"cannot tell the trace format from {what}: expected an npz "
+                       "archive, 'LD|ST <addr>' (ramulator) or '<addr> READ|WRITE <cycle>' "
+                       "(dramsim3)")
 
 
 _UINT = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)\Z")
@@ -227,9 +321,10 @@ def save(trace: Trace, path: str | os.PathLike, fmt: str = "npz") -> Path:
         lines = [f"{o} 0x{a:x}\n" for o, a in zip(ops.tolist(), trace.addr.tolist())]
     elif fmt == "dramsim3":
         ops = np.where(trace.is_write, "WRITE", "READ")
-        # DRAMsim3 needs a cycle on every line; open-loop requests get their index,
-        # which offers them one per cycle, as Ramulator 2's trace front-end does.
-        cyc = np.where(trace.arrival >= 0, trace.arrival, np.arange(len(trace)))
+        # DRAMsim3 needs a cycle on every line. An open loop is written at cycle 0: every
+        # request is then due at once and enters when the queue accepts it, in DRAMsim3
+        # as here (the engine counts latency from entry, so statistics are identical).
+        cyc = np.maximum(trace.arrival, 0)
         lines = [f"0x{a:x} {o} {c}\n" for a, o, c in
                  zip(trace.addr.tolist(), ops.tolist(), cyc.tolist())]
     else:
@@ -241,18 +336,18 @@ def save(trace: Trace, path: str | os.PathLike, fmt: str = "npz") -> Path:
 
 def load(path: str | os.PathLike, fmt: str | None = None,
          limit: tuple[int, str] | None = None) -> Trace:
-    """Read a trace file. ``fmt`` defaults from the file suffix (.npz or text);
-    ``limit`` (latest arrival cycle, what sets it) lowers :data:`MAX_ARRIVAL_CK`.
-    Every problem is a :class:`ConfigError` naming the file (and line or row)."""
+    """Read a trace file. ``fmt`` None detects the format from the content (see
+    :func:`detect`); a given ``fmt`` the content contradicts is refused. ``limit``
+    (latest arrival cycle, what sets it) lowers :data:`MAX_ARRIVAL_CK`. Every problem
+    is a :class:`ConfigError` naming the file (and line or row)."""
     path = Path(path)
-    if fmt is None:
-        fmt = "npz" if path.suffix == ".npz" else "ramulator"
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise ConfigError("format", f"unknown trace format {fmt!r}; allowed: {', '.join(FORMATS)}")
     if not path.exists():
         raise ConfigError(str(path), "trace file does not exist")
     if path.is_dir():
         raise ConfigError(str(path), "is a directory, not a trace file")
+    fmt = _resolve(path, fmt)
     if fmt == "npz":
         arrays, lines = _read_npz(path), None
     else:
@@ -329,6 +424,5 @@ def _parse_line(raw: bytes, fmt: str, where: str) -> tuple[int, bool, int] | Non
             raise ValueError("expected '<addr> READ|WRITE <cycle>'")
         return _parse_uint(tok[0]), tok[1] == "WRITE", _parse_uint(tok[2], hex_ok=False)
     except ValueError as err:
-        shown = line.strip()
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise ConfigError(where, f"malformed {fmt} trace line {shown!r}: {err}") from None
+        raise ConfigError(where, f"malformed {fmt} trace line {_shown(line)!r}: {err}") \
+            from None

@@ -41,7 +41,10 @@ def register(subparsers) -> None:
     p.add_argument("--sides", default="hbm,lpddr", help="the two side names (default hbm,lpddr)")
     p.add_argument("--export-trace", default=None, metavar="FILE",
                    help="write the layer's DRAM requests to FILE")
-    p.add_argument("--format", default="npz", help="trace format: " + " | ".join(FORMATS))
+    p.add_argument("--format", default="npz", help="trace format: " + " | ".join(FORMATS)
+                   + " (default npz; text is gzip-compressed if FILE ends in .gz). The "
+                   "layer is an open loop: dramsim3 lines all carry cycle 0, which "
+                   "replays the same as the other formats")
     p.add_argument("--kv-layout", default="contiguous", help="contiguous | paged")
     p.add_argument("--block-tokens", default="16", help="tokens per KV block (paged layout)")
     p.add_argument("--request-bytes", default="32", help="bytes per DRAM request")

@@ -66,6 +66,27 @@ def test_export_trace(tmp_path, capsys):
     assert len(load(g)) == o["trace"]["requests"]
 
 
+
+def test_exports_of_every_format_replay_the_same(tmp_path, capsys):
+    """The layer trace is an open loop: its DRAMsim3 export (every request at cycle 0)
+    replays with the statistics of its Ramulator and npz exports, compressed or not."""
+    from dram_models import replay
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("layers: 2\nhidden: 256\nheads: 4\nffn_dim: 1024\nvocab: 100\n"
+                    "max_context: 256\n")
+    drop = ("trace", "wall_s", "requests_per_s")
+    results = {}
+    for fmt, name in (("npz", "l.npz"), ("ramulator", "l.txt"), ("dramsim3", "l.trace"),
+                      ("dramsim3", "l.trace.gz")):
+        run_json(capsys, str(tiny), "--batch", "2", "--seq", "100", "--export-trace",
+                 str(tmp_path / name), "--format", fmt)
+        assert replay.main([str(tmp_path / name), "--standard", "lpddr5-6400", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        results[name] = {k: v for k, v in out.items() if k not in drop}
+    assert results["l.npz"]["requests"] > 10_000
+    assert all(r == results["l.npz"] for r in results.values()), results
+
+
 @pytest.mark.parametrize("argv, words", [
     (["gpt3"], "did you mean 'gpt3-175b'"),
     (["opt-350m", "--batch", "0"], "--batch"),
