@@ -82,9 +82,12 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def run_points(points: Sequence[PointSpec], args: argparse.Namespace, name: str,
                argv: Sequence[str] | None = None) -> TaskReport:
     """Run ``points`` with the script's output options (:func:`add_output_arguments`),
-    recording :func:`provenance` in ``args.out``; one summary line on stderr."""
+    recording :func:`provenance` in ``args.out``; one summary line on stderr. With
+    ``--resume`` the folder may hold other points of the script (another figure): they
+    are kept, and reused where this run needs them."""
     report = run_tasks(points, args.out, resume=args.resume, workers=args.workers,
-                       scheduler=args.scheduler, name=name, provenance=provenance(argv))
+                       scheduler=args.scheduler, name=name, provenance=provenance(argv),
+                       extend=True)
     print(f"{name}: {report.unique} points, {report.skipped} already done, "
           f"{report.ran} computed, {report.errors} errors -> {report.csv_path}",
           file=sys.stderr)

@@ -143,8 +143,11 @@ def run_tasks(points: Sequence[PointSpec], out: str | Path, *, resume: bool = Fa
     store = ResultStore(out)
     axes, plan = _plan(points)
     if resume and extend and store.plan_path.exists():
-        axes, plan = _extended(store.plan(), axes, plan)
-    fresh = store.check(axes, plan, resume)
+        stored = store.plan()
+        fresh = store.check(stored.get("axes", []), stored.get("points", []), resume)
+        axes, plan = _extended(stored, axes, plan)
+    else:
+        fresh = store.check(axes, plan, resume)
     done = store.finished()
     old_rev = store.meta().get("git_revision")
     if resume and done and old_rev != git_revision():
