@@ -6,10 +6,14 @@ Management for Large Language Model Inference", arXiv 2025).
     python scripts/reproduce_h2m2.py --table 3 --out DIR
     python scripts/reproduce_h2m2.py --all --out DIR
 
-Each figure writes DIR/fig<F>.csv and DIR/fig<F>.png (Table 3: DIR/table3.csv). Every
-simulated point is written atomically to DIR/points/ as it finishes and reused on the
-next run (a killed reproduction loses nothing); cycle-level pieces are also cached by
-content hash ($H2M2SIM_CACHE), so re-plotting costs nothing.
+Each figure writes DIR/fig<F>.csv and DIR/fig<F>.png (Table 3: DIR/table3.csv), built
+from the result store in DIR: every simulated point is written atomically to
+DIR/points/<key>.json as it finishes (DIR/results.csv lists them, DIR/provenance.json
+says who computed them). A DIR that holds results is refused unless ``--resume`` is
+given; then only unfinished points are computed, and other figures may be added to the
+same DIR, reusing its points. ``--workers N`` runs points on N local processes,
+``--scheduler ADDRESS`` on a Dask cluster. Cycle-level pieces are also cached by content
+hash ($H2M2SIM_CACHE).
 
 Systems (the CSV's ``system`` column):
 
@@ -30,13 +34,15 @@ Speedup = baseline iteration time / system iteration time, per (model, batch, se
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import csv
 import json
-import os
 import sys
 import time
 from pathlib import Path
+
+from h2m2sim.sweep.reproduction import (add_output_arguments, main_guard, run_points,
+                                         usable_cores)
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 # one decoder layer per layer kind is simulated; the rest follows by scaling
 FIGURES = {
@@ -103,13 +109,20 @@ def _system(preset: str, overrides: dict | None = None):
 ATTENTION = "per-request"
 
 
-def point_key(fig: str, label: str, model: str, batch: int, seq: int) -> str:
-    mode = "" if ATTENTION == "per-request" else f"__{ATTENTION}"
-    return f"{fig}__{label}__{model}__b{batch}__s{seq}{mode}"
+def point(label: str, model: str, batch: int, seq: int, fidelity: str,
+          variant: str | None = None) -> PointSpec:
+    """One (system label, model, batch, seq) point at ``fidelity``; ``variant`` names a
+    row of :data:`SENSITIVITY` applied to the system."""
+    params = dict(label=label, model=model, batch=batch, seq=seq, fidelity=fidelity,
+                  attention=ATTENTION)
+    if variant:
+        params["variant"] = variant
+    return PointSpec(evaluate, params)
 
 
 def evaluate(task: dict) -> dict:
-    """One (system label, model, batch, seq) point -> metrics (run in a worker)."""
+    """One point's metrics (run in a worker): iteration time and its breakdown, the
+    mapper's splits, HBM occupancy."""
     from h2m2sim.model import load_model
     from h2m2sim.decode.job import simulate
 
@@ -120,7 +133,6 @@ def evaluate(task: dict) -> dict:
         params = {**params, "attention": task["attention"]}
     system = _system(preset, overrides)
     model = load_model(task["model"])
-    t0 = time.perf_counter()
     out = simulate(system, model, task["batch"], task["seq"], mapper, params,
                    fidelity=task["fidelity"])
     if label == "8-hbm":
@@ -130,47 +142,23 @@ def evaluate(task: dict) -> dict:
         per_layer = 2 * (link.latency_ns + 2 * (p - 1) / p * act / link.bandwidth_gbps)
         out["communication_ns"] = per_layer * model.layers
         out["iteration_time_ns"] += out["communication_ns"]
-    out["wall_s"] = time.perf_counter() - t0
-    return {**task, **{k: v for k, v in out.items() if not isinstance(v, dict)},
-            "breakdown": out.get("breakdown"), "hbm_occupancy_bytes":
-            out.get("hbm_occupancy_bytes")}
+    return {**{k: v for k, v in out.items() if not isinstance(v, dict)},
+            "breakdown": out.get("breakdown"),
+            "hbm_occupancy_bytes": out.get("hbm_occupancy_bytes")}
 
 
-def _write_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def run_tasks(tasks: list[dict], out: Path, workers: int) -> list[dict]:
-    pdir = out / "points"
-    pdir.mkdir(parents=True, exist_ok=True)
-    done, todo = {}, []
-    for t in tasks:
-        t["attention"] = ATTENTION
-        f = pdir / (t["key"] + ".json")
-        if f.exists():
-            done[t["key"]] = json.loads(f.read_text())
-        else:
-            todo.append(t)
-    if todo:
-        print(f"{len(todo)} points to simulate ({len(done)} done)", file=sys.stderr)
-
-    def finish(res):
-        _write_atomic(pdir / (res["key"] + ".json"), res)
-        done[res["key"]] = res
-        print(f"  {res['key']}: {res['iteration_time_ns'] / 1e6:.1f} ms "
-              f"({res['wall_s']:.0f} s)", file=sys.stderr)
-
-    if workers <= 1:
-        for t in todo:
-            finish(evaluate(t))
-    else:
-        ctx = __import__("multiprocessing").get_context("spawn")
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            for fut in cf.as_completed([pool.submit(evaluate, t) for t in todo]):
-                finish(fut.result())
-    return [done[t["key"]] for t in tasks]
+def results(points: list[PointSpec], records: dict) -> list[dict]:
+    """The stored result of each point: its parameters, metrics and wall times (the
+    mappers' ``decision_s``); a point that failed (e.g. out of memory) is left out."""
+    rows = []
+    for p in points:
+        rec = records[p.key]
+        if rec.get("error"):
+            print(f"warning: {p.params}: {rec['error']}", file=sys.stderr)
+            continue
+        timing = {k: v for k, v in (rec.get("timing") or {}).items() if k != "finished_at"}
+        rows.append({**p.params, **rec["metrics"], **timing})
+    return rows
 
 
 def _rows_with_speedup(results: list[dict], group_key: str = "system") -> list[dict]:
@@ -230,29 +218,27 @@ def _plot(path: Path, rows: list[dict], title: str, x: str = "point", hue: str =
     plt.close(fig)
 
 
-def figure(num: int, out: Path, fidelity: str, workers: int) -> list[dict]:
+def figure_points(num: int, fidelity: str) -> list[PointSpec]:
     spec = FIGURES[num]
-    tasks = []
-    for label in spec["systems"]:
-        for b, s in spec["points"]:
-            tasks.append(dict(key=point_key(f"{fidelity}", label, spec["model"], b, s),
-                              label=label, model=spec["model"], batch=b, seq=s,
-                              fidelity=fidelity))
-    rows = _rows_with_speedup(run_tasks(tasks, out, workers))
+    return [point(label, spec["model"], b, s, fidelity)
+            for label in spec["systems"] for b, s in spec["points"]]
+
+
+def figure(num: int, out: Path, fidelity: str, records: dict) -> list[dict]:
+    spec = FIGURES[num]
+    rows = _rows_with_speedup(results(figure_points(num, fidelity), records))
     _write_csv(out / f"fig{num}.csv", rows)
     _plot(out / f"fig{num}.png", rows, f"H2M2 Figure {num}: {spec['model']}")
     return rows
 
 
-def figure17(out: Path, fidelity: str, workers: int) -> list[dict]:
-    tasks = []
-    for v in SENSITIVITY:
-        for s in (1024, 2048, 4096):
-            for label in ("h2m2",):
-                key = point_key(f"{fidelity}-{v}", label, "gpt3-175b", 32, s)
-                tasks.append(dict(key=key, label=label, model="gpt3-175b", batch=32, seq=s,
-                                  fidelity=fidelity, variant=v))
-    res = run_tasks(tasks, out, workers)
+def figure17_points(fidelity: str) -> list[PointSpec]:
+    return [point("h2m2", "gpt3-175b", 32, s, fidelity, variant=v)
+            for v in SENSITIVITY for s in (1024, 2048, 4096)]
+
+
+def figure17(out: Path, fidelity: str, records: dict) -> list[dict]:
+    res = results(figure17_points(fidelity), records)
     orig = {r["seq"]: r["iteration_time_ns"] for r in res if r["variant"] == "original"}
     rows = [{"system": "h2m2", "variant": r["variant"], "model": r["model"],
              "batch": r["batch"], "seq": r["seq"], "iteration_ns": r["iteration_time_ns"],
@@ -266,15 +252,21 @@ def figure17(out: Path, fidelity: str, workers: int) -> list[dict]:
     return rows
 
 
-def table3(out: Path, fidelity: str, workers: int) -> list[dict]:
+TABLE3_FIGURES = (12, 13, 15)
+
+
+def table3_points(num: int, fidelity: str) -> list[PointSpec]:
+    spec = FIGURES[num]
+    return [point(label, spec["model"], b, s, fidelity)
+            for label in ("oracle", "h2m2-notlb", "h2m2") for b, s in spec["points"]]
+
+
+def table3(out: Path, fidelity: str, records: dict) -> list[dict]:
     rows = []
-    for num in (12, 13, 15):
+    for num in TABLE3_FIGURES:
         spec = FIGURES[num]
-        tasks = [dict(key=point_key(fidelity, label, spec["model"], b, s), label=label,
-                      model=spec["model"], batch=b, seq=s, fidelity=fidelity)
-                 for label in ("oracle", "h2m2-notlb", "h2m2") for b, s in spec["points"]]
         res = {(r["label"], r["seq"]): r["iteration_time_ns"]
-               for r in run_tasks(tasks, out, workers)}
+               for r in results(table3_points(num, fidelity), records)}
         seqs = [s for _, s in spec["points"]]
         abstraction = sum(res[("h2m2", s)] / res[("h2m2-notlb", s)] - 1 for s in seqs) / len(seqs)
         mapping = sum(res[("h2m2-notlb", s)] / res[("oracle", s)] - 1 for s in seqs) / len(seqs)
@@ -285,17 +277,18 @@ def table3(out: Path, fidelity: str, workers: int) -> list[dict]:
     return rows
 
 
-def figure14(out: Path, fidelity: str, workers: int) -> list[dict]:
+def figure14_points(fidelity: str) -> list[PointSpec]:
+    spec = FIGURES[12]
+    return [point("h2m2", spec["model"], b, s, fidelity) for b, s in spec["points"]]
+
+
+def figure14(out: Path, fidelity: str, records: dict) -> list[dict]:
     """HBM occupancy per sublayer of H2M2's greedy mapping at the Figure 12 points (the
     paper's Figure 14); no simulation beyond Figure 12's."""
     from h2m2sim.system.config import resolve_system
-    spec = FIGURES[12]
-    tasks = [dict(key=point_key(fidelity, "h2m2", spec["model"], b, s), label="h2m2",
-                  model=spec["model"], batch=b, seq=s, fidelity=fidelity)
-             for b, s in spec["points"]]
     cap = resolve_system("h2m2", "system").side("hbm").capacity_bytes
     rows = []
-    for r in run_tasks(tasks, out, workers):
+    for r in results(figure14_points(fidelity), records):
         occ = r["hbm_occupancy_bytes"]
         tot = sum(occ.values())
         rows.append({"model": r["model"], "batch": r["batch"], "seq": r["seq"],
@@ -322,7 +315,8 @@ def figure14(out: Path, fidelity: str, workers: int) -> list[dict]:
     return rows
 
 
-def figure16(out: Path, fidelity: str, workers: int) -> list[dict]:
+def figure16(out: Path, fidelity: str, records: dict) -> list[dict]:
+    """Dynamic sequence lengths: one simulation of its own (not a set of points)."""
     from h2m2sim.decode.dynamic import run_dynamic
     rows = run_dynamic(out, fidelity=fidelity)
     _write_csv(out / "fig16.csv", rows)
@@ -343,43 +337,59 @@ def figure16(out: Path, fidelity: str, workers: int) -> list[dict]:
     return rows
 
 
+def points_of(job: tuple[str, int], fidelity: str) -> list[PointSpec]:
+    kind, n = job
+    if kind == "table":
+        return [p for num in TABLE3_FIGURES for p in table3_points(num, fidelity)]
+    if n == 14:
+        return figure14_points(fidelity)
+    if n == 16:
+        return []
+    if n == 17:
+        return figure17_points(fidelity)
+    return figure_points(n, fidelity)
+
+
+def write_job(job: tuple[str, int], out: Path, fidelity: str, records: dict) -> list[dict]:
+    """Write the CSV (and plot) of one figure or table from the stored points."""
+    kind, n = job
+    writer = {14: figure14, 16: figure16, 17: figure17}.get(n)
+    if kind == "table":
+        return table3(out, fidelity, records)
+    if writer is not None:
+        return writer(out, fidelity, records)
+    return figure(n, out, fidelity, records)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--figure", type=int, choices=sorted(list(FIGURES) + [14, 16, 17]))
     g.add_argument("--table", type=int, choices=[3])
     g.add_argument("--all", action="store_true")
-    p.add_argument("--out", required=True)
     p.add_argument("--fidelity", choices=("sampled", "cycle", "estimate"), default="sampled")
-    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    add_output_arguments(p, workers=min(2, usable_cores()))
     p.add_argument("--attention", choices=("per-request", "fused"), default="per-request",
                    help="decode attention launched per request (default) or fused across "
                         "requests of equal length")
     args = p.parse_args(argv)
     global ATTENTION
     ATTENTION = args.attention
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = []
     if args.all:
         jobs = [("fig", n) for n in sorted(list(FIGURES) + [14, 16, 17])] + [("table", 3)]
     elif args.figure:
         jobs = [("fig", args.figure)]
     else:
         jobs = [("table", 3)]
-    for kind, n in jobs:
+    points = list({q.key: q for job in jobs for q in points_of(job, args.fidelity)}.values())
+    run_points(points, args, "h2m2", argv=None if argv is None else ["reproduce_h2m2.py",
+                                                                      *argv])
+    out = Path(args.out)
+    records = load_records(out)
+    for job in jobs:
         t0 = time.perf_counter()
-        if kind == "table":
-            rows = table3(out, args.fidelity, args.workers)
-        elif n == 14:
-            rows = figure14(out, args.fidelity, args.workers)
-        elif n == 16:
-            rows = figure16(out, args.fidelity, args.workers)
-        elif n == 17:
-            rows = figure17(out, args.fidelity, args.workers)
-        else:
-            rows = figure(n, out, args.fidelity, args.workers)
-        print(f"{kind} {n}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s",
+        rows = write_job(job, out, args.fidelity, records)
+        print(f"{job[0]} {job[1]}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s",
               file=sys.stderr)
         for r in rows:
             print(json.dumps({k: v for k, v in r.items() if k != "point"}))
@@ -387,4 +397,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main_guard(main))

@@ -6,6 +6,7 @@ load curve, iteration times from the cycle-level evaluator (NPU chip + DRAM engi
     python scripts/reproduce_odma.py --out DIR [--json] [--max-requests N]
         [--traces alpaca,azure2023_conv,azure2023_code] [--rates auto|R1,R2,...]
         [--allocators static,paged,odma] [--hbm3] [--evaluator cycle|analytic]
+        [--resume] [--workers N | --scheduler ADDRESS]
 
 Deployments (docs/validation/odma.md argues which is the papers'):
 
@@ -24,6 +25,12 @@ tokens_per_s, ttft_p50_s, tpot_p50_s, predictor_accuracy, migration_rate, ...},
 papers' deployment, the same under ``"<trace>@tp4"`` for the other (and ``"<trace>@hbm3"``
 with ``--hbm3``).
 
+Every serving run is a point of the result store in DIR (``points/<key>.json``,
+``results.csv``, ``provenance.json``; docs/performance/README.md, "Running and resuming
+reproductions"): a DIR that holds results is refused unless ``--resume`` is given, which
+runs only the missing points. ``--workers N`` runs them on N processes (default one: the
+runs of one process share their evaluators), ``--scheduler ADDRESS`` on Dask.
+
 Settings: server context 8,192 tokens (a card's pool holds 111K tokens beside the
 weights, so the model's own 128K context would not fit one static reservation); ODMA
 with its defaults (buckets from the held-out half of the trace, learned predictor);
@@ -41,6 +48,10 @@ import sys
 import time
 
 import numpy as np
+
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 MODEL = "deepseek-r1-distill-qwen-7b"
 SYSTEM = "mlu370-x4"
@@ -114,6 +125,46 @@ class Runner:
         row.update(trace=trace, memory=memory, deployment=deployment, allocator=allocator,
                    rate=rate, wall_s=round(time.time() - t, 2))
         return row
+
+
+#: a Runner per (evaluator, replayed requests, seed, HBM3) in this process, so that the
+#: points a worker runs share their evaluators as the runs of one process always did
+_RUNNERS: dict = {}
+
+
+def serve_point(params: dict) -> dict:
+    """One serving run (a point of the result store): the kept metrics and ``wall_s``."""
+    args = argparse.Namespace(evaluator=params["evaluator"], seed=params["seed"],
+                              max_requests=params["max_requests"],
+                              hbm3=params["memory"] == "hbm3")
+    key = (args.evaluator, args.seed, args.max_requests, args.hbm3)
+    if key not in _RUNNERS:
+        _RUNNERS[key] = Runner(args)
+    row = _RUNNERS[key].run(params["trace"], params["memory"], params["deployment"],
+                            params["allocator"], params["rate"],
+                            **params.get("serving", {}))
+    return {k: row[k] for k in (*KEEP, "wall_s")}
+
+
+def point(args, trace, memory, deployment, allocator, rate, **serving) -> PointSpec:
+    params = dict(trace=trace, memory=memory, deployment=deployment, allocator=allocator,
+                  rate=rate, max_requests=args.max_requests, evaluator=args.evaluator,
+                  seed=args.seed)
+    if serving:
+        params["serving"] = serving
+    return PointSpec(serve_point, params)
+
+
+def stored_rows(points: list[PointSpec], records: dict) -> list[dict]:
+    """Each point's row as Runner.run returns it, from its stored record."""
+    rows = []
+    for p in points:
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{p.params}: {rec['error']}")
+        params = {k: v for k, v in p.params.items() if k != "serving"}
+        rows.append({**rec["metrics"], **params, "wall_s": rec["timing"].get("wall_s")})
+    return rows
 
 
 def rates_for(trace: str, spec: str) -> list[float]:
@@ -208,7 +259,7 @@ def plot_bars(rows, out):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    add_output_arguments(ap, workers=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--max-requests", type=int, default=2000,
                     help="requests replayed per run (as many more are held out as history)")
@@ -221,12 +272,7 @@ def main(argv=None):
     ap.add_argument("--evaluator", default="cycle", choices=("cycle", "analytic"))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    from h2m2sim.errors import SimError
-    try:
-        return _main(args)
-    except SimError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return _main(args)
 
 
 def _runs(args):
@@ -253,13 +299,11 @@ def _key(row) -> str:
 
 
 def _main(args):
-    os.makedirs(args.out, exist_ok=True)
-    runner = Runner(args)
-    rows = []
-    for t, mem, dep, a, rate in _runs(args):
-        print(f"[reproduce_odma] {t} {mem} {dep} {a} {rate:g}/s ...", file=sys.stderr,
-              flush=True)
-        rows.append(runner.run(t, mem, dep, a, rate))
+    curve = [point(args, *run) for run in _runs(args)]
+    paper_points = _paper_length_points(args)
+    run_points(curve + [p for _, p in paper_points], args, "odma")
+    records = load_records(args.out)
+    rows = stored_rows(curve, records)
     reference = [r for r in rows if r["rate"] == _reference_rate(r["trace"], args)]
     out: dict = {}
     for r in reference:
@@ -273,7 +317,8 @@ def _main(args):
         if "static" in d and "odma" in d and d["static"]["tokens_per_s"]:
             d["odma"]["tps_gain_over_static"] = d["odma"]["tokens_per_s"] / \
                 d["static"]["tokens_per_s"] - 1
-    paper = _paper_lengths(runner, args)
+    paper = [{**r, "output_scale": round(scale, 2)} for (scale, _), r in
+             zip(paper_points, stored_rows([p for _, p in paper_points], records))]
     pred_rows = _predictor_rows(args, out)
     cols = ["trace", "memory", "deployment", "allocator", "rate"] + \
         [k for k in KEEP if k != "interpolation_error"] + ["wall_s"]
@@ -305,17 +350,16 @@ def _reference_rate(trace: str, args) -> float:
     return min(rates, key=lambda r: abs(np.log(r / ref)))
 
 
-def _paper_lengths(runner, args) -> list[dict]:
-    """The papers' deployment at the reference rate with outputs scaled to the lengths
-    the papers' static utilization implies."""
-    rows = []
+def _paper_length_points(args) -> list[tuple[float, PointSpec]]:
+    """(output scale, point): the papers' deployment at the reference rate with outputs
+    scaled to the lengths the papers' static utilization implies."""
+    out = []
     for t in [t for t in args.traces.split(",") if t in PAPER_STATIC_UTILIZATION]:
         scale = paper_scale(t)
         for a in [a for a in args.allocators.split(",") if a]:
-            r = runner.run(t, "lpddr5", "cards", a, _reference_rate(t, args),
-                           output_lengths="scaled", output_scale=scale)
-            rows.append({**r, "output_scale": round(scale, 2)})
-    return rows
+            out.append((scale, point(args, t, "lpddr5", "cards", a, _reference_rate(t, args),
+                                     output_lengths="scaled", output_scale=scale)))
+    return out
 
 
 def _predictor_rows(args, out) -> list[dict]:
@@ -330,4 +374,4 @@ def _predictor_rows(args, out) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

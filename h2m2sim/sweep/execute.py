@@ -27,7 +27,7 @@ from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
 __all__ = ["run_point", "execute", "backend_for", "Backend", "InProcess", "ProcessPool",
-           "DaskCluster", "Task", "WorkerDied"]
+           "DaskCluster", "Task", "Call", "WorkerDied"]
 
 
 class WorkerDied(SimError):
@@ -38,6 +38,9 @@ CONNECT_TIMEOUT = "20s"  # how long to try reaching a Dask scheduler
 PARENT_POLL_S = 0.25     # how often a pool worker checks that its sweep process lives
 Task = tuple[str, Any, Callable[[Any], Any]]  # (config hash, RunConfig, job)
 OnDone = Callable[[str, dict[str, Any]], None]
+#: what a worker calls for one task: ``call(cfg, job)`` -> the point's record;
+#: :func:`run_point` for configurations (other point kinds: h2m2sim.sweep.tasks)
+Call = Callable[[Any, Callable[[Any], Any]], dict[str, Any]]
 
 
 def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
@@ -103,17 +106,18 @@ class Backend(abc.ABC):
         """Release what :meth:`__enter__` acquired."""
 
     @abc.abstractmethod
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+    def run(self, tasks: Sequence[Task], on_done: OnDone, call: Call = run_point) -> None:
         """Run ``tasks``, calling ``on_done(config_hash, record)`` in this process as each
-        finishes (in completion order)."""
+        finishes (in completion order); a worker runs a task as ``call(cfg, job)`` (a
+        top-level function, pickled by reference)."""
 
 
 class InProcess(Backend):
     """Points one after another in this process."""
 
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+    def run(self, tasks: Sequence[Task], on_done: OnDone, call: Call = run_point) -> None:
         for h, cfg, job in tasks:
-            on_done(h, run_point(cfg, job))
+            on_done(h, call(cfg, job))
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -136,12 +140,12 @@ class ProcessPool(Backend):
     def __init__(self, workers: int):
         self.workers = workers
 
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+    def run(self, tasks: Sequence[Task], on_done: OnDone, call: Call = run_point) -> None:
         ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba)
         ex = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
                                     initializer=exit_with_parent, initargs=(os.getpid(),))
         try:
-            futures = {ex.submit(run_point, cfg, job): h for h, cfg, job in tasks}
+            futures = {ex.submit(call, cfg, job): h for h, cfg, job in tasks}
 
             def cancel() -> None:
                 for f in futures:
@@ -177,12 +181,12 @@ class DaskCluster(Backend):
             self.client.close()
             self.client = None
 
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+    def run(self, tasks: Sequence[Task], on_done: OnDone, call: Call = run_point) -> None:
         from distributed import as_completed
         client = self.client
         if client is None:
             raise RuntimeError("DaskCluster.run outside its `with` block")
-        futures = {client.submit(run_point, cfg, job, pure=False,
+        futures = {client.submit(call, cfg, job, pure=False,
                                  key=f"h2m2sim-point-{i}-{h[:16]}-{time.time_ns()}"): h
                    for i, (h, cfg, job) in enumerate(tasks)}
 

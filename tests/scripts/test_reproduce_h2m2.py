@@ -1,8 +1,10 @@
 """scripts/reproduce_h2m2.py writes its promised outputs (CSV columns, systems, PNG),
-stores each point and reuses it, and the summary script reads its output. Run at
+stores each point in its result store, refuses to reuse --out without --resume, resumes
+without recomputing, and the summary script reads its output. Run at
 `estimate` fidelity (roofline tables for the mappers; baseline and hierarchical still
 simulate one layer) to stay fast; the figures themselves are in docs/validation/h2m2.md."""
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -47,14 +49,22 @@ def test_figure12_csv_has_the_named_columns_and_systems(fig12):
 def test_rerun_reuses_points_and_figure14_and_summary_read_them(fig12):
     out, env = fig12
     before = {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
-    p = _run(ROOT / "scripts" / "reproduce_h2m2.py", "--figure", "14", "--fidelity",
-             "estimate", "--workers", "1", "--out", out, env=env)
+    args = ("--fidelity", "estimate", "--workers", "1", "--out", out)
+    refused = _run(ROOT / "scripts" / "reproduce_h2m2.py", "--figure", "12", *args, env=env)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    p = _run(ROOT / "scripts" / "reproduce_h2m2.py", "--figure", "14", *args, "--resume",
+             env=env)
     assert p.returncode == 0, p.stderr
+    assert "16 already done, 0 computed" not in p.stderr and "4 already done, 0 computed" \
+        in p.stderr
     assert {q.name: q.stat().st_mtime_ns for q in (out / "points").glob("*.json")} == before
     rows = list(csv.DictReader(open(out / "fig14.csv")))
     assert len(rows) == 4
     for r in rows:      # occupancy never above the HBM capacity
         assert 0 < float(r["total_gb"]) <= float(r["hbm_capacity_gb"])
+    runs = json.loads((out / "provenance.json").read_text())["runs"]
+    assert len(runs) == 2 and "--figure 14" in runs[1]["command"]
+    assert {"git_revision", "numpy", "numba", "python", "host_cpu"} <= set(runs[0])
     s = _run(ROOT / "scripts" / "h2m2_summary.py", out)
     assert s.returncode == 0, s.stderr
     assert "| Fig. 12 GPT3-175B H2M2 speedup | 1.46 |" in s.stdout

@@ -1,0 +1,104 @@
+"""What the paper-reproduction scripts share: their output options (``--out``,
+``--resume``, ``--workers``, ``--scheduler``), the provenance of a run, and how a
+script ends on a user error.
+
+A script gathers its points (:class:`~h2m2sim.sweep.tasks.PointSpec`), runs them with
+:func:`run_points` into ``--out`` (the result store of :mod:`h2m2sim.sweep.tasks`) and
+writes its figures from the stored records, so a killed reproduction rerun with
+``--resume`` computes only what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from h2m2sim import __version__
+from h2m2sim.errors import SimError
+from h2m2sim.store import git_revision, now_iso
+from h2m2sim.sweep.tasks import PointSpec, TaskReport, run_tasks
+
+__all__ = ["add_output_arguments", "provenance", "host_cpu", "run_points", "main_guard",
+           "usable_cores"]
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, workers: int | None = None
+                         ) -> None:
+    """``--out``, ``--resume``, ``--workers`` (default ``workers``, else one per usable
+    core) and ``--scheduler``."""
+    parser.add_argument("--out", required=True,
+                        help="output folder; one that holds results is refused unless "
+                             "--resume is given")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out: compute only unfinished points")
+    parser.add_argument("--workers", type=int, default=workers or usable_cores(),
+                        help="local worker processes (default: %(default)s)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run the points on a Dask distributed scheduler instead")
+
+
+def host_cpu() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :mod:`platform`)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return None
+
+
+def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Who computed a result: command line, h2m2sim version and git revision, the
+    Python / NumPy / Numba versions, the host CPU, and when."""
+    argv = sys.argv if argv is None else argv
+    return {"command": shlex.join(argv), "cwd": os.getcwd(),
+            "h2m2sim_version": __version__, "git_revision": git_revision(),
+            "python": platform.python_version(), "numpy": _version("numpy"),
+            "numba": _version("numba"), "host_cpu": host_cpu(),
+            "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "started": now_iso()}
+
+
+def run_points(points: Sequence[PointSpec], args: argparse.Namespace, name: str,
+               argv: Sequence[str] | None = None) -> TaskReport:
+    """Run ``points`` with the script's output options (:func:`add_output_arguments`),
+    recording :func:`provenance` in ``args.out``; one summary line on stderr. With
+    ``--resume`` the folder may hold other points of the script (another figure): they
+    are kept, and reused where this run needs them."""
+    report = run_tasks(points, args.out, resume=args.resume, workers=args.workers,
+                       scheduler=args.scheduler, name=name, provenance=provenance(argv),
+                       extend=True)
+    print(f"{name}: {report.unique} points, {report.skipped} already done, "
+          f"{report.ran} computed, {report.errors} errors -> {report.csv_path}",
+          file=sys.stderr)
+    return report
+
+
+def main_guard(main: Callable[[], int]) -> int:
+    """Run a script's ``main``: a user error (a refused ``--out``, an unreachable
+    scheduler...) is one line ``error: ...`` and exit status 2."""
+    try:
+        return main()
+    except SimError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
