@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dram_models",),
     ("h2m2sim",),                     # the package itself: its version
     ("h2m2sim.errors",),
-    ("h2m2sim.registry",),
+    ("h2m2sim.registry", "h2m2sim.quantities"),
     ("h2m2sim.parallel", "h2m2sim.store"),
     ("h2m2sim.cache",),
     ("h2m2sim.model", "h2m2sim.predictors"),
