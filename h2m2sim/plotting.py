@@ -9,9 +9,12 @@ missing baseline, a unit the column cannot be shown in) is a one-line ConfigErro
 
 Axes are labelled with a readable name and a unit picked from the column's unit suffix
 (:mod:`h2m2sim.quantities`): ``iteration_time_ns`` of about 5e8 is drawn as
-"iteration time (ms)" with ticks near 500, never with an offset or exponent. A speedup
-names its baseline. Defaults fit one column of a two-column paper (3.4 x 2.4 inches,
-8-point text).
+"iteration time (ms)" with ticks near 500, never with an offset or exponent
+(``--xunit``/``--yunit`` choose the unit, ``--xlabel``/``--ylabel`` the text). A speedup
+names its baseline: the one given with ``--baseline``, or for the runner's ``speedup``
+metric the ``policy.baseline`` recorded in the points ("speedup over lpddr-only").
+Defaults fit one column of a two-column paper (3.4 x 2.4 inches, 7-8 point text; category
+labels that would overlap are tilted, then thinned); ``--size`` changes it.
 """
 from __future__ import annotations
 

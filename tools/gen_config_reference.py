@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dram_models.schema import fields_reference  # noqa: E402
-from h2m2sim import cache, store  # noqa: E402
+from h2m2sim import cache, plotting, store  # noqa: E402
+from h2m2sim.cli import cmd_plot  # noqa: E402
 from h2m2sim.catalog import KINDS  # noqa: E402
 from h2m2sim.config import schema  # noqa: E402
 from h2m2sim.decode.job import IterationOptions  # noqa: E402
@@ -240,6 +241,25 @@ def presets_section() -> str:
     return "\n".join(parts)
 
 
+def plots_section() -> str:
+    """`h2m2sim plot`: the module's notes and every option, from the parser itself."""
+    commands = argparse.ArgumentParser(prog="h2m2sim").add_subparsers()
+    cmd_plot.register(commands)
+    plot = commands.choices["plot"]
+    lines = ["| option | meaning |", "|---|---|"]
+    for action in plot._actions:
+        if action.help == argparse.SUPPRESS or "-h" in action.option_strings:
+            continue
+        name = ", ".join(action.option_strings) or action.dest.upper()
+        arg = f" {action.metavar}" if action.option_strings and action.metavar else ""
+        if action.choices and not action.metavar:
+            arg = " {" + "\\|".join(action.choices) + "}"
+        lines.append(f"| `{name}{arg}` | {md_escape(action.help or '')} |")
+    return ("## Plots of results\n\n`h2m2sim plot RESULTS --x COL --y COL ...` draws a "
+            "sweep's results (see Result store above).\n\n" + rst_to_md(plotting.__doc__)
+            + "\n" + "\n".join(lines) + "\n")
+
+
 def generate() -> str:
     parts = [INTRO.format(example=schema.EXAMPLE_YAML)]
     top = section_rows(schema.RunConfig, "")
@@ -265,6 +285,7 @@ def generate() -> str:
     parts.append(presets_section())
     parts.append("## Sweep files\n\n" + rst_to_md(spec.__doc__))
     parts.append("## Result store\n\n" + rst_to_md(store.__doc__))
+    parts.append(plots_section())
     parts.append("## Cache of expensive results\n\n" + rst_to_md(cache.__doc__))
     return "\n".join(parts)
 

@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="FILE",
                    help="output file (.png, .pdf or .svg); default "
                         "<results dir>/<y>_vs_<x>.png")
-    p.add_argument("--title", help="figure title (default: none)")
+    p.add_argument("--title", metavar="TEXT", help="figure title (default: none)")
     p.add_argument("--xlabel", metavar="TEXT",
                    help="x axis label (default: readable column name and unit)")
     p.add_argument("--ylabel", metavar="TEXT",

@@ -34,7 +34,8 @@ def test_reference_documents_system_model_and_every_preset():
                   "### `system.sides[].chip`", "### `system.mmu`",
                   "### `system.interconnect`", "### `system.sync`", "## `model`",
                   "| `system.sides[].capacity_bytes` | integer |", "| `model.layers` |",
-                  "## Built-in presets"):
+                  "## Built-in presets", "## Plots of results", "| `--yunit UNIT` |",
+                  "| `--xlabel TEXT` |", "| `--size WxH` |"):
         assert topic in text, topic
     from h2m2sim.catalog import KINDS
     for name in KINDS.names():
