@@ -3,8 +3,18 @@ and grouped bar charts, optionally normalised to a baseline system.
 
 The data path is plain Python over the rows of ``results.csv`` (see
 :mod:`h2m2sim.store`): :func:`load_results` -> :func:`filter_rows` ->
-:func:`add_speedup` (optional) -> :func:`pivot` -> :func:`plot`. Every user mistake
-(unknown column, ambiguous rows, missing baseline) is a one-line ConfigError.
+:func:`add_speedup` (optional) -> :func:`axis` and :func:`rescale` (units) ->
+:func:`pivot` -> :func:`plot`. Every user mistake (unknown column, ambiguous rows,
+missing baseline, a unit the column cannot be shown in) is a one-line ConfigError.
+
+Axes are labelled with a readable name and a unit picked from the column's unit suffix
+(:mod:`h2m2sim.quantities`): ``iteration_time_ns`` of about 5e8 is drawn as
+"iteration time (ms)" with ticks near 500, never with an offset or exponent
+(``--xunit``/``--yunit`` choose the unit, ``--xlabel``/``--ylabel`` the text). A speedup
+names its baseline: the one given with ``--baseline``, or for the runner's ``speedup``
+metric the ``policy.baseline`` recorded in the points ("speedup over lpddr-only").
+Defaults fit one column of a two-column paper (3.4 x 2.4 inches, 7-8 point text; category
+labels that would overlap are tilted, then thinned); ``--size`` changes it.
 """
 from __future__ import annotations
 
@@ -12,16 +22,18 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
+from h2m2sim.quantities import quantity_of, readable_name
 from h2m2sim.store import ResultStore, decode_cell, encode_cell, read_csv
 
 __all__ = ["Results", "load_results", "filter_rows", "find_baseline_column", "column",
-           "guess_better", "add_speedup", "check_out", "pivot", "plot", "format_pivot", "FORMATS"]
+           "guess_better", "add_speedup", "check_out", "pivot", "plot", "format_pivot", "FORMATS",
+           "Axis", "axis", "rescale", "speedup_label", "parse_size", "figure", "PAPER_SIZE"]
 
 FORMATS = (".png", ".pdf", ".svg")
 # Grey-friendly colours and hatches, so figures survive black-and-white printing.
@@ -29,6 +41,14 @@ COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da
           "#8c8c8c", "#ccb974", "#64b5cd"]
 HATCHES = ["", "//", "..", "xx", "\\\\", "oo", "--", "++", "**", "||"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
+#: One column of a two-column paper, in inches (width, height).
+PAPER_SIZE = (3.4, 2.4)
+#: Text sizes in points that stay legible when the figure is printed at PAPER_SIZE.
+STYLE = {"font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7,
+         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+         "grid.alpha": 0.3, "axes.axisbelow": True, "axes.formatter.useoffset": False,
+         "svg.hashsalt": "h2m2sim", "pdf.compression": 6}
 
 
 @dataclass
@@ -37,6 +57,21 @@ class Results:
     rows: list[dict[str, Any]]
     axes: list[str]          # swept columns (empty when unknown, e.g. a bare CSV)
     source: Path
+    #: names of the ``policy.baseline`` systems recorded in the points, in order of
+    #: first appearance (empty for a bare CSV or runs without a baseline)
+    baselines: list[str] = field(default_factory=list)
+
+
+def _baseline_names(store: ResultStore) -> list[str]:
+    """The baseline systems the store's points were compared against (their resolved
+    ``policy.baseline`` is a system mapping with a name, or still a preset name)."""
+    names: dict[str, None] = {}
+    for _, rec in store.records():
+        base = ((rec.get("config") or {}).get("policy") or {}).get("baseline")
+        name = base.get("name") if isinstance(base, dict) else base
+        if name:
+            names[str(name)] = None
+    return list(names)
 
 
 def load_results(path: str | os.PathLike) -> Results:
@@ -44,8 +79,9 @@ def load_results(path: str | os.PathLike) -> Results:
     a results CSV file."""
     p = Path(path)
     if p.is_dir():
-        cols, rows, axes = ResultStore(p).read()
-        return Results(cols, rows, axes, p)
+        store = ResultStore(p)
+        cols, rows, axes = store.read()
+        return Results(cols, rows, axes, p, _baseline_names(store))
     if not p.exists():
         raise ConfigError(str(p), "no such file or directory")
     try:
@@ -53,9 +89,12 @@ def load_results(path: str | os.PathLike) -> Results:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(str(p), f"cannot read: {err}") from None
     axes: list[str] = []
+    baselines: list[str] = []
     if (p.parent / "plan.json").exists():
-        axes = list(ResultStore(p.parent).plan().get("axes", []))
-    return Results(cols, rows, [a for a in axes if a in cols], p)
+        store = ResultStore(p.parent)
+        axes = list(store.plan().get("axes", []))
+        baselines = _baseline_names(store)
+    return Results(cols, rows, [a for a in axes if a in cols], p, baselines)
 
 
 def column(res: Results, name: str | None, option: str) -> str | None:
@@ -149,6 +188,69 @@ def add_speedup(rows: Sequence[dict[str, Any]], y: str, base_col: str, base_valu
     return out
 
 
+@dataclass(frozen=True)
+class Axis:
+    """How a column is drawn on an axis: its label and the factor turning stored numbers
+    into the numbers drawn (1e-6 for ns shown in ms)."""
+    label: str
+    scale: float = 1.0
+
+
+def _numbers(rows: Iterable[dict[str, Any]], col: str) -> list[float]:
+    return [float(r[col]) for r in rows if isinstance(r.get(col), (int, float))
+            and not isinstance(r.get(col), bool)]
+
+
+def axis(rows: Sequence[dict[str, Any]], col: str, *, label: str | None = None,
+         unit: str | None = None, option: str = "--yunit") -> Axis:
+    """The axis of column ``col``: unit ``unit`` if given (checked against the column's
+    unit suffix, errors under ``option``), else the unit its values read best in; label
+    ``label`` if given, else its readable name with that unit."""
+    q = quantity_of(col)
+    shown = q.display_unit(_numbers(rows, col), unit, option)
+    return Axis(label or q.label(shown), q.scale(shown))
+
+
+def rescale(rows: Sequence[dict[str, Any]], col: str, factor: float) -> list[dict[str, Any]]:
+    """Rows with the numbers of ``col`` multiplied by ``factor`` (rounded to 12
+    significant digits, so 128e9 bytes read 128 GB and not 128.00000000000001)."""
+    if factor == 1.0:
+        return list(rows)
+    out = []
+    for r in rows:
+        v = r.get(col)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            r = dict(r, **{col: float(f"{v * factor:.12g}")})
+        out.append(r)
+    return out
+
+
+def speedup_label(res: Results, y: str, baseline: str | None = None) -> str:
+    """'speedup over lpddr-only': the baseline named on the command line (then the
+    metric it was computed from is added), else the one recorded in the points when
+    ``y`` is the runner's ``speedup`` metric."""
+    if baseline is not None:
+        return f"speedup over {baseline} ({quantity_of(y).name})"
+    if len(res.baselines) == 1:
+        return f"speedup over {res.baselines[0]}"
+    if res.baselines:
+        return "speedup over " + " / ".join(res.baselines)
+    return "speedup"
+
+
+def parse_size(text: str) -> tuple[float, float]:
+    """``'3.4x2.4'`` -> (3.4, 2.4) inches; a ConfigError naming --size otherwise."""
+    w, sep, h = text.lower().partition("x")
+    try:
+        size = (float(w), float(h))
+    except ValueError:
+        size = None
+    if not sep or size is None or not all(0.5 <= v <= 40 for v in size):
+        raise ConfigError("--size", f"expected WIDTHxHEIGHT in inches, each 0.5..40 "
+                                    f"(e.g. 3.4x2.4), got {text!r}")
+    return size
+
+
 def _sort_key(v: Any) -> tuple:
     return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) \
         else (1, 0, encode_cell(v))
@@ -207,11 +309,72 @@ def check_out(out: str | os.PathLike) -> Path:
     return out
 
 
-def plot(xs: list, hues: list, data: dict, *, x: str, ylabel: str, hue: str | None,
-         out: str | os.PathLike, kind: str = "line", title: str | None = None,
-         reference: float | None = None, logx: bool = False, logy: bool = False) -> Path:
-    """Draw and save the figure (format from ``out``'s extension)."""
-    out = check_out(out)
+def _label(v: Any) -> str:
+    """A tick label: numbers without float noise, other values as in the CSV."""
+    if isinstance(v, float) and not isinstance(v, bool):
+        return f"{v:g}"
+    return encode_cell(v)
+
+
+def _overlapping(labels: list) -> bool:
+    boxes = [t.get_window_extent() for t in labels if t.get_visible() and t.get_text()]
+    return any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:]))
+
+
+def _declutter_xticks(fig, ax) -> None:
+    """Tilt category labels that would overlap; if tilted ones still collide, keep
+    every k-th. Numeric axes are left to Matplotlib's locator, which never crowds."""
+    fig.canvas.draw()
+    labels = ax.get_xticklabels()
+    if not _overlapping(labels):
+        return
+    for t in labels:
+        t.set_rotation(30)
+        t.set_horizontalalignment("right")
+        t.set_rotation_mode("anchor")
+    fig.canvas.draw()
+    step = 1
+    while _overlapping(labels) and step < len(labels):
+        step += 1
+        for i, t in enumerate(labels):
+            t.set_visible(i % step == 0)
+        fig.canvas.draw()
+
+
+def _lines(ax, xs: list, hues: list, data: dict, numeric_x: bool, logx: bool) -> None:
+    for i, h in enumerate(hues):
+        pts = [(xv, data[(encode_cell(h), encode_cell(xv))]) for xv in xs
+               if (encode_cell(h), encode_cell(xv)) in data]
+        px = [p[0] for p in pts] if numeric_x else [xs.index(p[0]) for p in pts]
+        ax.plot(px, [p[1] for p in pts], marker=MARKERS[i % len(MARKERS)],
+                color=COLORS[i % len(COLORS)], linewidth=1.2, markersize=3.5,
+                label=encode_cell(h) if h is not None else None)
+    if numeric_x and logx:
+        ax.set_xscale("log", base=2)
+        if len(xs) <= 8:  # the swept values themselves, as the papers label them
+            ax.set_xticks(xs, [_label(v) for v in xs])
+            ax.minorticks_off()
+    elif not numeric_x:
+        ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
+
+
+def _bars(ax, xs: list, hues: list, data: dict) -> None:
+    bw = 0.8 / max(1, len(hues))
+    for i, h in enumerate(hues):
+        vals = [data.get((encode_cell(h), encode_cell(xv)), float("nan")) for xv in xs]
+        pos = [j - 0.4 + bw * (i + 0.5) for j in range(len(xs))]
+        ax.bar(pos, vals, width=bw, color=COLORS[i % len(COLORS)],
+               hatch=HATCHES[i % len(HATCHES)], edgecolor="black", linewidth=0.4,
+               label=encode_cell(h) if h is not None else None)
+    ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
+    ax.grid(False, axis="x")
+
+
+def figure(xs: list, hues: list, data: dict, *, xlabel: str, ylabel: str,
+           hue: str | None = None, kind: str = "line", title: str | None = None,
+           reference: float | None = None, logx: bool = False, logy: bool = False,
+           size: tuple[float, float] = PAPER_SIZE):
+    """The Matplotlib figure (``size`` in inches); the caller closes it."""
     if kind not in ("line", "bar"):
         raise ConfigError("--kind", f"must be line or bar, got {kind!r}")
     import matplotlib
@@ -219,56 +382,48 @@ def plot(xs: list, hues: list, data: dict, *, x: str, ylabel: str, hue: str | No
     import matplotlib.pyplot as plt
 
     numeric_x = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs)
-    labels = [encode_cell(v) for v in xs]
-    with plt.rc_context({"font.size": 9, "axes.spines.top": False,
-                         "axes.spines.right": False, "axes.grid": True,
-                         "grid.alpha": 0.3, "axes.axisbelow": True,
-                         "svg.hashsalt": "h2m2sim", "pdf.compression": 6}):
-        width = max(4.0, min(12.0, 1.0 + 0.45 * len(xs) * max(1, len(hues)) ** 0.5))
-        fig, ax = plt.subplots(figsize=(width, 3.0))
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=size, layout="constrained")
         if kind == "line":
-            for i, h in enumerate(hues):
-                pts = [(xv, data[(encode_cell(h), encode_cell(xv))]) for xv in xs
-                       if (encode_cell(h), encode_cell(xv)) in data]
-                px = [p[0] for p in pts] if numeric_x else [xs.index(p[0]) for p in pts]
-                ax.plot(px, [p[1] for p in pts], marker=MARKERS[i % len(MARKERS)],
-                        color=COLORS[i % len(COLORS)], linewidth=1.5, markersize=4,
-                        label=encode_cell(h) if h is not None else None)
-            if numeric_x and logx:
-                ax.set_xscale("log", base=2)
-            if numeric_x:
-                ax.set_xticks(xs, labels)
-            else:
-                ax.set_xticks(range(len(xs)), labels)
+            _lines(ax, xs, hues, data, numeric_x, logx)
         else:
-            n = max(1, len(hues))
-            bw = 0.8 / n
-            for i, h in enumerate(hues):
-                vals = [data.get((encode_cell(h), encode_cell(xv)), float("nan")) for xv in xs]
-                pos = [j - 0.4 + bw * (i + 0.5) for j in range(len(xs))]
-                ax.bar(pos, vals, width=bw, color=COLORS[i % len(COLORS)],
-                       hatch=HATCHES[i % len(HATCHES)], edgecolor="black", linewidth=0.5,
-                       label=encode_cell(h) if h is not None else None)
-            ax.set_xticks(range(len(xs)), labels)
-            ax.grid(False, axis="x")
+            _bars(ax, xs, hues, data)
         if reference is not None:
-            ax.axhline(reference, color="black", linewidth=0.8, linestyle="--")
+            ax.axhline(reference, color="black", linewidth=0.7, linestyle="--")
         if logy:
             ax.set_yscale("log")
-        ax.set_xlabel(x)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if title:
             ax.set_title(title)
         if hue and hues:
-            ax.legend(title=hue, ncol=min(len(hues), 4), frameon=False, fontsize=8,
-                      loc="lower center", bbox_to_anchor=(0.5, 1.0 if not title else 1.08))
-        fig.tight_layout()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            meta = {".svg": {"Date": None}, ".pdf": {"CreationDate": None}}
-            fig.savefig(out, dpi=200, metadata=meta.get(out.suffix.lower()))
-        except OSError as err:
-            raise ConfigError("--out", f"cannot write {out}: {err.strerror or err}") from None
-        finally:
-            plt.close(fig)
+            # above the axes, so no curve or bar is hidden; constrained layout makes room
+            ncol = max(1, min(len(hues), int(size[0] * 12 // max(
+                len(encode_cell(h)) + 4 for h in hues))))
+            ax.legend(title=readable_name(hue), ncol=ncol, frameon=False,
+                      loc="lower center", bbox_to_anchor=(0.5, 1.0), borderaxespad=0.2)
+        _declutter_xticks(fig, ax)
+    return fig
+
+
+def plot(xs: list, hues: list, data: dict, *, x: str, ylabel: str, hue: str | None,
+         out: str | os.PathLike, kind: str = "line", title: str | None = None,
+         reference: float | None = None, logx: bool = False, logy: bool = False,
+         xlabel: str | None = None, size: tuple[float, float] = PAPER_SIZE) -> Path:
+    """Draw and save the figure (format from ``out``'s extension; ``size`` in inches;
+    ``xlabel`` defaults to the column name ``x``)."""
+    out = check_out(out)
+    fig = figure(xs, hues, data, xlabel=xlabel or x, ylabel=ylabel, hue=hue, kind=kind,
+                 title=title, reference=reference, logx=logx, logy=logy, size=size)
+    import matplotlib.pyplot as plt  # after figure() chose the file-only backend
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        meta = {".svg": {"Date": None}, ".pdf": {"CreationDate": None}}
+        with plt.rc_context(STYLE):
+            fig.savefig(out, dpi=300, metadata=meta.get(out.suffix.lower()))
+    except OSError as err:
+        raise ConfigError("--out", f"cannot write {out}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
     return out

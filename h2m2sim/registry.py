@@ -13,18 +13,33 @@ the configuration key, suggests the closest known name and lists them all::
     class PagedAllocator(KVAllocator): ...
 
     cls = ALLOCATORS.get(name)      # ConfigError: policy.allocator: unknown allocator ...
+
+Every entry has a one-line :meth:`Registry.description` (given when it is registered, or
+the first sentence of its docstring); ``h2m2sim presets`` and the configuration
+reference both print it, so the two never disagree.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, MutableMapping
 from typing import Generic, TypeVar
 
 from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "first_sentence"]
 
 T = TypeVar("T")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring on one line, without reST markup."""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    text = re.sub(r":(?:func|mod|class|data|meth|attr):`~?([^`]*)`", r"\1", text)
+    text = text.replace("``", "`")
+    # a period ends it only before a capital or the end ("Eq. 1", "et al., 2023" do not)
+    end = re.search(r"\.(\s+[A-Z]|$)", text)
+    return text[:end.start()] if end else text
 
 
 class Registry(MutableMapping[str, T], Generic[T]):
@@ -37,19 +52,34 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self.key = key or kind
         self.hint = hint
         self._items: dict[str, T] = {}
+        self._descriptions: dict[str, str] = {}
 
-    def register(self, name: str, obj: T | None = None):
-        """Add ``obj`` under ``name``; without ``obj``, a decorator that adds what it
-        decorates. A name is registered once: a second object under it is an error."""
+    def register(self, name: str, obj: T | None = None, *, description: str = ""):
+        """Add ``obj`` under ``name`` (``description``: one line for listings); without
+        ``obj``, a decorator that adds what it decorates. A name is registered once: a
+        second object under it is an error."""
         if obj is None:
             def add(target: T) -> T:
-                self.register(name, target)
+                self.register(name, target, description=description)
                 return target
             return add
         if name in self._items and self._items[name] is not obj:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._items[name] = obj
+        if description:
+            self._descriptions[name] = description
         return obj
+
+    def description(self, name: str) -> str:
+        """One line on entry ``name``: its registered description, else the first
+        sentence of its docstring ('' if it has neither)."""
+        if name in self._descriptions:
+            return self._descriptions[name]
+        obj = self.get(name)
+        doc = obj.__doc__ if callable(obj) else None
+        if not doc or doc is type(obj).__doc__:
+            return ""
+        return first_sentence(doc)
 
     def get(self, name: str, key: str | None = None) -> T:  # type: ignore[override]
         """The object called ``name``; a ConfigError naming ``key`` if there is none."""
@@ -75,6 +105,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
     def __delitem__(self, name: str) -> None:
         del self._items[name]
+        self._descriptions.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)

@@ -23,7 +23,6 @@ import numpy as np
 from dram_models.schema import deep_merge, load, param, suggest
 from h2m2sim import runner
 from h2m2sim.cache import config_hash
-from h2m2sim.cli import cmd_presets
 from h2m2sim.config import schema
 from h2m2sim.errors import ConfigError, OutOfMemoryError
 from h2m2sim.registry import Registry
@@ -217,6 +216,3 @@ def install(setitem: Callable[[dict, str, Any], None] | None = None) -> None:
     put(schema.REGISTRIES, "allocator", ALLOCATORS)
     put(runner.JOBS, "iteration", run_iteration)
     put(runner.JOBS, "serving", run_serving)
-    for what, fn in (("systems", list_presets), ("dram", list_standards),
-                     ("models", list_models)):
-        put(cmd_presets.LISTERS, what, fn)

@@ -5,8 +5,9 @@
     python tools/gen_config_reference.py --check    # exit 1 if it is out of date
 
 The tables come from ``dram_models.schema.fields_reference`` (field docs, units, limits,
-sources); the sweep-file, result-store and cache sections from the docstrings of the
-modules that implement them, so the reference cannot drift from the code.
+sources); the list of built-in presets from :mod:`h2m2sim.catalog` (the text of
+``h2m2sim presets``); the sweep-file, result-store and cache sections from the docstrings
+of the modules that implement them, so the reference cannot drift from the code.
 """
 from __future__ import annotations
 
@@ -22,11 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dram_models.schema import fields_reference  # noqa: E402
-from h2m2sim import cache, store  # noqa: E402
+from h2m2sim import cache, plotting, store  # noqa: E402
+from h2m2sim.cli import cmd_plot  # noqa: E402
+from h2m2sim.catalog import KINDS  # noqa: E402
 from h2m2sim.config import schema  # noqa: E402
 from h2m2sim.decode.job import IterationOptions  # noqa: E402
+from h2m2sim.model.spec import ModelSpec  # noqa: E402
 from h2m2sim.serving.config import ServingConfig  # noqa: E402
 from h2m2sim.sweep import spec  # noqa: E402
+from h2m2sim.system.config import SystemSpec  # noqa: E402
 
 OUT = ROOT / "docs" / "configuration.md"
 
@@ -89,6 +94,7 @@ def _field(cls: type, dotted: str) -> tuple[dataclasses.Field, object] | None:
     """The field a dotted key names in ``cls`` or its nested dataclasses, and its
     resolved type."""
     head, _, rest = dotted.partition(".")
+    head = head.removesuffix("[]")  # an item of a list of dataclasses
     fields = {f.name: f for f in dataclasses.fields(cls)}
     if head not in fields:
         return None
@@ -177,6 +183,83 @@ def allocator_section() -> str:
     return "\n".join(parts)
 
 
+#: Parts of ``system`` with a table each: (key prefix, what it is).
+SYSTEM_PARTS = (
+    ("system", "The whole system: its memory sides, the link between their chips, "
+               "address translation and synchronization."),
+    ("system.sides[]", "One memory side: its DRAM, how many channels, its capacity and the "
+                       "accelerator chip attached to it."),
+    ("system.sides[].dram", "The side's DRAM standard: a preset name (`h2m2sim presets "
+                            "dram`), `{preset: NAME, <overrides>}` or a full mapping. "
+                            "Timings are in command-clock cycles (CK)."),
+    ("system.sides[].chip", "The NPU chip attached to the side: a preset name (`h2m2sim "
+                            "presets chips`), `{preset: NAME, <overrides>}` or a mapping."),
+    ("system.interconnect", "The chip-to-chip link (activation copies, migrations)."),
+    ("system.mmu", "Address translation: one TLB per chip, page-table walks on a miss."),
+    ("system.sync", "Synchronization of the chips between sublayers."),
+)
+
+
+def _part_of(key: str) -> str:
+    """The SYSTEM_PARTS prefix whose table lists ``key`` (the longest that owns it)."""
+    owners = [p for p, _ in SYSTEM_PARTS if key.startswith(p + ".")]
+    return max(owners, key=len)
+
+
+def system_section() -> str:
+    """`system`: one table per part (sides, DRAM, chip, MMU, interconnect, sync)."""
+    rows = section_rows(SystemSpec, "system")
+    parts = ["## `system`\n\nA preset name (`h2m2sim presets systems`), `{preset: NAME, "
+             "...overrides}` (mappings merge key by key; lists of named items such as sides "
+             "can be overridden by name), or a full inline mapping. `policy.baseline` takes "
+             f"the same forms. Resolved by `{_name(schema.RESOLVERS['system'])}`.\n"]
+    for prefix, what in SYSTEM_PARTS:
+        mine = [r for r in rows if _part_of(r["key"]) == prefix]
+        parts.append(f"### `{prefix}`\n\n{what}\n\n" + table(mine) + "\n")
+    return "\n".join(parts)
+
+
+def model_section() -> str:
+    return ("## `model`\n\nA model-zoo name (`h2m2sim presets models`) or an inline "
+            "mapping with these keys (a zoo file has the same keys). Resolved by "
+            f"`{_name(schema.RESOLVERS['model'])}`.\n\n"
+            + table(section_rows(ModelSpec, "model")) + "\n")
+
+
+def presets_section() -> str:
+    """Every built-in entry of every kind, with the line `h2m2sim presets` prints."""
+    parts = ["## Built-in presets\n\nWhat `h2m2sim presets` lists; `h2m2sim presets KIND "
+             "NAME` prints one entry's details (a system's sides, a model's dimensions, a "
+             "DRAM standard's timings, a mapper's or allocator's parameters).\n"]
+    for kind_name in KINDS.names():
+        kind = KINDS[kind_name]()
+        lines = ["| name | description |", "|---|---|"]
+        lines += [f"| `{n}` | {md_escape(kind.summary(n))} |" for n in kind.names()]
+        parts.append(f"### {kind.title[0].upper() + kind.title[1:]} (`{kind_name}`)\n\n"
+                     f"{KINDS.description(kind_name)[0].upper()}"
+                     f"{KINDS.description(kind_name)[1:]}.\n\n" + "\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def plots_section() -> str:
+    """`h2m2sim plot`: the module's notes and every option, from the parser itself."""
+    commands = argparse.ArgumentParser(prog="h2m2sim").add_subparsers()
+    cmd_plot.register(commands)
+    plot = commands.choices["plot"]
+    lines = ["| option | meaning |", "|---|---|"]
+    for action in plot._actions:
+        if action.help == argparse.SUPPRESS or "-h" in action.option_strings:
+            continue
+        name = ", ".join(action.option_strings) or action.dest.upper()
+        arg = f" {action.metavar}" if action.option_strings and action.metavar else ""
+        if action.choices and not action.metavar:
+            arg = " {" + "\\|".join(action.choices) + "}"
+        lines.append(f"| `{name}{arg}` | {md_escape(action.help or '')} |")
+    return ("## Plots of results\n\n`h2m2sim plot RESULTS --x COL --y COL ...` draws a "
+            "sweep's results (see Result store above).\n\n" + rst_to_md(plotting.__doc__)
+            + "\n" + "\n".join(lines) + "\n")
+
+
 def generate() -> str:
     parts = [INTRO.format(example=schema.EXAMPLE_YAML)]
     top = section_rows(schema.RunConfig, "")
@@ -186,15 +269,8 @@ def generate() -> str:
         doc = (cls.__doc__ or "").strip()
         parts.append(f"## `{section}`\n\n{doc}\n\n"
                      + table(section_rows(cls, section)) + "\n")
-    notes = {
-        "system": "A preset name, `{preset: NAME, ...overrides}` (mappings merge key by "
-                  "key; lists of named items such as sides can be overridden by name), or "
-                  "a full inline mapping. `policy.baseline` takes the same forms.",
-        "model": "A model-zoo name (`h2m2sim presets models`) or an inline mapping.",
-    }
-    for section in ("system", "model"):
-        body = f"Documented by the layer that resolves it (`{_name(schema.RESOLVERS[section])}`).\n"
-        parts.append(f"## `{section}`\n\n{notes[section]}\n\n{body}")
+    parts.append(system_section())
+    parts.append(model_section())
     parts.append(serving_section())
     registries = ", ".join(f"`policy.{k}` against the {v.kind} registry ({', '.join(v.names())})"
                            for k, v in schema.REGISTRIES.items())
@@ -206,8 +282,10 @@ def generate() -> str:
                  "workload; unknown keys are errors.\n\n"
                  + table(section_rows(IterationOptions, "policy.mapper_params")) + "\n")
     parts.append(allocator_section())
+    parts.append(presets_section())
     parts.append("## Sweep files\n\n" + rst_to_md(spec.__doc__))
     parts.append("## Result store\n\n" + rst_to_md(store.__doc__))
+    parts.append(plots_section())
     parts.append("## Cache of expensive results\n\n" + rst_to_md(cache.__doc__))
     return "\n".join(parts)
 

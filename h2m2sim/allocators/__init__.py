@@ -30,9 +30,16 @@ __all__ = ["ALLOCATORS", "make_allocator", "KVAllocator", "ContiguousAllocator",
            "BucketManager", "BMCAllocator", "ElasticAllocator"]
 
 ALLOCATORS: Registry[type[KVAllocator]] = Registry("allocator", key="allocator")
-for _cls in (StaticAllocator, PagedAllocator, ODMAAllocator, ElasticAllocator,
-             BMCAllocator):
-    ALLOCATORS.register(_cls.name, _cls)
+for _cls, _what in (
+        (StaticAllocator, "one contiguous worst-case extent per request (FasterTransformer, "
+                          "static vLLM)"),
+        (PagedAllocator, "vLLM-style fixed-size blocks from one free list"),
+        (ODMAAllocator, "ODMA: predictor-driven, bucketed, contiguous extents"),
+        (ElasticAllocator, "eLLM: one chunk pool lent between activations and KV (or "
+                           "vLLM's static split)"),
+        (BMCAllocator, "BMC: contiguous extents with spare rows, re-allocated every r "
+                       "tokens")):
+    ALLOCATORS.register(_cls.name, _cls, description=_what)
 
 
 def make_allocator(name: str, capacity_bytes: int, bytes_per_token: int, **options) -> KVAllocator:

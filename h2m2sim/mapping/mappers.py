@@ -284,10 +284,23 @@ def all_second(problem: Problem, times: SublayerTimes | None = None) -> Mapping:
 #: Mapper name -> ``fn(problem, times) -> Mapping`` (``policy.mapper``).
 MAPPERS: Registry[Callable[[Problem, Optional[SublayerTimes]], Mapping]] = \
     Registry("mapper", key="policy.mapper")
-for _name, _fn in (("greedy", greedy), ("oracle", oracle), ("q-major", _major("qkv")),
-                   ("a-major", _major("attention")), ("f-major", _major("fc")),
-                   ("naive", naive), ("flexgen", flexgen), ("hierarchical", hierarchical),
-                   ("all-first", all_first), ("all-second", all_second)):
-    MAPPERS.register(_name, _fn)
+for _name, _fn, _what in (
+        ("greedy", greedy, "H2M2 Algorithm 1: head-aware split chosen greedily on a cheap "
+                           "bandwidth estimate"),
+        ("oracle", oracle, "exhaustive search of every head-aware split on simulated "
+                           "per-sublayer times"),
+        ("q-major", _major("qkv"), "as many QKV-linear units on the first side as fit, the "
+                                   "rest by exhaustive search"),
+        ("a-major", _major("attention"), "as many attention heads on the first side as fit, "
+                                         "the rest by exhaustive search"),
+        ("f-major", _major("fc"), "as many FC units on the first side as fit, the rest by "
+                                  "exhaustive search"),
+        ("naive", naive, "sublayer-granular split: whole layers of each sublayer per side"),
+        ("flexgen", flexgen, "FlexGen's cost-model LP adapted to two memory sides"),
+        ("hierarchical", hierarchical, "the first side caches the second; compute sits at "
+                                       "the first side"),
+        ("all-first", all_first, "everything on the first side (e.g. HBM only)"),
+        ("all-second", all_second, "everything on the second side (e.g. LPDDR only)")):
+    MAPPERS.register(_name, _fn, description=_what)
 #: Mappers that decide from per-sublayer time tables (simulated before they decide).
 NEEDS_TABLES = frozenset({"oracle", "q-major", "a-major", "f-major", "naive"})

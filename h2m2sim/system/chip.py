@@ -131,7 +131,8 @@ class NpuChipConfig:
 #: Named chip configurations (``chip: h2m2`` or ``chip: {preset: h2m2, cores: 8}``): the
 #: fields each preset changes from the defaults above.
 CHIP_PRESETS: Registry[dict[str, Any]] = Registry("chip preset")
-CHIP_PRESETS.register("h2m2", {})
+CHIP_PRESETS.register("h2m2", {}, description="H2M2 Table 2 NPU: 4 cores at 1 GHz, 128x128 "
+                      "MM unit, 32x128 MV unit, 2 x 16 MB scratchpad")
 
 
 def resolve_chip(raw: Any, key: str = "chip") -> NpuChipConfig:

@@ -1,4 +1,4 @@
-"""`h2m2sim run`, `validate` and `presets` against fake physics layers."""
+"""`h2m2sim run` and `validate` against fake physics layers."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from h2m2sim import __version__, runner
-from h2m2sim.cli import cmd_presets, main
+from h2m2sim.cli import main
 from h2m2sim.config import EXAMPLE_YAML, load_config
 
 TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subprocesses
@@ -102,15 +102,6 @@ def test_validate_prints_loadable_resolved_yaml(cfg_path, capsys):
     assert load_config(data) == load_config(yaml.safe_load(CONFIG.replace(
         "batch: 32\n  seq: 2048", "batch: 2\n  seq: [5, 6]")))
 
-
-def test_presets_lists_each_kind(capsys, monkeypatch):
-    assert main(["presets", "systems"]) == 0
-    assert capsys.readouterr().out.split() == ["h2m2", "lpddr-only", "hbm-8"]
-    monkeypatch.setitem(cmd_presets.LISTERS, "dram", lambda: [])
-    assert main(["presets"]) == 0
-    out = capsys.readouterr().out
-    assert "system presets:" in out and "models (zoo):" in out
-    assert "DRAM standards:\n  (none)" in out
 
 
 def test_python_dash_m_run_has_no_traceback(tmp_path):

@@ -26,3 +26,21 @@ def test_reference_documents_every_field_of_the_owned_sections():
     for topic in ("## Sweep files", "## Result store", "results.csv", "points/<hash>.json",
                   "## Cache of expensive results", "H2M2SIM_CACHE"):
         assert topic in text
+
+
+def test_reference_documents_system_model_and_every_preset():
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    for topic in ("### `system.sides[]`", "### `system.sides[].dram`",
+                  "### `system.sides[].chip`", "### `system.mmu`",
+                  "### `system.interconnect`", "### `system.sync`", "## `model`",
+                  "| `system.sides[].capacity_bytes` | integer |", "| `model.layers` |",
+                  "## Built-in presets", "## Plots of results", "| `--yunit UNIT` |",
+                  "| `--xlabel TEXT` |", "| `--size WxH` |"):
+        assert topic in text, topic
+    from h2m2sim.catalog import KINDS
+    for name in KINDS.names():
+        kind = KINDS[name]()
+        for entry in kind.names():
+            # the same line as `h2m2sim presets` prints
+            assert f"| `{entry}` | {kind.summary(entry).replace('|', chr(92) + '|')} |" \
+                in text, (name, entry)

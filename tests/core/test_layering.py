@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dram_models",),
     ("h2m2sim",),                     # the package itself: its version
     ("h2m2sim.errors",),
-    ("h2m2sim.registry",),
+    ("h2m2sim.registry", "h2m2sim.quantities"),
     ("h2m2sim.parallel", "h2m2sim.store"),
     ("h2m2sim.cache",),
     ("h2m2sim.model", "h2m2sim.predictors"),
@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("h2m2sim.decode",),
     ("h2m2sim.serving",),
     ("h2m2sim.config",),
-    ("h2m2sim.runner",),
+    ("h2m2sim.runner", "h2m2sim.catalog"),
     ("h2m2sim.sweep", "h2m2sim.plotting"),
     ("h2m2sim.cli",),
     ("h2m2sim.__main__",),

@@ -67,8 +67,9 @@ def test_cli_writes_figure(results, tmp_path, capsys, ext, kind):
     assert rc == 0
     assert out.read_bytes().startswith(MAGIC[ext])
     lines = text.splitlines()
-    assert lines[0].split() == ["workload.seq", "128", "512", "2048"]
-    assert lines[1].split()[1:] == ["1", "1", "1"]  # the baseline row is 1x everywhere
+    assert lines[0] == "speedup over lpddr-only (iteration time) by sequence length:"
+    assert lines[1].split() == ["workload.seq", "128", "512", "2048"]
+    assert lines[2].split()[1:] == ["1", "1", "1"]  # the baseline row is 1x everywhere
     assert lines[-1] == f"wrote {out}"
 
 
@@ -97,6 +98,18 @@ ERRORS = [
      "error: --out: must end in .png, .pdf, .svg", ""),
     (["--x", "workload.seq", "--y", "iteration_time_ns", "--where", "system=tpu"],
      "error: --where: no rows with system=tpu", ""),
+    (["--x", "workload.seq", "--y", "iteration_time_ns", "--yunit", "kb"],
+     "error: --yunit: 'kb' is not a time unit", "choose ns, us, ms, s"),
+    (["--x", "workload.seq", "--y", "iteration_time_ns", "--yunit", "mss"],
+     "error: --yunit: 'mss' is not a time unit", "did you mean 'ms'"),
+    (["--x", "workload.seq", "--y", "iteration_time_ns", "--xunit", "ms"],
+     "error: --xunit: 'sequence length' has no unit to convert to 'ms'", ""),
+    (["--x", "workload.seq", "--y", "iteration_time_ns", "--baseline", "lpddr-only",
+      "--yunit", "ms"], "error: --yunit: 'speedup' has no unit", ""),
+    (["--x", "workload.seq", "--y", "iteration_time_ns", "--size", "3.4"],
+     "error: --size: expected WIDTHxHEIGHT in inches", ""),
+    (["--x", "workload.seq", "--y", "iteration_time_ns", "--size", "0x2"],
+     "error: --size: expected WIDTHxHEIGHT in inches", ""),
 ]
 
 
