@@ -6,14 +6,16 @@
       result.json         config hash, h2m2sim version, git revision, metrics
       config.yaml         the fully resolved configuration
       timing.json         wall-clock times of the run, in seconds (see "Results and
-                          timings" below)
+                          timings" below), and under "environment" the software
+                          and host they were measured on (:func:`environment`)
 
 **A sweep** (``h2m2sim sweep ... --out DIR``) writes::
 
     DIR/
       sweep.yaml          the sweep as run: base config inlined, axes, --set applied
       meta.json           format tag, h2m2sim version, git revision, axes, point count,
-                          sha256 of the plan, when it was created / last updated
+                          sha256 of the plan, when it was created / last updated, and
+                          the "environment" of the last start (:func:`environment`)
       plan.json           every point of the sweep: index, config hash, swept values
       points/<hash>.json  one file per finished point (the source of truth): config
                           hash, swept values, the fully resolved config, all metrics
@@ -62,7 +64,14 @@ removes what it created, so the same ``--out`` can be used again.
 
 Every file is written to a temporary name in the same directory and renamed into place
 with ``os.replace``, so a killed run or sweep leaves only whole files behind;
-``--resume`` skips every point whose ``points/<hash>.json`` exists.
+``--resume`` skips every point whose ``points/<hash>.json`` exists. Files get the
+permissions the umask gives any new file (0644 under umask 022).
+
+**Provenance.** The git revision is asked of git when h2m2sim runs from its own
+checkout, and otherwise read from ``h2m2sim/_version.py``, which setuptools-scm writes
+when the package is built (``pip install .``), so an installed copy still names the
+commit it was built from (abbreviated). ``environment`` (python, numpy and numba
+versions, CPU model, platform) sits with the wall times because it explains them.
 """
 from __future__ import annotations
 
@@ -70,9 +79,11 @@ import contextlib
 import csv
 import errno
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
+import platform
 import subprocess
 import tempfile
 import time
@@ -84,6 +95,7 @@ from h2m2sim import __version__
 from h2m2sim.errors import ConfigError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
+           "built_revision", "environment", "cpu_model",
            "ResultStore", "RunOutput", "encode_cell", "decode_cell", "flatten_metrics",
            "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
            "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
@@ -182,7 +194,7 @@ def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
     keeps every suffix of ``path`` (``.npz``, ``.csv.gz``), so writers that choose a
     format or append an extension by suffix behave as they would for ``path``."""
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix="-" + path.name, dir=path.parent)
+    fd, tmp_name = _staging_file(path, ".tmp-", "-" + path.name)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -195,13 +207,39 @@ def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 # -- atomic writes ----------------------------------------------------------------------
+def _umask() -> int:
+    """The process's umask: read from /proc on Linux; elsewhere set and restored at
+    once (the only portable way to read it)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as fh:
+            line = next(x for x in fh if x.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _staging_file(path: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """(fd, name) of a new temporary file beside ``path`` with the permissions a plain
+    ``open`` would give it: mkstemp makes it 0600 whatever the umask, and a result that
+    only its writer can read is a surprise in a shared results folder."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+    except OSError:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one,
     never a partial one (temporary file in the same directory, fsync, os.replace).
     Safe when several processes write the same path concurrently."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _staging_file(path, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -233,25 +271,74 @@ _GIT: list[str | None] = []
 
 
 def git_revision() -> str | None:
-    """Commit hash of the h2m2sim source checkout (``+dirty`` if it has uncommitted
-    changes to tracked files), or None when not in a git checkout or git is missing."""
+    """Commit of the h2m2sim code that runs. From a git checkout of h2m2sim: its HEAD,
+    ``+dirty`` if tracked files have uncommitted changes. From an installed package: the
+    revision baked into it when it was built (:func:`built_revision`). None if neither is
+    known."""
     if not _GIT:
-        here = Path(__file__).resolve().parent
-        rev = None
-        try:
-            out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
-                                 capture_output=True, text=True, timeout=10)
-            if out.returncode == 0 and out.stdout.strip():
-                rev = out.stdout.strip()
-                dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
-                                        "--untracked-files=no"],
-                                       capture_output=True, text=True, timeout=10)
-                if dirty.returncode == 0 and dirty.stdout.strip():
-                    rev += "+dirty"
-        except (OSError, subprocess.SubprocessError):
-            rev = None
-        _GIT.append(rev)
+        _GIT.append(_checkout_revision() or built_revision())
     return _GIT[0]
+
+
+def _checkout_revision() -> str | None:
+    """HEAD of the git checkout whose top folder holds this package, or None (git asked
+    from an installed package would name whatever repository the environment sits in)."""
+    pkg = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        lines = out.stdout.split()
+        if out.returncode or len(lines) != 2 or Path(lines[0]).resolve() != pkg.parent:
+            return None
+        dirty = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return lines[1] + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
+def built_revision() -> str | None:
+    """The abbreviated commit (``+dirty`` as above) that setuptools-scm wrote into
+    ``h2m2sim/_version.py`` when the package was built; None for a source tree that was
+    never built, or a build without git metadata."""
+    try:
+        from h2m2sim import _version
+    except ImportError:
+        return None
+    node = getattr(_version, "node", None)
+    if not node:
+        return None
+    node = node[1:] if node.startswith("g") else node   # git describe's 'g' prefix
+    return node + ("+dirty" if getattr(_version, "dirty", False) else "")
+
+
+def environment() -> dict[str, Any]:
+    """The software and host a run was timed on: python, numpy and numba versions, CPU
+    model, operating system. Wall times depend on them and results should not, so they
+    are stored beside the wall times, never among the metrics."""
+    return {"python": platform.python_version(), "numpy": _dist_version("numpy"),
+            "numba": _dist_version("numba"), "cpu": cpu_model(),
+            "platform": platform.platform()}
+
+
+def _dist_version(name: str) -> str | None:
+    """Installed version of distribution ``name`` (without importing it)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what :mod:`platform` knows."""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return value.strip()
+    return platform.processor() or platform.machine()
 
 
 # -- results and timings ----------------------------------------------------------------
@@ -398,8 +485,7 @@ class RunOutput:
                 for path, text in ((self.config_path, config_yaml),
                                    (self.timing_path, json_text(dict(timing))),
                                    (self.result_path, json_text(dict(result)))):
-                    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                               dir=self.root)
+                    fd, tmp = _staging_file(path, f".{path.name}.", ".tmp")
                     staged.append((Path(tmp), path))
                     with os.fdopen(fd, "wb") as fh:
                         fh.write(text.encode())
@@ -476,7 +562,7 @@ class ResultStore:
                 "format": FORMAT, "h2m2sim_version": __version__,
                 "git_revision": git_revision(), "created": meta.get("created", now),
                 "updated": now, "axes": axes, "n_points": len(plan),
-                "plan_sha256": plan_digest(axes, plan)})
+                "plan_sha256": plan_digest(axes, plan), "environment": environment()})
 
     def discard(self) -> None:
         """Remove what :meth:`prepare` and :meth:`start` created, for a new sweep that

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from h2m2sim.cli.cmd_validate import add_set_option
@@ -105,33 +106,12 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
 
 
 def main(args: argparse.Namespace) -> int:
-    from h2m2sim import __version__, runner
-    from h2m2sim.cache import config_hash
-    from h2m2sim.config import dump_yaml, load_file
-    from h2m2sim.errors import ConfigError
-    from h2m2sim.store import RunOutput, git_revision, now_iso
-    if args.overwrite and not args.out:
-        raise ConfigError("--overwrite", "only meaningful with --out")
-    cfg = load_file(args.config, args.sets)
-    chash = config_hash(cfg)
-    out = RunOutput(args.out) if args.out else None
-    if out is not None:
-        out.prepare(overwrite=args.overwrite)  # refuse before a run that may be long
-    try:
-        res = runner.run(cfg)
-    except BaseException:
-        if out is not None:
-            out.abandon()
-        raise
-    result = {"config_hash": chash, "h2m2sim_version": __version__,
-              "git_revision": git_revision(), "metrics": res.metrics}
-    timing = {"config_hash": chash, **res.timing, "finished_at": now_iso()}
-    if out is not None:
-        out.write(result, dump_yaml(cfg), timing)
+    from h2m2sim import api
+    res = api.run(args.config, args.sets, out=args.out or None, overwrite=args.overwrite)
     if args.json:
-        print(json.dumps({**result, "timing": res.timing}, allow_nan=True))
+        print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))
     else:
-        print(summary(cfg, res.metrics, chash, res.timing))
-        if out is not None:
-            print(f"\nwrote {out.result_path}, config.yaml and timing.json")
+        print(summary(res.config, res.metrics, res.config_hash, res.timing))
+        if args.out:
+            print(f"\nwrote {Path(args.out) / 'result.json'}, config.yaml and timing.json")
     return 0

@@ -33,13 +33,13 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from h2m2sim.sweep import read_sweep, run_sweep
-    sweep = read_sweep(args.sweep, args.sets)
+    from h2m2sim import api
     out = Path(args.out) if args.out else Path("results") / Path(args.sweep).stem
-    rep = run_sweep(sweep, out, workers=args.workers, scheduler=args.scheduler,
-                    resume=args.resume, progress=args.progress)
+    rows = api.sweep(args.sweep, out, resume=args.resume, workers=args.workers,
+                     set=args.sets, scheduler=args.scheduler, progress=args.progress)
+    rep = rows.report
     dup = f" ({rep.points - rep.unique} duplicates)" if rep.unique != rep.points else ""
-    print(f"{sweep.name}: {rep.points} points{dup}; {rep.ran} run, {rep.skipped} already "
+    print(f"{rows.name}: {rep.points} points{dup}; {rep.ran} run, {rep.skipped} already "
           f"finished, {rep.errors} with errors")
     print(f"results: {rep.csv_path}")
     return 0

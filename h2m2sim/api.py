@@ -1,0 +1,229 @@
+"""The Python interface: run, sweep and serve from a script or a notebook, and read
+stored results back as rows.
+
+::
+
+    import h2m2sim
+    r = h2m2sim.run("workloads/configs/default.yaml", set=["workload.batch=16"])
+    r["speedup"], r.timing["wall_s"]
+    rows = h2m2sim.sweep("my-sweep.yaml", out="results/my-sweep")
+    pandas.DataFrame(h2m2sim.load_results("results/my-sweep"))
+
+These are the functions the ``h2m2sim run`` and ``sweep`` commands call, so a result
+obtained here is the one the command line prints and stores. User errors raise
+:class:`~h2m2sim.errors.SimError` (its subclass :class:`~h2m2sim.errors.ConfigError`
+for every configuration problem, naming the key); nothing here exits the process.
+
+Units follow the metric names: ``_ns`` nanoseconds, ``_s`` seconds, ``_bytes`` bytes,
+``_gbps`` GB/s; ``speedup`` is a ratio of times (baseline / this system).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from h2m2sim import __version__, runner
+from h2m2sim.cache import config_hash, plain
+from h2m2sim.config import RunConfig, apply_sets, dump_yaml, load_config, load_file, set_key
+from h2m2sim.errors import ConfigError
+from h2m2sim.store import (ResultStore, RunOutput, environment, flatten_metrics,
+                           git_revision, now_iso)
+from h2m2sim.sweep import Sweep, SweepReport, build_sweep, read_sweep, run_sweep
+
+__all__ = ["Result", "SweepResults", "load", "run", "sweep", "serve", "load_results"]
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Result(Mapping):
+    """One run: a read-only mapping of its metrics (``r["speedup"]``), plus
+
+    * ``metrics``: the same metrics as a dict; bit-identical for the same config and
+      seed. Units are in the names (``iteration_time_ns`` nanoseconds, ``_bytes``
+      bytes); nested mappings such as ``breakdown`` hold nanoseconds per part;
+    * ``timing``: wall-clock seconds (``wall_s`` for the whole run, baseline included,
+      and any the job measured, e.g. ``decision_s``); they vary from run to run;
+    * ``config``: the resolved :class:`~h2m2sim.config.RunConfig`;
+    * ``config_hash``: sha256 of the resolved config (hex);
+    * ``provenance``: h2m2sim version, git revision, and the environment (python,
+      numpy, numba versions, CPU model) the wall times were measured on.
+    """
+    metrics: dict[str, Any]
+    timing: dict[str, Any]
+    config: RunConfig
+    config_hash: str
+    provenance: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.metrics[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.metrics)
+
+    def __len__(self) -> int:
+        return len(self.metrics)
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self.metrics.items() if not isinstance(v, (Mapping, list))}
+        return f"Result(config_hash={self.config_hash[:12]!r}, metrics={shown!r})"
+
+    def result_record(self) -> dict[str, Any]:
+        """What ``result.json`` holds: config hash, version, git revision, metrics."""
+        return {"config_hash": self.config_hash,
+                "h2m2sim_version": self.provenance["h2m2sim_version"],
+                "git_revision": self.provenance["git_revision"], "metrics": self.metrics}
+
+    def timing_record(self) -> dict[str, Any]:
+        """What ``timing.json`` holds: config hash, wall seconds, finish time,
+        environment."""
+        return {"config_hash": self.config_hash, **self.timing,
+                "finished_at": self.provenance["finished_at"],
+                "environment": self.provenance["environment"]}
+
+
+class SweepResults(list):
+    """The rows of a sweep (see :func:`load_results`), with the sweep's ``name`` and
+    the ``report`` of this call (points, distinct configs, skipped, ran, errors)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]], name: str, report: SweepReport):
+        super().__init__(rows)
+        self.name, self.report = name, report
+
+
+def load(config_or_path: Any, set: Iterable[str] | None = None) -> RunConfig:
+    """A resolved run configuration from a YAML path, a loaded
+    :class:`~h2m2sim.config.RunConfig` or a raw mapping, with ``set`` (``KEY=VALUE``
+    strings, VALUE parsed as YAML, as ``--set`` on the command line) applied."""
+    sets = _sets(set)
+    if isinstance(config_or_path, (str, os.PathLike)):
+        return load_file(config_or_path, sets)
+    if isinstance(config_or_path, RunConfig):
+        if not sets:
+            return config_or_path
+        config_or_path = plain(config_or_path)   # loadable again: every section inline
+    if isinstance(config_or_path, Mapping):
+        return load_config(apply_sets(dict(config_or_path), sets))
+    raise ConfigError("", f"expected a configuration file path, a RunConfig or a mapping, "
+                          f"got {type(config_or_path).__name__}")
+
+
+def _sets(sets: Iterable[str] | None) -> list[str]:
+    if isinstance(sets, str):   # one "KEY=VALUE" passed bare: not its characters
+        return [sets]
+    return list(sets or ())
+
+
+def run(config_or_path: Any, set: Iterable[str] | None = None, *,
+        out: str | os.PathLike | None = None, overwrite: bool = False) -> Result:
+    """Run one configuration (a YAML path, a RunConfig or a raw mapping; ``set`` as in
+    :func:`load`) and return its :class:`Result`. With ``out``, also write
+    ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
+    a folder that already holds a result is refused unless ``overwrite``."""
+    if overwrite and out is None:
+        raise ConfigError("--overwrite", "only meaningful with --out")
+    cfg = load(config_or_path, set)
+    store = RunOutput(out) if out is not None else None
+    if store is not None:
+        store.prepare(overwrite=overwrite)   # refuse before a run that may be long
+    try:
+        res = runner.run(cfg)
+    except BaseException:
+        if store is not None:
+            store.abandon()
+        raise
+    result = Result(res.metrics, res.timing, cfg, config_hash(cfg), {
+        "h2m2sim_version": __version__, "git_revision": git_revision(),
+        "finished_at": now_iso(), "environment": environment()})
+    if store is not None:
+        store.write(result.result_record(), dump_yaml(cfg), result.timing_record())
+    return result
+
+
+def serve(config_or_path: Any, trace: str | os.PathLike | None = None,
+          set: Iterable[str] | None = None, **serving: Any) -> Result:
+    """Run a serving workload: a run configuration whose ``workload.serving`` is set
+    (or set through ``set``), with ``trace`` (a CSV path or a bundled trace name)
+    replacing ``workload.serving.trace`` and each keyword replacing that key of
+    ``workload.serving`` (``max_requests=200``, ``arrival_rate=2.0`` requests/s, ...).
+    Metrics are seconds (``ttft_p50_s``), tokens/s and bytes, as their names say."""
+    cfg = load(config_or_path, set)
+    if trace is not None:
+        serving["trace"] = os.fspath(trace)
+    if cfg.workload.serving is None and not serving:
+        raise ConfigError("workload.serving", "serve needs a serving workload: set "
+                                              "workload.serving in the configuration")
+    raw = plain(cfg)
+    for key, value in serving.items():
+        raw = set_key(raw, f"workload.serving.{key}", value)
+    return run(raw)
+
+
+def sweep(spec_or_path: Any, out: str | os.PathLike, resume: bool = False,
+          workers: int | None = 1, set: Iterable[str] | None = None, *,
+          scheduler: str | None = None, progress: bool | None = False) -> SweepResults:
+    """Run a sweep (a sweep file path, a parsed sweep mapping whose relative ``base``
+    path is taken from the working folder, or a :class:`~h2m2sim.sweep.Sweep`) into
+    the result folder ``out`` and return its rows (:func:`load_results`). ``set``
+    applies to the base before the axes. ``workers``: local processes (1 runs in this
+    process; None: ``simulation.workers``, else one per core); ``scheduler``: a Dask
+    address instead; ``resume`` continues the sweep already in ``out``."""
+    spec = _sweep_of(spec_or_path, _sets(set))
+    report = run_sweep(spec, out, workers=workers, scheduler=scheduler, resume=resume,
+                       progress=progress)
+    return SweepResults(load_results(out), spec.name, report)
+
+
+def _sweep_of(spec: Any, sets: list[str]) -> Sweep:
+    if isinstance(spec, (str, os.PathLike)):
+        return read_sweep(spec, sets)
+    if isinstance(spec, Sweep):
+        if sets:
+            raise ConfigError("--set", "apply settings when building the Sweep, or pass "
+                                       "its file or mapping")
+        return spec
+    return build_sweep(spec, sets=sets)
+
+
+def load_results(path: str | os.PathLike, timing: bool = False) -> list[dict[str, Any]]:
+    """Stored results as flat rows (``pandas.DataFrame(rows)`` makes a table of them).
+
+    A sweep folder gives one row per finished point, in point order, with the columns
+    of its ``results.csv``: ``point``, ``config_hash``, the swept keys, ``error`` when
+    a point failed, then every scalar metric (nested ones dotted: ``breakdown.x``). A
+    run folder (``h2m2sim run --out``) gives one row: ``config_hash`` and its metrics.
+    ``timing=True`` adds the wall times in seconds as ``timing.<name>`` columns.
+    """
+    root = Path(path)
+    if (root / "plan.json").exists():
+        return [_point_row(entry, rec, timing)
+                for entry, rec in ResultStore(root).records()]
+    if (root / "result.json").exists():
+        return [_run_row(root, timing)]
+    raise ConfigError(str(root), "holds no sweep (plan.json) and no run result "
+                                 "(result.json)")
+
+
+def _point_row(entry: Mapping[str, Any], rec: Mapping[str, Any],
+               timing: bool) -> dict[str, Any]:
+    row = {"point": entry["index"], "config_hash": entry["config_hash"],
+           **entry.get("params", {})}
+    if rec.get("error"):
+        row["error"] = rec["error"]
+    row.update(flatten_metrics(rec.get("metrics") or {}))
+    if timing:
+        row.update({f"timing.{k}": v for k, v in (rec.get("timing") or {}).items()})
+    return row
+
+
+def _run_row(root: Path, timing: bool) -> dict[str, Any]:
+    try:
+        rec = json.loads((root / "result.json").read_text())
+        times = json.loads((root / "timing.json").read_text()) if timing else {}
+    except (OSError, ValueError) as err:
+        raise ConfigError(str(root), f"unreadable result: {err}") from None
+    row = {"config_hash": rec.get("config_hash"), **flatten_metrics(rec.get("metrics") or {})}
+    row.update({f"timing.{k}": v for k, v in times.items()
+                if k != "config_hash" and not isinstance(v, Mapping)})
+    return row
