@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dram_models.guard import guarded
 from h2m2sim import __version__
-from h2m2sim.errors import SimError
-from h2m2sim.store import git_revision, now_iso
+from h2m2sim.store import environment, git_revision, now_iso
 from h2m2sim.sweep.tasks import PointSpec, TaskReport, run_tasks
 
-__all__ = ["add_output_arguments", "provenance", "host_cpu", "run_points", "main_guard",
-           "usable_cores"]
+__all__ = ["add_output_arguments", "provenance", "run_points", "main_guard", "usable_cores"]
 
 
 def usable_cores() -> int:
@@ -48,35 +46,13 @@ def add_output_arguments(parser: argparse.ArgumentParser, workers: int | None = 
                         help="run the points on a Dask distributed scheduler instead")
 
 
-def host_cpu() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :mod:`platform`)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _version(module: str) -> str | None:
-    try:
-        return __import__(module).__version__
-    except ImportError:
-        return None
-
-
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Who computed a result: command line, h2m2sim version and git revision, the
     Python / NumPy / Numba versions, the host CPU, and when."""
     argv = sys.argv if argv is None else argv
     return {"command": shlex.join(argv), "cwd": os.getcwd(),
             "h2m2sim_version": __version__, "git_revision": git_revision(),
-            "python": platform.python_version(), "numpy": _version("numpy"),
-            "numba": _version("numba"), "host_cpu": host_cpu(),
-            "cpu_count": os.cpu_count(), "platform": platform.platform(),
-            "started": now_iso()}
+            **environment(), "cpu_count": os.cpu_count(), "started": now_iso()}
 
 
 def run_points(points: Sequence[PointSpec], args: argparse.Namespace, name: str,
@@ -95,10 +71,8 @@ def run_points(points: Sequence[PointSpec], args: argparse.Namespace, name: str,
 
 
 def main_guard(main: Callable[[], int]) -> int:
-    """Run a script's ``main``: a user error (a refused ``--out``, an unreachable
-    scheduler...) is one line ``error: ...`` and exit status 2."""
-    try:
-        return main()
-    except SimError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    """Run a script's ``main`` under the commands' common guard (:mod:`dram_models.guard`):
+    a user error (a refused ``--out``, an unreachable scheduler...) is one line
+    ``error: ...`` and exit status 2; Ctrl-C and a closed pipe end quietly. A bug keeps
+    its traceback: the scripts are run by people reproducing results, who need it."""
+    return guarded(main, debug=True, rerun="")

@@ -64,7 +64,7 @@ def test_rerun_reuses_points_and_figure14_and_summary_read_them(fig12):
         assert 0 < float(r["total_gb"]) <= float(r["hbm_capacity_gb"])
     runs = json.loads((out / "provenance.json").read_text())["runs"]
     assert len(runs) == 2 and "--figure 14" in runs[1]["command"]
-    assert {"git_revision", "numpy", "numba", "python", "host_cpu"} <= set(runs[0])
+    assert {"git_revision", "numpy", "numba", "python", "cpu"} <= set(runs[0])
     s = _run(ROOT / "scripts" / "h2m2_summary.py", out)
     assert s.returncode == 0, s.stderr
     assert "| Fig. 12 GPT3-175B H2M2 speedup | 1.46 |" in s.stdout
