@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from . import console
 from .errors import SimError
 from .guard import guarded
 from .memory import MemorySystem
@@ -43,6 +44,7 @@ def add_memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--debug", action="store_true",
                    help="show the traceback of an internal error instead of one line")
+    console.add_arguments(p)
 
 
 def memory_from_args(args) -> MemorySystem:
@@ -132,4 +134,5 @@ def main_guard(parser: argparse.ArgumentParser, run, argv=None) -> int:
     """Parse ``argv`` with ``parser``, call ``run(args)`` and map what escapes it to an
     exit status (see the module docstring)."""
     args = parser.parse_args(argv)
+    console.configure(args.verbose, args.quiet)
     return guarded(lambda: run(args), debug=args.debug, rerun="--debug")
