@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from h2m2sim.cli.cmd_validate import add_set_option
 
 HELP = "run one configuration and print its metrics"
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -72,6 +74,14 @@ def table(data: Mapping[str, Any]) -> list[str]:
             for row in cells]
 
 
+def _plan(cfg: Any) -> str:
+    """What a run of ``cfg`` simulates, in a few words."""
+    p = cfg.policy
+    base = f" and baseline {_name(p.baseline)}" if p.baseline is not None else ""
+    return (f"{_name(cfg.model)} on {_name(cfg.system)}{base}, mapper {p.mapper}, "
+            f"fidelity {cfg.simulation.fidelity}")
+
+
 def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
             timing: Mapping[str, Any] | None = None) -> str:
     """The text report of one run; ``timing`` (wall seconds) is shown last, apart."""
@@ -105,6 +115,7 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
 
 
 def main(args: argparse.Namespace) -> int:
+    log.info("h2m2sim run %s", args.config)     # a first line before the imports below
     from h2m2sim import __version__, runner
     from h2m2sim.cache import config_hash
     from h2m2sim.config import dump_yaml, load_file
@@ -114,6 +125,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load_file(args.config, args.sets)
     chash = config_hash(cfg)
+    log.info("config %s: %s", chash[:12], _plan(cfg))
     out = RunOutput(args.out) if args.out else None
     if out is not None:
         out.prepare(overwrite=args.overwrite)  # refuse before a run that may be long
