@@ -4,11 +4,12 @@ Library modules log through ``logging.getLogger(__name__)`` and show the progres
 long task with :func:`progress`; they never configure anything. A command-line entry
 point calls :func:`configure` once with the user's ``-v``/``-q`` counts:
 
-* default: information (what is being done, a first compile) and warnings; progress
-  bars when stderr is a terminal;
+* default: warnings; on a terminal also information (what is being done, a first
+  compile) and progress bars, which belong together: a script or a pipe reading stderr
+  gets warnings and the one-line error only;
 * ``-q``: warnings and errors only, no progress bars (``-qq``: errors only);
-* ``-v``: also debug messages of ``h2m2sim`` and ``dram_models`` (other libraries,
-  e.g. Numba, stay at warnings).
+* ``-v``: information wherever stderr goes, and debug messages of ``h2m2sim`` and
+  ``dram_models`` (other libraries, e.g. Numba, stay at warnings).
 
 Results stay on stdout, so ``--json`` output is JSON alone whatever is logged. Used as a
 library without :func:`configure`, Python's default applies: warnings only.
@@ -19,10 +20,13 @@ import contextlib
 import contextvars
 import logging
 import sys
+import threading
+import time
 
 PACKAGES = ("dram_models", "h2m2sim")
 
 _progress: bool | None = None       # None: on when stderr is a terminal
+_verbose = 0
 _inner = contextvars.ContextVar("progress_inner", default=True)
 _handler: logging.Handler | None = None
 
@@ -47,6 +51,12 @@ class _StderrHandler(logging.Handler):
     capture made after :func:`configure` still gets it), through ``tqdm.write`` once
     tqdm is loaded, so that a message does not cut through a progress bar."""
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Information only on a terminal, as progress bars, unless ``-v``."""
+        if logging.INFO <= record.levelno < logging.WARNING and not _verbose:
+            return _progress is not False and _is_terminal(sys.stderr)
+        return super().filter(record)
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             msg = self.format(record)
@@ -57,6 +67,14 @@ class _StderrHandler(logging.Handler):
                 sys.stderr.write(msg + "\n")
         except Exception:               # noqa: BLE001 -- logging's own convention
             self.handleError(record)
+
+
+def _is_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):       # a closed stream
+        return False
 
 
 def level_for(verbose: int = 0, quiet: int = 0) -> int:
@@ -78,7 +96,7 @@ def add_arguments(parser, default=0) -> None:
 def configure(verbose: int = 0, quiet: int = 0) -> None:
     """Set up logging and progress for a command (see the module docstring). Calling it
     again replaces the previous set-up (tests run several commands in one process)."""
-    global _handler, _progress
+    global _handler, _progress, _verbose
     level = level_for(verbose, quiet)
     root = logging.getLogger()
     if _handler is not None:
@@ -91,6 +109,7 @@ def configure(verbose: int = 0, quiet: int = 0) -> None:
         logging.getLogger(name).setLevel(level)
     logging.captureWarnings(True)       # warnings.warn of a library: one line as well
     _progress = False if quiet else None
+    _verbose = verbose
 
 
 def progress(total: int | None, desc: str, unit: str = "it", leave: bool = True,
@@ -104,8 +123,20 @@ def progress(total: int | None, desc: str, unit: str = "it", leave: bool = True,
         enabled = _progress
     if not _inner.get():
         enabled = False
-    return tqdm(total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr,
-                dynamic_ncols=True, disable=None if enabled is None else not enabled)
+    bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr,
+               dynamic_ncols=True, disable=None if enabled is None else not enabled)
+    if not bar.disable:
+        threading.Thread(target=_tick, args=(bar,), daemon=True).start()
+    return bar
+
+
+def _tick(bar, every_s: float = 1.0) -> None:
+    """Redraw ``bar`` every second until it is closed: tqdm redraws only on an update,
+    and one step can take minutes (a first compile), during which the elapsed time
+    should still move."""
+    while not bar.disable:              # close() sets it
+        time.sleep(every_s)
+        bar.refresh()                   # a no-op once closed
 
 
 @contextlib.contextmanager

@@ -77,19 +77,31 @@ def _write_config(tmp_path):
     return str(cfg)
 
 
-def test_run_says_what_it_runs_on_stderr_and_quiet_silences_it(tmp_path, capsys,
-                                                                 monkeypatch):
+def test_run_says_what_it_runs_on_a_terminal_and_quiet_silences_it(tmp_path, capsys,
+                                                                     monkeypatch):
     fakes.install(monkeypatch.setitem)
     cfg = _write_config(tmp_path)
-    assert main(["run", cfg, "--json"]) == 0
+    assert main(["run", cfg, "--json"]) == 0            # stderr not a terminal: quiet
     cap = capsys.readouterr()
     json.loads(cap.out)                                  # stdout: the JSON alone
-    assert cap.err.startswith(f"h2m2sim run {cfg}\nconfig "), cap.err
-    assert main(["run", cfg, "--json", "-q"]) == 0
-    cap = capsys.readouterr()
-    json.loads(cap.out)
     assert cap.err == ""
+    tty = Terminal()
+    monkeypatch.setattr("sys.stderr", tty)
+    assert main(["run", cfg, "--json"]) == 0
+    json.loads(capsys.readouterr().out)
+    assert tty.getvalue().startswith(f"h2m2sim run {cfg}\nconfig "), tty.getvalue()
+    tty.seek(0)
+    tty.truncate()
+    assert main(["run", cfg, "--json", "-q"]) == 0
+    json.loads(capsys.readouterr().out)
+    assert tty.getvalue() == ""
+
+
+def test_verbose_shows_information_anywhere(tmp_path, capsys, monkeypatch):
+    fakes.install(monkeypatch.setitem)
+    cfg = _write_config(tmp_path)
     assert main(["run", cfg, "-v"]) == 0
+    assert capsys.readouterr().err.startswith(f"h2m2sim run {cfg}\nconfig ")
     assert logging.getLogger("h2m2sim").getEffectiveLevel() == logging.DEBUG
     assert logging.getLogger("numba").getEffectiveLevel() == logging.WARNING
 
@@ -97,7 +109,7 @@ def test_run_says_what_it_runs_on_stderr_and_quiet_silences_it(tmp_path, capsys,
 def test_bench_json_is_pure_json_with_its_messages_on_stderr(capsys):
     argv = ["--standard", "lpddr5-6400", "--channels", "1", "--pattern", "seq",
             "--requests", "2000", "--json"]
-    assert bench.main(argv) == 0
+    assert bench.main([*argv, "-v"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["requests"] == 2000
     assert "simulating 2,000 requests on 1 channel(s)" in cap.err
@@ -137,8 +149,23 @@ def test_inner_bars_are_off_inside_a_bar(monkeypatch):
     assert "outer" in tty.getvalue() and "inner" not in tty.getvalue()
 
 
-def test_quiet_keeps_warnings_and_drops_information(capsys):
+def test_quiet_keeps_warnings_and_drops_information(monkeypatch):
+    tty = Terminal()
+    monkeypatch.setattr("sys.stderr", tty)
+    log = logging.getLogger("h2m2sim.some_module")
+    console.configure()
+    log.info("an information")
+    assert tty.getvalue() == "an information\n"
+    tty.seek(0)
+    tty.truncate()
     console.configure(quiet=1)
+    log.info("an information")
+    log.warning("a warning")
+    assert tty.getvalue() == "warning: a warning\n"
+
+
+def test_warnings_but_no_information_when_stderr_is_not_a_terminal(capsys):
+    console.configure()
     log = logging.getLogger("h2m2sim.some_module")
     log.info("an information")
     log.warning("a warning")
