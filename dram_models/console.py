@@ -87,7 +87,8 @@ def add_arguments(parser, default=0) -> None:
     ``argparse.SUPPRESS`` on a subcommand's parser, so that one given before the
     subcommand name is not reset by the subcommand's parser."""
     parser.add_argument("-v", "--verbose", action="count", default=default,
-                        help="more messages on stderr (debug messages of the simulator)")
+                        help="information messages also when stderr is not a terminal, "
+                             "and debug messages of the simulator")
     parser.add_argument("-q", "--quiet", action="count", default=default,
                         help="no progress bars and no information messages, warnings "
                              "only (-qq: errors only)")
