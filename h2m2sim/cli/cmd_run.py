@@ -115,7 +115,7 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
 
 
 def main(args: argparse.Namespace) -> int:
-    log.info("h2m2sim run %s", args.config)     # a first line before the imports below
+    log.info("reading %s", args.config)     # a first line before the imports below
     from h2m2sim import __version__, runner
     from h2m2sim.cache import config_hash
     from h2m2sim.config import dump_yaml, load_file

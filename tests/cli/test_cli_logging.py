@@ -89,7 +89,7 @@ def test_run_says_what_it_runs_on_a_terminal_and_quiet_silences_it(tmp_path, cap
     monkeypatch.setattr("sys.stderr", tty)
     assert main(["run", cfg, "--json"]) == 0
     json.loads(capsys.readouterr().out)
-    assert tty.getvalue().startswith(f"h2m2sim run {cfg}\nconfig "), tty.getvalue()
+    assert tty.getvalue().startswith(f"reading {cfg}\nconfig "), tty.getvalue()
     tty.seek(0)
     tty.truncate()
     assert main(["run", cfg, "--json", "-q"]) == 0
@@ -101,7 +101,7 @@ def test_verbose_shows_information_anywhere(tmp_path, capsys, monkeypatch):
     fakes.install(monkeypatch.setitem)
     cfg = _write_config(tmp_path)
     assert main(["run", cfg, "-v"]) == 0
-    assert capsys.readouterr().err.startswith(f"h2m2sim run {cfg}\nconfig ")
+    assert capsys.readouterr().err.startswith(f"reading {cfg}\nconfig ")
     assert logging.getLogger("h2m2sim").getEffectiveLevel() == logging.DEBUG
     assert logging.getLogger("numba").getEffectiveLevel() == logging.WARNING
 
