@@ -100,8 +100,8 @@ def configure(verbose: int = 0, quiet: int = 0) -> None:
     global _handler, _progress, _verbose
     level = level_for(verbose, quiet)
     root = logging.getLogger()
-    if _handler is not None:
-        root.removeHandler(_handler)
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
     _handler = _StderrHandler()
     _handler.setFormatter(_Formatter())
     root.addHandler(_handler)

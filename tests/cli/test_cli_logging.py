@@ -23,13 +23,14 @@ def restore_logging():
     """Each command configures logging for the process: put it back after each test."""
     root = logging.getLogger()
     saved = (root.level, list(root.handlers),
-             {n: logging.getLogger(n).level for n in console.PACKAGES}, console._progress)
+             {n: logging.getLogger(n).level for n in console.PACKAGES}, console._progress,
+             console._verbose)
     yield
     root.setLevel(saved[0])
     root.handlers[:] = saved[1]
     for name, level in saved[2].items():
         logging.getLogger(name).setLevel(level)
-    console._progress = saved[3]
+    console._progress, console._verbose = saved[3], saved[4]
     logging.captureWarnings(False)
 
 
