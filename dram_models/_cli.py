@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 
 import numpy as np
 
+from . import console
 from .errors import SimError
 from .guard import guarded
 from .memory import MemorySystem
 from .schema import positive_int
 from .spec import load_standard
 from .trace import Trace
+
+log = logging.getLogger(__name__)
 
 
 def add_memory_args(p: argparse.ArgumentParser) -> None:
@@ -43,6 +47,7 @@ def add_memory_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--debug", action="store_true",
                    help="show the traceback of an internal error instead of one line")
+    console.add_arguments(p)
 
 
 def memory_from_args(args) -> MemorySystem:
@@ -67,18 +72,23 @@ def timed_run(ms: MemorySystem, trace: Trace, threads: int = 1,
     run and the controller that ran it ("engine" or "lean", see
     :mod:`dram_models.engine.reads`). Runs that disagree (they never should: the same trace
     gives bit-identical results) raise :class:`SimError`."""
+    log.info("loading the DRAM engine")
     ms.run_trace(Trace.open_loop(np.arange(64 * ms.channels, dtype=np.uint64)
                                  * np.uint64(ms.spec.burst_bytes)), threads=threads)
+    log.info("simulating %s requests on %d channel(s)%s", f"{len(trace):,}", ms.channels,
+             f", {repeat} times" if repeat > 1 else "")
     wall = float("inf")
     first = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        res = ms.run_trace(trace, threads=threads)
-        wall = min(wall, time.perf_counter() - t0)
-        if first is None:
-            first = res.stats
-        elif res.stats != first:
-            raise SimError("two runs of the same trace gave different results")
+    with console.progress(repeat, "runs", unit="run", leave=False) as bar:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            res = ms.run_trace(trace, threads=threads)
+            wall = min(wall, time.perf_counter() - t0)
+            if first is None:
+                first = res.stats
+            elif res.stats != first:
+                raise SimError("two runs of the same trace gave different results")
+            bar.update(1)
     return first.as_dict(), wall, res.controller
 
 
@@ -132,4 +142,5 @@ def main_guard(parser: argparse.ArgumentParser, run, argv=None) -> int:
     """Parse ``argv`` with ``parser``, call ``run(args)`` and map what escapes it to an
     exit status (see the module docstring)."""
     args = parser.parse_args(argv)
+    console.configure(args.verbose, args.quiet)
     return guarded(lambda: run(args), debug=args.debug, rerun="--debug")

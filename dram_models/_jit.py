@@ -27,6 +27,7 @@ one warning says so. Known to hold: Numba 0.68.1."""
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
 
 import numba
@@ -38,6 +39,8 @@ from numba.core.compiler_lock import global_compiler_lock
 _compiled: set[tuple] = set()
 _PARAMS = ["context", "builder", "idxty", "idx", "size"]
 _warned = False
+_announced = False
+log = logging.getLogger(__name__)
 
 
 def _fix_integer_index_unsigned(context, builder, idxty, idx, size):
@@ -86,6 +89,35 @@ def _type_key(a):
     return numba.typeof(a)
 
 
+def _in_disk_cache(dispatcher, sig) -> bool | None:
+    """Whether Numba's disk cache holds ``dispatcher`` compiled for ``sig`` (None: cannot
+    tell, e.g. caching off or a Numba without these internals). Reads the cache's small
+    index, the first thing Numba reads itself, not the compiled code."""
+    try:
+        cache = dispatcher._cache
+        key = cache._index_key(sig, dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:                   # noqa: BLE001 -- only a message depends on it
+        return None
+
+
+def _announce(dispatcher, sig) -> None:
+    """Say, once per process, that a long compile starts: on a new machine or after an
+    update the engine compiles for one to two minutes, and nothing else moves meanwhile."""
+    global _announced
+    cached = _in_disk_cache(dispatcher, sig)
+    name = getattr(dispatcher, "__name__", "engine")
+    log.debug("%s: %s", name, {True: "loading from Numba's cache", False: "compiling",
+                               None: "loading or compiling"}[cached])
+    if _announced or cached:
+        return
+    _announced = True
+    if cached is None:
+        log.info("loading the DRAM engine (the first run compiles it: about 1-2 minutes)")
+    else:
+        log.info("compiling the DRAM engine (first run only, about 1-2 minutes)")
+
+
 def compile_for(dispatcher, args) -> None:
     """Make sure ``dispatcher`` has a version for the types of ``args`` that was compiled
     (or loaded from the cache) without the wrap-around; a no-op after the first call."""
@@ -98,6 +130,7 @@ def compile_for(dispatcher, args) -> None:
         _warn_unpatched()
     with global_compiler_lock:
         if sig not in dispatcher.overloads:
+            _announce(dispatcher, sig)
             if patch:
                 original = _arrayobj.fix_integer_index
                 _arrayobj.fix_integer_index = _fix_integer_index_unsigned

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import multiprocessing
 import os
+import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -51,12 +52,15 @@ def use_threads(n: int | None) -> Iterator[None]:
 
 
 def map_ordered(fn: Callable[[T], R], items: Sequence[T],
-                cost: Sequence[float] | None = None) -> list[R]:
+                cost: Sequence[float] | None = None, desc: str | None = None) -> list[R]:
     """``[fn(x) for x in items]``, on up to :func:`thread_count` threads. Work inside
     ``fn`` runs single-threaded (no nested pools). With ``cost`` (an estimate per item)
     the costliest items start first, so the threads finish close together (longest
     processing time first); the result keeps the order of ``items`` either way. The
-    first exception (in item order) is raised."""
+    first exception (in item order) is raised. ``desc`` labels a progress bar of the
+    finished items (:func:`dram_models.console.progress`; none inside ``fn``)."""
+    if desc is not None:
+        return _with_progress(fn, items, cost, desc)
     n = min(thread_count(), len(items))
     if n <= 1:
         return [fn(x) for x in items]
@@ -71,3 +75,18 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T],
         futures = {i: ex.submit(contextvars.copy_context().run, one, items[i])
                    for i in order}
         return [futures[i].result() for i in range(len(items))]
+
+
+def _with_progress(fn: Callable[[T], R], items: Sequence[T], cost: Sequence[float] | None,
+                   desc: str) -> list[R]:
+    """:func:`map_ordered` with a bar that advances as each item finishes."""
+    from dram_models.console import inner_progress_off, progress
+    lock = threading.Lock()
+    with progress(len(items), desc, leave=False) as bar:
+        def one(x: T) -> R:
+            with inner_progress_off():
+                r = fn(x)
+            with lock:
+                bar.update(1)
+            return r
+        return map_ordered(one, items, cost)

@@ -18,9 +18,9 @@ labels that would overlap are tilted, then thinned); ``--size`` changes it.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,8 @@ from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
 from h2m2sim.quantities import quantity_of, readable_name
 from h2m2sim.store import ResultStore, decode_cell, encode_cell, read_csv
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Results", "load_results", "filter_rows", "find_baseline_column", "column",
            "guess_better", "add_speedup", "check_out", "pivot", "plot", "format_pivot", "FORMATS",
@@ -183,8 +185,8 @@ def add_speedup(rows: Sequence[dict[str, Any]], y: str, base_col: str, base_valu
                                         f"{base_col}={base_value!r} (matched on "
                                         f"{', '.join(match) or 'nothing'})")
     if missing:
-        print(f"warning: {missing} rows have no {base_col}={base_value} row to compare with "
-              "(or no value); left out", file=sys.stderr)
+        log.warning("%d rows have no %s=%s row to compare with (or no value); left out",
+                    missing, base_col, base_value)
     return out
 
 

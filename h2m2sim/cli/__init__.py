@@ -13,6 +13,10 @@ bug of the simulator: one line ``internal error: ...`` with a hint, exit status 
 ``--debug`` shows its traceback instead. Ctrl-C exits with 130 and a closed output pipe
 (``h2m2sim ... | head``) with 141, the shell's codes for SIGINT and SIGPIPE, silently
 (:mod:`dram_models.guard`).
+
+``-v``/``-q`` (before or after the subcommand name) set what is shown on stderr besides
+errors: information and progress bars by default, more with ``-v``, warnings only with
+``-q`` (:mod:`dram_models.console`). Results stay on stdout.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import importlib
 import pkgutil
 
 from h2m2sim import __version__
+from dram_models import console
 from dram_models.guard import guarded
 
 
@@ -31,16 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"h2m2sim {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an internal error")
+    console.add_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("cmd_"):
             importlib.import_module(f"{__name__}.{info.name}").register(sub)
+    for command in sub.choices.values():   # -v/-q also after the subcommand name
+        console.add_arguments(command, default=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    console.configure(args.verbose, args.quiet)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

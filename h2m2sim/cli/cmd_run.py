@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from h2m2sim.cli.cmd_validate import add_set_option
 
 HELP = "run one configuration and print its metrics"
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -73,6 +75,14 @@ def table(data: Mapping[str, Any]) -> list[str]:
             for row in cells]
 
 
+def _plan(cfg: Any) -> str:
+    """What a run of ``cfg`` simulates, in a few words."""
+    p = cfg.policy
+    base = f" and baseline {_name(p.baseline)}" if p.baseline is not None else ""
+    return (f"{_name(cfg.model)} on {_name(cfg.system)}{base}, mapper {p.mapper}, "
+            f"fidelity {cfg.simulation.fidelity}")
+
+
 def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
             timing: Mapping[str, Any] | None = None) -> str:
     """The text report of one run; ``timing`` (wall seconds) is shown last, apart."""
@@ -106,8 +116,11 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
 
 
 def main(args: argparse.Namespace) -> int:
+    log.info("reading %s", args.config)     # a first line before the imports below
     from h2m2sim import api
-    res = api.run(args.config, args.sets, out=args.out or None, overwrite=args.overwrite)
+    cfg = api.load(args.config, args.sets)
+    log.info("simulating %s", _plan(cfg))
+    res = api.run(cfg, out=args.out or None, overwrite=args.overwrite)
     if args.json:
         print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))
     else:

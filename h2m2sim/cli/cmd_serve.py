@@ -7,12 +7,14 @@ metrics (throughput, TTFT/TPOT, KV utilization, allocator events, predictor accu
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 
 import numpy as np
 
 __all__ = ["register", "run"]
+log = logging.getLogger(__name__)
 
 #: Metrics always present in --json output (null where not applicable).
 JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
@@ -110,6 +112,8 @@ def _clean(obj):
 
 
 def run(args) -> int:
+    log.info("h2m2sim serve: trace %s, model %s on %s, allocator %s", args.trace, args.model,
+             args.system, args.allocator)
     from dram_models.schema import load, parse_size
     from h2m2sim.errors import ConfigError
     from h2m2sim.serving.config import ServingConfig

@@ -183,7 +183,7 @@ def _sum_piece(results, counts) -> Piece:
 
 
 def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
-                cache: dict | None, attention: str) -> list[Piece]:
+                cache: dict | None, attention: str, desc: str = "kernels") -> list[Piece]:
     """Pieces for ``specs`` = [(system, side, kernels)], their simulations spread over
     the run's threads (:mod:`h2m2sim.parallel`); summed in a fixed order, so the result
     does not depend on the thread count."""
@@ -191,7 +191,8 @@ def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
     per = [_piece_tasks(sysm, side, ks, fidelity, translate, cache, attention)
            for sysm, side, ks in specs]
     flat = [task for tasks in per for task in tasks]
-    results = iter(map_ordered(lambda task: task[1](), flat, cost=[t[2] for t in flat]))
+    results = iter(map_ordered(lambda task: task[1](), flat, cost=[t[2] for t in flat],
+                               desc=desc))
     return [_sum_piece([next(results) for _ in tasks], [t[0] for t in tasks])
             for tasks in per]
 
@@ -267,7 +268,8 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
     # every (sublayer, side) piece is independent: simulate them all at once
     keys = [(sl, s) for sl in SUBLAYERS for s in sides if (s, sl) in per]
     done = dict(zip(keys, _run_pieces([(system, s, per[(s, sl)]) for sl, s in keys],
-                                      fidelity, translate, cache, attention)))
+                                      fidelity, translate, cache, attention,
+                                      "layer kernels")))
     for sl in SUBLAYERS:
         subl[sl] = {s: done.get((sl, s), Piece()) for s in sides}
         total += max(p.time_ns for p in subl[sl].values())
@@ -343,7 +345,7 @@ def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Pro
                 if ks:
                     specs.append((system, side, ks))
     # all table points are independent simulations: run them on the run's threads
-    pieces = _run_pieces(specs, fidelity, translate, cache, attention)
+    pieces = _run_pieces(specs, fidelity, translate, cache, attention, "sublayer tables")
     for sl in SUBLAYERS:
         N = problem.units[sl]
         grid = table_grid(N, points)

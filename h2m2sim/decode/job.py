@@ -19,7 +19,7 @@ import numpy as np
 
 from dram_models.schema import load, param
 from h2m2sim.cache import options_from
-from h2m2sim.errors import ConfigError, OutOfMemoryError
+from h2m2sim.errors import ConfigError, OutOfMemoryError, format_bytes
 from h2m2sim.mapping import (
     MAPPERS,
     NEEDS_TABLES,
@@ -70,13 +70,14 @@ def _fits(system, model, batch: int, seq_lens) -> None:
     """Weights and KV cache of the batch must fit in the system's memory (all sides; a
     necessary condition, the mapper checks each side)."""
     total_tokens = sum(seq_lens) if isinstance(seq_lens, tuple) else batch * int(seq_lens)
-    need = model.total_weight_bytes() + \
-        model.kv_bytes_per_token_per_layer() * model.layers * total_tokens
+    weights = model.total_weight_bytes()
+    kv = model.kv_bytes_per_token_per_layer() * model.layers * total_tokens
     have = sum(s.capacity_bytes for s in system.sides)
-    if need > have:
-        raise OutOfMemoryError(f"{system.name} (all sides)", need, have,
-                               f"the weights and KV cache of {batch} requests "
-                               f"({total_tokens} tokens) of {model.name}")
+    if weights + kv > have:
+        raise OutOfMemoryError(f"{system.name} (all sides)", weights + kv, have,
+                               f"the weights ({format_bytes(weights)}) and KV cache of "
+                               f"{total_tokens:,} tokens ({format_bytes(kv)}; {batch} "
+                               f"requests) of {model.name}")
 
 
 def check_iteration_fits(cfg) -> None:

@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from h2m2sim.errors import OutOfMemoryError
+from h2m2sim.errors import OutOfMemoryError, format_bytes
 from h2m2sim.registry import Registry
 
 from .base import (
@@ -73,7 +73,8 @@ def _oom(problem: Problem) -> OutOfMemoryError:
     fit = r1 <= problem.capacity[first]
     need = float(r2[fit].min()) if fit.any() else float(r2.min())
     return OutOfMemoryError(second, int(need), int(problem.capacity[second]),
-                            f"what does not fit in {first} of the weights and KV cache")
+                            f"the weights and KV cache that do not fit in side '{first}' "
+                            f"({format_bytes(problem.capacity[first])})")
 
 
 def _search(problem: Problem, times: SublayerTimes, fixed: dict | None = None) -> dict:

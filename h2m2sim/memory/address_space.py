@@ -69,7 +69,7 @@ class VirtualAddressSpace:
         if len(fit) == 0:
             raise OutOfMemoryError("virtual", pages * self.page_size,
                                    int(lens.max(initial=0)) * self.page_size,
-                                   f"tensor '{name}' (largest free virtual range)")
+                                   f"tensor '{name}' (free: the largest free virtual range)")
         i = int(fit[0])
         vpn = int(self._s[i])
         self._s[i] += pages

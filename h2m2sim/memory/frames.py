@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from h2m2sim.errors import ConfigError, OutOfMemoryError
+from h2m2sim.errors import ConfigError, OutOfMemoryError, format_bytes
 
 __all__ = ["FrameManager", "merge_extents"]
 
@@ -68,7 +68,8 @@ class FrameManager:
         self.n_frames = int(capacity_bytes) // self.page_size
         n_res = -(-int(reserved_bytes) // self.page_size)
         if n_res > self.n_frames:
-            raise OutOfMemoryError(side, reserved_bytes, capacity_bytes, "the page table")
+            raise OutOfMemoryError(side, reserved_bytes, capacity_bytes,
+                                   "the page table (free: the whole side)")
         self.reserved_frames = n_res
         #: first frame of the reserved region at the top (page table lives there)
         self.reserved_base = self.n_frames - n_res
@@ -124,7 +125,8 @@ class FrameManager:
             return np.zeros(0, dtype=np.int64)
         free = self.free_frames
         if n > free:
-            raise OutOfMemoryError(self.side, n * self.page_size, free * self.page_size, what)
+            raise OutOfMemoryError(self.side, n * self.page_size, free * self.page_size,
+                                   what or f"{n:,} pages of {format_bytes(self.page_size)}")
         lens = self._e - self._s
         if policy == "contiguous":
             cum = np.cumsum(lens)

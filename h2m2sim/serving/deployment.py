@@ -96,7 +96,8 @@ def kv_capacity_bytes(device: ServingDevice, sizes: dict, memory_fraction: float
     if cap <= 0:
         raise OutOfMemoryError(device.name, int(sizes["weight_bytes"]),
                                int(device.total_capacity_bytes * memory_fraction),
-                               "model weights (no room left for KV cache)")
+                               f"the model weights (in {memory_fraction:.0%} of the "
+                               "device memory; no room left for the KV cache)")
     return cap
 
 

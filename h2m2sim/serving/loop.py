@@ -36,6 +36,7 @@ from collections import deque
 
 import numpy as np
 
+from dram_models.console import progress
 from h2m2sim.allocators import KVAllocator
 from h2m2sim.errors import OutOfMemoryError
 
@@ -180,8 +181,11 @@ class ServingLoop:
     # ------------------------------------------------------------------ the loop
     def run(self) -> ServingResult:
         """Serve every request; the result holds the metrics and per-request times."""
-        while self.done < self.n_mine:
-            self.step()
+        with progress(self.n_mine, "requests", unit="req") as bar:
+            while self.done < self.n_mine:
+                self.step()
+                if self.done != bar.n:
+                    bar.update(self.done - bar.n)
         return self.result()
 
     def step(self) -> bool:
@@ -208,11 +212,12 @@ class ServingLoop:
             return True
         if self.running.m == 0:
             r = self._blocked_request()
+            tokens = self.prompt_l[r] + self.gen[r] + 1
             raise OutOfMemoryError(
-                "kv", (self.prompt_l[r] + self.gen[r] + 1) * self.bpt,
-                self.allocator.free_tokens * self.bpt,
-                f"request {r} (prompt {self.prompt_l[r]} tokens) with nothing else "
-                f"running: the {self.allocator.name} allocator can never admit it")
+                "kv", tokens * self.bpt, self.allocator.free_tokens * self.bpt,
+                f"the KV cache of request {r}, {tokens:,} tokens (prompt "
+                f"{self.prompt_l[r]:,}), with nothing else running: the "
+                f"{self.allocator.name} allocator can never admit it")
         # every running request must hold room for one more token
         if self.need_growth:
             self.grow()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from dram_models.console import progress
 from h2m2sim.registry import Registry
 
 from .loop import ServingLoop, ServingResult, request_metrics
@@ -51,18 +52,21 @@ def serve_replicas(loops: Sequence[ServingLoop], owner: np.ndarray,
     is the array the loops were built with (-1 everywhere); it ends holding each
     request's replica."""
     arr = loops[0].arr_l
-    for r in range(len(arr)):
-        for lp in loops:              # every replica up to the arrival
-            while lp.t < arr[r] and lp.step():
-                pass
-        k = router(loops, r)
-        owner[r] = k
-        loops[k].assign(r)
+    with progress(len(arr), "requests", unit="req") as bar:
+        for r in range(len(arr)):
+            for lp in loops:              # every replica up to the arrival
+                while lp.t < arr[r] and lp.step():
+                    pass
+            k = router(loops, r)
+            owner[r] = k
+            loops[k].assign(r)
+            for lp in loops:
+                lp.known = r + 1
+            bar.update(sum(lp.done for lp in loops) - bar.n)
         for lp in loops:
-            lp.known = r + 1
-    for lp in loops:
-        while lp.done < lp.n_mine:
-            lp.step()
+            while lp.done < lp.n_mine:
+                lp.step()
+                bar.update(sum(lp.done for lp in loops) - bar.n)
     return _merged(loops, owner)
 
 

@@ -340,21 +340,22 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
     out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
                                   "layouts": np.asarray([str(x) for x in layouts], dtype=str)}
 
-    def evaluate_all(calls):
+    def evaluate_all(calls, desc):
         """evaluate(*call) for every call. Points of a cycle-level evaluator are
         independent simulations and run on the run's threads (largest first); the
         values do not depend on the thread count."""
         one = lambda c: float(evaluator.evaluate(*c))  # noqa: E731
         if not evaluator.cycle_level:
             return [one(c) for c in calls]
-        return map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls])
+        return map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls],
+                           desc=desc)
 
     phases = [(f"decode[{lay}]", "decode", lay) for lay in layouts] + \
         [("prefill", "prefill", CONTIGUOUS)]
     calls = [(phase, int(b), np.full(int(b), c), lay)
              for _, phase, lay in phases for b in bg for c in tg]
     calls += [("kv_copy", 1, np.array([c]), CONTIGUOUS) for c in tg]
-    vals = np.asarray(evaluate_all(calls))
+    vals = np.asarray(evaluate_all(calls, "iteration tables"))
     n = len(bg) * len(tg)
     for i, (name, phase, _) in enumerate(phases):
         t = vals[i * n:(i + 1) * n].reshape(len(bg), len(tg))
@@ -372,7 +373,7 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
             mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
             samples.append((name, (phase, b, _sample_lengths(rng, b, mean, grid.max_tokens),
                                    lay)))
-    truth = evaluate_all([c for _, c in samples])
+    truth = evaluate_all([c for _, c in samples], "table error samples")
     for name, phase, _ in phases:
         rel = []
         for (nm, (_, b, ctx, _)), true in zip(samples, truth):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from dram_models.console import inner_progress_off
 from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
@@ -50,7 +51,8 @@ def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
     which stops the sweep (finished points are kept)."""
     t0 = time.perf_counter()
     try:
-        res = runner.run(cfg, job)
+        with inner_progress_off():      # the sweep's bar counts points
+            res = runner.run(cfg, job)
     except SimError as err:
         return {"metrics": {}, "error": str(err),
                 "timing": {"wall_s": time.perf_counter() - t0}}

@@ -2,19 +2,22 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from dram_models import console
 from h2m2sim import __version__, runner
 from h2m2sim.cache import plain
 from h2m2sim.errors import SimError
 from h2m2sim.store import ResultStore, git_revision, now_iso
 from h2m2sim.sweep.execute import Backend, backend_for
 from h2m2sim.sweep.spec import Sweep
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SweepReport", "run_sweep", "default_workers"]
 
@@ -61,8 +64,8 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
     done = store.finished()
     old_rev = store.meta().get("git_revision")
     if resume and done and old_rev != git_revision():
-        print(f"warning: resuming points computed at git revision {old_rev} with "
-              f"{git_revision()}", file=sys.stderr)
+        log.warning("resuming points computed at git revision %s with %s", old_rev,
+                    git_revision())
 
     by_hash: dict[str, Any] = {}
     for p in sweep.points:
@@ -112,9 +115,7 @@ class _Recorder:
 
     def run(self, backend: Backend, todo: list, name: str, progress: bool | None) -> None:
         """Run ``todo`` on ``backend`` with a progress bar (None: on terminals only)."""
-        from tqdm import tqdm
-        bar = tqdm(total=len(todo), unit="pt", desc=name, dynamic_ncols=True,
-                   disable=None if progress is None else not progress, file=sys.stderr)
+        bar = console.progress(len(todo), name, unit="pt", enabled=progress)
 
         def on_done(h: str, result: dict[str, Any]) -> None:
             self.write(h, result)
