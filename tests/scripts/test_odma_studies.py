@@ -33,3 +33,16 @@ def test_drift_resumes_without_recomputing(tmp_path, capsys):
     assert len(rows) == 8 and (out / "odma_drift.png").stat().st_size > 0
     assert json.loads(_rerun(mod, args, capsys, 2)) == summary
     assert list(csv.DictReader(open(out / "odma_drift.csv"))) == rows
+
+
+def test_bucket_levels_resume_without_recomputing(tmp_path, capsys):
+    mod = load_script("odma_bucket_levels")
+    out = tmp_path / "levels"
+    args = ["--out", str(out), "--max-requests", "60", "--workers", "1", "--json"]
+    assert mod.main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    n = len(mod.TRACES) * len(mod.RULES) * 2
+    assert len(rows) == n and all(0 < r["kv_utilization"] <= 1 for r in rows)
+    table = (out / "odma_bucket_levels.csv").read_text()
+    assert json.loads(_rerun(mod, args, capsys, n)) == rows
+    assert (out / "odma_bucket_levels.csv").read_text() == table
