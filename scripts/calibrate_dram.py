@@ -4,8 +4,14 @@ Runs our engine on the synthetic patterns of the reference measurements (single 
 saturating, same standard, mapping and queue depth) and sets our numbers beside theirs.
 
     python scripts/calibrate_dram.py --out out/calibration [--requests 1000000]
+        [--resume] [--workers N | --scheduler ADDRESS]
 
-Writes calibration.csv and calibration.md (the table of docs/validation/dram.md). The
+Writes calibration.csv and calibration.md (the table of docs/validation/dram.md), from
+the result store in the same folder: each reference setting is a point
+(``points/<key>.json``, ``results.csv``, ``provenance.json``; docs/performance/README.md,
+"Running and resuming reproductions"). A folder that holds results is refused unless
+``--resume`` is given, which runs only the missing settings; ``--workers N`` (default
+one per usable core) runs them on N processes, ``--scheduler ADDRESS`` on Dask. The
 reference numbers below are measurements of Ramulator 2.1 (commit c5b1c3a) and DRAMsim3
 (commit 2981759) on 1,000,000-request traces with the same settings. They are other
 models, not ground truth.
@@ -20,6 +26,9 @@ from pathlib import Path
 from dram_models import patterns
 from dram_models.memory import MemorySystem
 from dram_models.spec import load_standard
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 # simulator, standard, mapping, pattern, GB/s, of peak, mean read latency ns, row hit rate
 REFERENCE = [
@@ -60,27 +69,45 @@ PATTERN = {"seq": "seq", "rand": "random", "stride2k": "stride:2048",
            "stride8k": "stride:8192", "mix21": "mixed:2:1", "paged4k": "paged:4096"}
 
 
-def run(requests: int, seed: int = 1) -> list[dict]:
+def measure(p: dict) -> dict:
+    """Our engine on one reference setting (a point of the result store): bandwidth,
+    efficiency, mean read latency and row hit rate."""
+    spec = load_standard(STANDARD[p["standard"]])
+    # the reference controllers: FR-FCFS, open row, all-bank refresh, 32-entry read and
+    # write queues, write draining between 20% and 80%
+    ms = MemorySystem(spec, {"mapping": MAPPING[p["mapping"]], "read_queue": 32,
+                             "write_queue": 32, "write_low": 0.2, "write_high": 0.8,
+                             "page_policy": "open", "refresh": "all_bank"}, channels=1)
+    trace = patterns.make(PATTERN[p["pattern"]], p["requests"], spec.burst_bytes, p["seed"])
+    s = ms.run_trace(trace).stats
+    return {"our_gbps": s.bandwidth_gbps, "our_eff": s.efficiency,
+            "our_lat_ns": s.avg_read_latency_ns, "our_hit": s.row_hit_rate}
+
+
+def points(requests: int, seed: int = 1) -> list[PointSpec]:
+    """One point per reference measurement (the standard, mapping and pattern name it;
+    the simulator is not a parameter: Ramulator's and DRAMsim3's settings differ)."""
+    return [PointSpec(measure, {"standard": std, "mapping": mapping, "pattern": pat,
+                                "requests": requests, "seed": seed})
+            for _, std, mapping, pat, *_ in REFERENCE]
+
+
+def rows_of(pts: list[PointSpec], records: dict) -> list[dict]:
+    """The calibration table from the stored records, one line per row on stderr."""
     rows = []
-    for sim, std, mapping, pat, gbps, eff, lat, hit in REFERENCE:
-        spec = load_standard(STANDARD[std])
-        # the reference controllers: FR-FCFS, open row, all-bank refresh, 32-entry read
-        # and write queues, write draining between 20% and 80%
-        ms = MemorySystem(spec, {"mapping": MAPPING[mapping], "read_queue": 32,
-                                 "write_queue": 32, "write_low": 0.2, "write_high": 0.8,
-                                 "page_policy": "open", "refresh": "all_bank"}, channels=1)
-        trace = patterns.make(PATTERN[pat], requests, spec.burst_bytes, seed)
-        s = ms.run_trace(trace).stats
+    for (sim, std, mapping, pat, gbps, eff, lat, hit), p in zip(REFERENCE, pts):
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{p.params}: {rec['error']}")
+        m = rec["metrics"]
         rows.append({"simulator": sim, "standard": std, "mapping": mapping, "pattern": pat,
                      "ref_gbps": gbps, "ref_eff": eff, "ref_lat_ns": lat, "ref_hit": hit,
-                     "our_gbps": s.bandwidth_gbps, "our_eff": s.efficiency,
-                     "our_lat_ns": s.avg_read_latency_ns, "our_hit": s.row_hit_rate,
-                     "bw_diff": s.bandwidth_gbps / gbps - 1,
-                     "lat_diff": s.avg_read_latency_ns / lat - 1})
+                     **m, "bw_diff": m["our_gbps"] / gbps - 1,
+                     "lat_diff": m["our_lat_ns"] / lat - 1})
         print(f"{sim:10s} {std:6s} {mapping:12s} {pat:8s} ref {gbps:6.2f} ours "
-              f"{s.bandwidth_gbps:6.2f} GB/s ({100 * rows[-1]['bw_diff']:+5.1f}%)  latency "
-              f"ref {lat:4.0f} ours {s.avg_read_latency_ns:5.0f} ns  hits ref {hit:.3f} "
-              f"ours {s.row_hit_rate:.3f}", file=sys.stderr)
+              f"{m['our_gbps']:6.2f} GB/s ({100 * rows[-1]['bw_diff']:+5.1f}%)  latency "
+              f"ref {lat:4.0f} ours {m['our_lat_ns']:5.0f} ns  hits ref {hit:.3f} "
+              f"ours {m['our_hit']:.3f}", file=sys.stderr)
     return rows
 
 
@@ -98,12 +125,14 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
     p.add_argument("--requests", type=int, default=1_000_000)
+    add_output_arguments(p)
     args = p.parse_args(argv)
+    pts = points(args.requests)
+    run_points(pts, args, "calibrate_dram",
+               argv=None if argv is None else ["calibrate_dram.py", *argv])
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = run(args.requests)
+    rows = rows_of(pts, load_records(out))
     with open(out / "calibration.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -114,4 +143,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main_guard(main))

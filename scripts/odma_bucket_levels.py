@@ -2,6 +2,7 @@
 least-reservation fit that is the allocator's default, on every bundled trace.
 
     python scripts/odma_bucket_levels.py --out DIR [--max-requests 1000] [--json]
+        [--resume] [--workers N | --scheduler ADDRESS]
 
 For each trace and bound rule, ODMA serves the same requests (defaults otherwise: half of
 the trace held out as history, the four-card node, the analytic iteration times, which do
@@ -9,6 +10,12 @@ not change which request gets which bucket) with the oracle predictor (what the 
 reach) and the learned one (what it reaches in practice). Reports KV utilization, the
 bound no set of five extent sizes can beat (``utilization_bound``), the share of requests
 sent to the large bucket and the migration rate. Writes DIR/odma_bucket_levels.csv.
+
+Each run is a point of the result store in DIR (``points/<key>.json``, ``results.csv``,
+``provenance.json``; docs/performance/README.md, "Running and resuming reproductions"),
+and the CSV is written from the stored records. A DIR that holds results is refused
+unless ``--resume`` is given, which runs only the missing points; ``--workers N``
+(default one per usable core) or ``--scheduler ADDRESS`` (Dask) runs them elsewhere.
 """
 from __future__ import annotations
 
@@ -17,6 +24,10 @@ import csv
 import json
 import os
 import sys
+
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 TRACES = ("alpaca", "azure2023_conv", "azure2023_code")
 RULES = {
@@ -29,30 +40,43 @@ RULES = {
 KEYS = ("kv_utilization", "utilization_bound", "large_bucket_fraction", "migration_rate")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--max-requests", type=int, default=1000)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+def serve_rule(p: dict) -> dict:
+    """ODMA on one trace under one bound rule and predictor (a point of the result
+    store): :data:`KEYS`, rounded to four digits."""
     from h2m2sim.serving.config import ServingConfig
     from h2m2sim.serving.deployment import resolve_device, resolve_model
     from h2m2sim.serving.run import serve
     model, device = resolve_model("deepseek-r1-distill-qwen-7b"), resolve_device("mlu370-x4")
+    cfg = ServingConfig(trace=p["trace"], max_requests=p["max_requests"], arrival_rate=2.0,
+                        predictor=p["predictor"])
+    m = serve(None, cfg, allocator="odma", allocator_params=RULES[p["rule"]], model=model,
+              device=device, cache=False).metrics
+    return {k: None if m[k] is None else round(m[k], 4) for k in KEYS}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-requests", type=int, default=1000)
+    ap.add_argument("--json", action="store_true")
+    add_output_arguments(ap)
+    args = ap.parse_args(argv)
+    points = [PointSpec(serve_rule, {"trace": trace, "rule": rule, "predictor": predictor,
+                                     "max_requests": args.max_requests})
+              for trace in TRACES for rule in RULES for predictor in ("oracle", "learned")]
+    run_points(points, args, "odma_bucket_levels",
+               argv=None if argv is None else ["odma_bucket_levels.py", *argv])
+    records = load_records(args.out)
     rows = []
-    for trace in TRACES:
-        for rule, params in RULES.items():
-            for predictor in ("oracle", "learned"):
-                cfg = ServingConfig(trace=trace, max_requests=args.max_requests,
-                                    arrival_rate=2.0, predictor=predictor)
-                m = serve(None, cfg, allocator="odma", allocator_params=params, model=model,
-                          device=device, cache=False).metrics
-                rows.append({"trace": trace, "rule": rule, "predictor": predictor,
-                             **{k: None if m[k] is None else round(m[k], 4) for k in KEYS}})
-                print(f"[odma_bucket_levels] {trace} {rule} {predictor}: "
-                      f"{m['kv_utilization']:.3f} of {m['utilization_bound']:.3f}",
-                      file=sys.stderr, flush=True)
-    os.makedirs(args.out, exist_ok=True)
+    for p in points:
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{p.params}: {rec['error']}")
+        m = rec["metrics"]
+        rows.append({k: p.params[k] for k in ("trace", "rule", "predictor")} |
+                    {k: m[k] for k in KEYS})
+        print(f"[odma_bucket_levels] {p.params['trace']} {p.params['rule']} "
+              f"{p.params['predictor']}: {m['kv_utilization']:.3f} of "
+              f"{m['utilization_bound']:.3f}", file=sys.stderr, flush=True)
     with open(os.path.join(args.out, "odma_bucket_levels.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["trace", "rule", "predictor", *KEYS])
         w.writeheader()
@@ -63,4 +87,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

@@ -2,6 +2,7 @@
 phase, KV utilization and reserved memory over time.
 
     python scripts/odma_drift.py --out DIR [--json] [--per-phase 3000] [--evaluator cycle]
+        [--resume] [--workers N | --scheduler ADDRESS]
 
 The drifting trace (synthesized from the shipped traces, seeded): phase 1 is
 ``per-phase`` Alpaca requests as they are (short instruction answers, median 38 output
@@ -15,6 +16,13 @@ scripts/reproduce_odma.py); "frozen" never refreshes them (S3-style static bound
 "adaptive" re-learns them every ``refresh`` completions over a ``window``-request window
 (ODMA). Predictor: noisy oracle (90 % hits), so both see identical predictions and only
 the bounds differ. Writes DIR/odma_drift.csv (per time window) and DIR/odma_drift.png.
+
+Each variant's run is a point of the result store in DIR (``points/<key>.json``,
+``results.csv``, ``provenance.json``; docs/performance/README.md, "Running and resuming
+reproductions"), and the files are written from the stored records. A DIR that holds
+results is refused unless ``--resume`` is given, which runs only the missing variants;
+``--workers N`` (default one: the runs of one process share their evaluator) or
+``--scheduler ADDRESS`` (Dask) runs them elsewhere.
 """
 from __future__ import annotations
 
@@ -25,6 +33,10 @@ import os
 import sys
 
 import numpy as np
+
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 QUANTILES = (0.5, 0.75, 0.9, 0.99)
 
@@ -68,9 +80,37 @@ def windows(res, trace, n_win: int):
     return rows
 
 
+_EVALUATORS: dict = {}   # this process's evaluator per name, shared by its runs
+
+
+def serve_variant(p: dict) -> dict:
+    """One variant served on the drifting trace (a point of the result store): its
+    summary metrics and ``windows`` (rows of odma_drift.csv)."""
+    from h2m2sim.serving.config import ServingConfig
+    from h2m2sim.serving.deployment import resolve_device, resolve_model
+    from h2m2sim.serving.run import EVALUATORS, serve
+    tr = drift_trace(p["per_phase"], p["rate"], p["seed"])
+    model, dev = resolve_model("deepseek-r1-distill-qwen-7b"), resolve_device("mlu370-x4")
+    # the whole drifting trace is replayed; the buckets start from its first phase
+    cfg = ServingConfig(predictor="noisy", history_fraction=0.0,
+                        predictor_params={"accuracy": 0.9}, max_context_tokens=8192,
+                        max_new_tokens=1024)
+    if p["evaluator"] not in _EVALUATORS:
+        _EVALUATORS[p["evaluator"]] = EVALUATORS.get(p["evaluator"])(model, dev, cfg)
+    res = serve(tr, cfg, allocator="odma", allocator_params=p["allocator_params"],
+                model=model, device=dev, evaluator=_EVALUATORS[p["evaluator"]],
+                seed=p["seed"], record_timeline=True)
+    m = res.metrics
+    return {**{k: m.get(k) for k in SUMMARY_KEYS},
+            "windows": windows(res, tr, p["windows"])}
+
+
+SUMMARY_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "predictor_accuracy",
+                "migration_rate", "mean_reserved_bytes")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--per-phase", type=int, default=3000)
     ap.add_argument("--rate", type=float, default=60.0)
@@ -79,34 +119,30 @@ def main(argv=None):
     ap.add_argument("--windows", type=int, default=12)
     ap.add_argument("--evaluator", default="cycle", choices=("cycle", "analytic"))
     ap.add_argument("--seed", type=int, default=0)
+    add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    from h2m2sim.serving.config import ServingConfig
-    from h2m2sim.serving.deployment import resolve_device, resolve_model
-    from h2m2sim.serving.run import EVALUATORS, serve
-    os.makedirs(args.out, exist_ok=True)
     tr = drift_trace(args.per_phase, args.rate, args.seed)
     first = (tr.prompt_tokens + tr.output_tokens)[:args.per_phase]
     bounds = [int(-(-np.quantile(first, q) // 16) * 16) for q in QUANTILES]
-    model, dev = resolve_model("deepseek-r1-distill-qwen-7b"), resolve_device("mlu370-x4")
     base = dict(num_buckets=len(QUANTILES), quantiles=list(QUANTILES),
                 initial_boundaries=bounds, window=args.window)
     variants = {"adaptive": dict(base, refresh_every=args.refresh),
                 "frozen": dict(base, refresh_every=10**9)}
-    ev, rows, summary = None, [], {}
-    for name, params in variants.items():
-        # the whole drifting trace is replayed; the buckets start from its first phase
-        cfg = ServingConfig(predictor="noisy", history_fraction=0.0,
-                            predictor_params={"accuracy": 0.9}, max_context_tokens=8192,
-                            max_new_tokens=1024)
-        ev = ev or EVALUATORS.get(args.evaluator)(model, dev, cfg)
-        res = serve(tr, cfg, allocator="odma", allocator_params=params, model=model,
-                    device=dev, evaluator=ev, seed=args.seed, record_timeline=True)
-        m = res.metrics
-        summary[name] = {k: m.get(k) for k in ("kv_utilization", "tokens_per_s",
-                                               "ttft_p50_s", "predictor_accuracy",
-                                               "migration_rate", "mean_reserved_bytes")}
-        for w in windows(res, tr, args.windows):
-            rows.append({"variant": name, **w})
+    points = {name: PointSpec(serve_variant, {
+        "variant": name, "allocator_params": params, "per_phase": args.per_phase,
+        "rate": args.rate, "windows": args.windows, "evaluator": args.evaluator,
+        "seed": args.seed}) for name, params in variants.items()}
+    run_points(list(points.values()), args, "odma_drift",
+               argv=None if argv is None else ["odma_drift.py", *argv])
+    records = load_records(args.out)
+    rows, summary = [], {}
+    for name, p in points.items():
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{name}: {rec['error']}")
+        m = rec["metrics"]
+        summary[name] = {k: m[k] for k in SUMMARY_KEYS}
+        rows += [{"variant": name, **w} for w in m["windows"]]
         print(f"[odma_drift] {name}: util {m['kv_utilization']:.3f} migration "
               f"{m['migration_rate']:.4f}", file=sys.stderr, flush=True)
     summary["phase1_bounds"] = bounds
@@ -137,4 +173,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

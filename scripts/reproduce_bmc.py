@@ -3,7 +3,8 @@
 Right Balance between Compute and Copy: Improving LLM Inferencing Under Speculative
 Decoding", arXiv 2025).
 
-    python scripts/reproduce_bmc.py --out DIR [--json] [--no-npu]
+    python scripts/reproduce_bmc.py --out DIR [--json] [--no-npu] [--no-plots]
+        [--resume] [--workers N | --scheduler ADDRESS]
 
 Devices: ``cpu`` -- the roofline device on the cpu-ddr5 preset (12 x DDR5-4800, an EPYC
 9654-class socket; copy and KV reads measured with the DRAM engine); ``npu`` -- the H2M2
@@ -18,6 +19,16 @@ analytical optima per N), ``speculative.csv`` (Table I), ``speedups.csv``,
 ``breakdown.csv`` (Table IV), ``devices.csv``, ``summary.json`` and PNG plots. With
 ``--json`` one JSON object goes to stdout (``optimal_T`` and ``analytical_T``: N as a
 string -> T on the CPU-like preset, OPT-13B, B = 8; plus everything else).
+
+Every unit of work (a device's measurement, a U curve at one device, model and N, a
+device's Table I, speedups, Table IV, a C' sensitivity) is a point of the result store
+in DIR (``points/<key>.json``, ``results.csv``, ``provenance.json``;
+docs/performance/README.md, "Running and resuming reproductions"), and the files above
+are written from the stored records. A DIR that holds results is refused unless
+``--resume`` is given, which computes only the missing points (a run with the NPU after
+one with ``--no-npu`` computes only the NPU's). ``--workers N`` runs them on N processes
+(default one: the points of one process share their devices), ``--scheduler ADDRESS``
+on Dask.
 """
 from __future__ import annotations
 
@@ -30,6 +41,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 NS = (128, 512, 1024, 2048, 4096)
 MODELS = (("opt-13b", 8), ("opt-1.3b", 8))      # the paper's Fig. 8 setting + a small model
@@ -71,89 +86,217 @@ def write_csv(path, rows):
         w.writerows(rows)
 
 
-def build_devices(use_npu):
+#: the devices in the order their rows are written; ``npu`` only without --no-npu
+DEVICES = ("cpu", "npu-roofline", "npu")
+_DEVICES: dict = {}      # this process's roofline devices (their copy rates are measured)
+
+
+def roofline(name: str):
+    """The roofline device behind a device name, built once per process."""
     from h2m2sim.compute import RooflineDevice
+    if name not in _DEVICES:
+        _DEVICES[name] = RooflineDevice("cpu-ddr5") if name == "cpu" else \
+            RooflineDevice("h2m2", "hbm")
+    return _DEVICES[name]
+
+
+def cost_model(device: str, model: str, batch: int, queries=(1,)):
+    """The BMC cost model of ``model`` at ``batch`` on ``device``; ``npu`` prices SDPA
+    with the NPU chip model for ``queries`` query tokens."""
     from h2m2sim.compute.bmc import AttentionShape, BMCCostModel
     from h2m2sim.compute.npu_attention import NpuAttentionPricer
-    cpu = RooflineDevice("cpu-ddr5")
-    hbm = RooflineDevice("h2m2", "hbm")
-    devices = {"cpu": cpu, "npu-roofline": hbm}
+    sh = AttentionShape.from_model(model, batch)
+    if device != "npu":
+        return BMCCostModel(roofline(device), sh)
+    pr = NpuAttentionPricer("h2m2", "hbm", sh, lengths=(256, 1024, 4096),
+                            queries=tuple(queries))
+    return BMCCostModel(roofline("npu-roofline"), sh, sdpa=pr)
 
-    def cost_models(model, batch, queries=(1,)):
-        sh = AttentionShape.from_model(model, batch)
-        out = {"cpu": BMCCostModel(cpu, sh), "npu-roofline": BMCCostModel(hbm, sh)}
-        if use_npu:
-            pr = NpuAttentionPricer("h2m2", "hbm", sh, lengths=(256, 1024, 4096),
-                                    queries=queries)
-            out["npu"] = BMCCostModel(hbm, sh, sdpa=pr)
-        return out
-    return devices, cost_models
+
+def _best(sweep) -> int:
+    return min(sweep, key=lambda x: (x[1].total_ns, x[0]))[0]
+
+
+def device_point(p: dict) -> dict:
+    """A device's measured and configured figures (a row of devices.csv)."""
+    return {k: (json.dumps(v) if isinstance(v, dict) else v)
+            for k, v in roofline(p["device"]).summary().items()}
+
+
+def curve_point(p: dict) -> dict:
+    """The U curve over power-of-two T at one (device, model, batch, N) and its optima:
+    ``curve`` (rows of latency_vs_T.csv) and the row of optimum.csv."""
+    from h2m2sim.compute.bmc import round_pow2
+    dname, model, batch, n = p["device"], p["model"], p["batch"], p["N"]
+    cm = cost_model(dname, model, batch)
+    sw = cm.sweep(n, pow2s(n))
+    it, up = sw[-1][1].total_ns, sw[0][1].total_ns
+    curve = [dict(device=dname, model=model, batch=batch, N=n, T=T, r=b.r,
+                  total_ns=b.total_ns, alloc_ns=b.alloc_ns, copy_ns=b.copy_ns,
+                  sdpa_ns=b.sdpa_ns, copies=b.copies, norm_to_iterative=b.total_ns / it,
+                  norm_to_upfront=b.total_ns / up) for T, b in sw]
+    opt = _best(sw)
+    ta, pt = cm.analytical_T(n), cm.paper_terms(n)
+    auto_b, opt_b = cm.run_mode("bmc-auto", n), dict(sw)[opt]
+    return dict(device=dname, model=model, batch=batch, N=n, optimal_T=opt,
+                optimal_T_fine=_best(cm.sweep(n, fine_Ts(n))),
+                analytical_T=round_pow2(ta, 1, n), analytical_T_exact=ta,
+                sqrt_0p1N=math.sqrt(0.1 * n), c_prime=pt["c_prime"],
+                alpha_bw_gbps=pt["alpha_bw_gbps"], beta_c_tmacs=pt["beta_c_tmacs"],
+                auto_loss_vs_optimum=auto_b.total_ns / opt_b.total_ns - 1,
+                speedup_vs_iterative=it / opt_b.total_ns,
+                speedup_vs_upfront=up / opt_b.total_ns, curve=curve)
+
+
+def speculative_point(p: dict) -> dict:
+    """Table I on one device: ``rows`` of speculative.csv and the device's summary."""
+    sp, dname = SPEC, p["device"]
+    cm = cost_model(dname, sp["model"], sp["batch"], queries=(1, 4, 13, sp["k"]))
+    n = sp["N"]
+    sw = cm.sweep(n, pow2s(n), k=sp["k"], m=sp["m"])
+    base = sw[0][1].total_ns
+    paper = dict(zip(PAPER["table1_T"], PAPER["table1"]))
+    rows = [dict(device=dname, T=T, r=b.r, steps=b.steps, total_ns=b.total_ns,
+                 norm_to_T1=b.total_ns / base, paper=paper.get(T, "")) for T, b in sw]
+    summary = {
+        "normalized": {str(T): b.total_ns / base for T, b in sw},
+        "optimal_T": _best(sw),
+        "optimal_T_fine": _best(cm.sweep(n, fine_Ts(n), k=sp["k"], m=sp["m"])),
+        "autoregressive_optimal_T": cm.optimal_T(n),
+        "autoregressive_optimal_T_fine": _best(cm.sweep(n, fine_Ts(n))),
+        "analytical_T": cm.analytical_T(n, k=sp["k"], m=sp["m"]),
+        "analytical_T_autoregressive": cm.analytical_T(n),
+        "sqrt_N_over_m_ratio": math.sqrt(sp["m"]),
+        "c_sdpa_k_over_c_sdpa_1": cm.c_sdpa_ns(n, sp["k"]) / cm.c_sdpa_ns(n, 1)}
+    return {"rows": rows, "summary": summary}
+
+
+def speedup_point(p: dict) -> dict:
+    """BMC at T = 16, N = 1024 against iterative and upfront allocation (a row of
+    speedups.csv)."""
+    dname, n = p["device"], 1024
+    cm = cost_model(dname, "opt-13b", 8)
+    it, up = cm.run_mode("iterative", n), cm.run_mode("upfront", n)
+    bmc, auto = cm.run_mode("bmc", n, T=16), cm.run_mode("bmc-auto", n)
+    other = cm.other_ns_per_step("opt-13b") * n
+    return dict(device=dname, attn_vs_iterative=it.total_ns / bmc.total_ns,
+                attn_vs_upfront=up.total_ns / bmc.total_ns,
+                e2e_vs_iterative=(it.total_ns + other) / (bmc.total_ns + other),
+                e2e_vs_upfront=(up.total_ns + other) / (bmc.total_ns + other),
+                auto_r=auto.r, auto_attn_vs_iterative=it.total_ns / auto.total_ns,
+                attention_share_iterative=it.total_ns / (it.total_ns + other),
+                paper_vs_iterative=PAPER["speedup_vs_iterative"],
+                paper_vs_upfront=PAPER["speedup_vs_upfront"])
+
+
+def breakdown_point(p: dict) -> dict:
+    """Table IV: OPT-2.7B, B = 8, N = 2048 on the CPU (``rows`` of breakdown.csv)."""
+    cm, n = cost_model("cpu", "opt-2.7b", 8), 2048
+    it = cm.run_mode("iterative", n)
+    rows = []
+    for mode, b in (("iterative", it), ("upfront", cm.run_mode("upfront", n)),
+                    ("bmc", cm.run_mode("bmc-auto", n))):
+        pp = PAPER["table4_opt2.7b"][mode]
+        rows.append(dict(scheme=mode, r=b.r, alloc=b.alloc_ns / it.total_ns,
+                         copy=b.copy_ns / it.total_ns, sdpa=b.sdpa_ns / it.total_ns,
+                         total=b.total_ns / it.total_ns, paper_alloc=pp[0], paper_copy=pp[1],
+                         paper_sdpa=pp[2], paper_total=pp[3]))
+    return {"rows": rows}
+
+
+#: C' sensitivity of the CPU device. An amortized first-touch cost of ~75 ns per 4 KiB
+#: page (e.g. ~1 us per fault with ~13 cores faulting at once) is what it takes to bring
+#: C' down to the paper's 0.1: an illustration, not a measurement
+SENSITIVITY = {"zero_fill_alloc": {"zero_fill_alloc": True},
+               "zero_fill+fault_75ns_per_4KiB": {"zero_fill_alloc": True,
+                                                 "fault_ns_per_page": 75.0}}
+
+
+def sensitivity_point(p: dict) -> dict:
+    from h2m2sim.compute import RooflineDevice
+    from h2m2sim.compute.bmc import AttentionShape, BMCCostModel, round_pow2
+    d = RooflineDevice("cpu-ddr5", spec=SENSITIVITY[p["label"]])
+    cmz = BMCCostModel(d, AttentionShape.from_model("opt-13b", 8))
+    return {"c_prime": cmz.paper_terms(1024)["c_prime"],
+            "optimal_T": {str(n): cmz.optimal_T(n) for n in NS},
+            "analytical_T": {str(n): round_pow2(cmz.analytical_T(n), 1, n) for n in NS}}
+
+
+def plan(use_npu: bool) -> dict[str, list[PointSpec]]:
+    """The points of each section, in the order their rows are written."""
+    devs = [d for d in DEVICES if use_npu or d != "npu"]
+    return {
+        "devices": [PointSpec(device_point, {"device": d}) for d in DEVICES[:2]],
+        "curve": [PointSpec(curve_point, {"device": d, "model": m, "batch": b, "N": n})
+                  for m, b in MODELS for d in devs for n in NS],
+        "speculative": [PointSpec(speculative_point, {"device": d}) for d in devs],
+        "speedups": [PointSpec(speedup_point, {"device": d}) for d in devs],
+        "breakdown": [PointSpec(breakdown_point, {"table": "IV"})],
+        "sensitivity": [PointSpec(sensitivity_point, {"label": k}) for k in SENSITIVITY]}
+
+
+def stored(points: list[PointSpec], records: dict) -> list[dict]:
+    """Each point's metrics from its stored record; a failed point stops the script."""
+    out = []
+    for p in points:
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{p.params}: {rec['error']}")
+        out.append(rec["metrics"])
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--json", action="store_true", help="print one JSON object to stdout")
     ap.add_argument("--no-npu", action="store_true",
                     help="skip the NPU chip model (SDPA on the roofline only)")
     ap.add_argument("--no-plots", action="store_true")
+    add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
     t0 = time.time()
+    points = plan(not args.no_npu)
+    run_points([q for sec in points.values() for q in sec], args, "bmc",
+               argv=None if argv is None else ["reproduce_bmc.py", *argv])
+    records = load_records(args.out)
+    got = {sec: stored(pts, records) for sec, pts in points.items()}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    from h2m2sim.compute import RooflineDevice
-    from h2m2sim.compute.bmc import AttentionShape, BMCCostModel, round_pow2
+    write_csv(out / "devices.csv", got["devices"])
+    result = optima(out, got["curve"])
+    spec_rows = speculative(out, got["speculative"], result)
+    speedups(out, got["speedups"], result)
+    write_csv(out / "breakdown.csv", got["breakdown"][0]["rows"])
+    result["breakdown_opt2.7b_N2048_B8"] = got["breakdown"][0]["rows"]
+    result["sensitivity_cpu"] = {q.params["label"]: m for q, m in
+                                 zip(points["sensitivity"], got["sensitivity"])}
+    result["paper"] = PAPER
+    result["runtime_s"] = time.time() - t0
+    if not args.no_plots:
+        curve_rows = [r for m in got["curve"] for r in m["curve"]]
+        opt_rows = [{k: v for k, v in m.items() if k != "curve"} for m in got["curve"]]
+        plot(out, curve_rows, opt_rows, spec_rows, result)
+    (out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
+    if args.json:
+        print(json.dumps(result, default=float))
+    else:
+        print(f"optimal T (cpu, OPT-13B B=8): {result['optimal_T']}")
+        print(f"analytical T: {result['analytical_T']}  C' = {result['c_prime']:.3f}")
+        print(f"wrote {out} in {result['runtime_s']:.1f} s")
+    return 0
 
-    devices, cost_models = build_devices(not args.no_npu)
-    dev_rows = [{k: (json.dumps(v) if isinstance(v, dict) else v)
-                 for k, v in d.summary().items()} for d in devices.values()]
-    write_csv(out / "devices.csv", dev_rows)
 
-    # ---------------------------------------------------------- 1. U curves and optima
-    curve_rows, opt_rows = [], []
-    result = {"optimal_T": {}, "analytical_T": {}, "analytical_T_exact": {},
-              "optimal_T_fine": {}}
-    per_device = {}
-    for model, batch in MODELS:
-        cms = cost_models(model, batch)
-        for dname, cm in cms.items():
-            for n in NS:
-                sw = cm.sweep(n, pow2s(n))
-                it = sw[-1][1].total_ns
-                up = sw[0][1].total_ns
-                for T, b in sw:
-                    curve_rows.append(dict(device=dname, model=model, batch=batch, N=n, T=T,
-                                           r=b.r, total_ns=b.total_ns, alloc_ns=b.alloc_ns,
-                                           copy_ns=b.copy_ns, sdpa_ns=b.sdpa_ns,
-                                           copies=b.copies,
-                                           norm_to_iterative=b.total_ns / it,
-                                           norm_to_upfront=b.total_ns / up))
-                opt = min(sw, key=lambda x: (x[1].total_ns, x[0]))[0]
-                fine = cm.sweep(n, fine_Ts(n))
-                opt_fine = min(fine, key=lambda x: (x[1].total_ns, x[0]))[0]
-                ta = cm.analytical_T(n)
-                pt = cm.paper_terms(n)
-                auto_b = cm.run_mode("bmc-auto", n)
-                opt_b = dict(sw)[opt]
-                opt_rows.append(dict(device=dname, model=model, batch=batch, N=n,
-                                     optimal_T=opt, optimal_T_fine=opt_fine,
-                                     analytical_T=round_pow2(ta, 1, n), analytical_T_exact=ta,
-                                     sqrt_0p1N=math.sqrt(0.1 * n), c_prime=pt["c_prime"],
-                                     alpha_bw_gbps=pt["alpha_bw_gbps"],
-                                     beta_c_tmacs=pt["beta_c_tmacs"],
-                                     auto_loss_vs_optimum=auto_b.total_ns / opt_b.total_ns - 1,
-                                     speedup_vs_iterative=it / opt_b.total_ns,
-                                     speedup_vs_upfront=up / opt_b.total_ns))
-                per_device.setdefault(dname, {}).setdefault(model, {})[str(n)] = opt_rows[-1]
-    write_csv(out / "latency_vs_T.csv", curve_rows)
+def optima(out: Path, curves: list[dict]) -> dict:
+    """latency_vs_T.csv, optimum.csv and the summary's optima (CPU, OPT-13B, B = 8
+    first; then per device and model)."""
+    write_csv(out / "latency_vs_T.csv", [r for m in curves for r in m["curve"]])
+    opt_rows = [{k: v for k, v in m.items() if k != "curve"} for m in curves]
     write_csv(out / "optimum.csv", opt_rows)
+    per_device: dict = {}
+    for r in opt_rows:
+        per_device.setdefault(r["device"], {}).setdefault(r["model"], {})[str(r["N"])] = r
     main_rows = per_device["cpu"]["opt-13b"]
-    for n in NS:
-        r = main_rows[str(n)]
-        result["optimal_T"][str(n)] = r["optimal_T"]
-        result["analytical_T"][str(n)] = r["analytical_T"]
-        result["analytical_T_exact"][str(n)] = r["analytical_T_exact"]
-        result["optimal_T_fine"][str(n)] = r["optimal_T_fine"]
+    result = {key: {str(n): main_rows[str(n)][key] for n in NS} for key in
+              ("optimal_T", "analytical_T", "analytical_T_exact", "optimal_T_fine")}
     ns = np.array(NS, float)
     for dname, models in per_device.items():
         d = result.setdefault("devices", {}).setdefault(dname, {})
@@ -166,9 +309,8 @@ def main(argv=None):
                         "alpha_bw_gbps": rows["1024"]["alpha_bw_gbps"],
                         "beta_c_tmacs": rows["1024"]["beta_c_tmacs"],
                         "fit_exponent": float(np.polyfit(np.log(ns), np.log(tf), 1)[0])}
-    result["c_prime"] = main_rows["1024"]["c_prime"]
-    result["alpha_bw_gbps"] = main_rows["1024"]["alpha_bw_gbps"]
-    result["beta_c_tmacs"] = main_rows["1024"]["beta_c_tmacs"]
+    for key in ("c_prime", "alpha_bw_gbps", "beta_c_tmacs"):
+        result[key] = main_rows["1024"][key]
     result["analytical_within_2x"] = all(
         0.5 <= r["analytical_T"] / r["optimal_T"] <= 2 for dm in per_device.values()
         for rows in dm.values() for r in rows.values())
@@ -177,103 +319,25 @@ def main(argv=None):
             per_device[d]["opt-13b"][str(n)]["optimal_T"] ==
             per_device[d]["opt-1.3b"][str(n)]["optimal_T"] for n in NS)
         for d in per_device}
+    return result
 
-    # ---------------------------------------------------------- 2. speculative decoding
-    sp = SPEC
-    cms = cost_models(sp["model"], sp["batch"], queries=(1, 4, 13, sp["k"]))
-    spec_rows = []
-    result["speculative"] = {"setting": dict(sp), "paper_table1": dict(
+
+def speculative(out: Path, points: list[dict], result: dict) -> list[dict]:
+    """speculative.csv (Table I) and the summary's ``speculative``."""
+    rows = [r for m in points for r in m["rows"]]
+    result["speculative"] = {"setting": dict(SPEC), "paper_table1": dict(
         zip(map(str, PAPER["table1_T"]), PAPER["table1"]))}
-    for dname, cm in cms.items():
-        n = sp["N"]
-        sw = cm.sweep(n, pow2s(n), k=sp["k"], m=sp["m"])
-        base = sw[0][1].total_ns
-        paper = dict(zip(PAPER["table1_T"], PAPER["table1"]))
-        for T, b in sw:
-            spec_rows.append(dict(device=dname, T=T, r=b.r, steps=b.steps,
-                                  total_ns=b.total_ns, norm_to_T1=b.total_ns / base,
-                                  paper=paper.get(T, "")))
-        sd_opt = min(sw, key=lambda x: (x[1].total_ns, x[0]))[0]
-        sd_fine = min(cm.sweep(n, fine_Ts(n), k=sp["k"], m=sp["m"]),
-                      key=lambda x: (x[1].total_ns, x[0]))[0]
-        ar_fine = min(cm.sweep(n, fine_Ts(n)), key=lambda x: (x[1].total_ns, x[0]))[0]
-        result["speculative"][dname] = {
-            "normalized": {str(T): b.total_ns / base for T, b in sw},
-            "optimal_T": sd_opt, "optimal_T_fine": sd_fine,
-            "autoregressive_optimal_T": cm.optimal_T(n),
-            "autoregressive_optimal_T_fine": ar_fine,
-            "analytical_T": cm.analytical_T(n, k=sp["k"], m=sp["m"]),
-            "analytical_T_autoregressive": cm.analytical_T(n),
-            "sqrt_N_over_m_ratio": math.sqrt(sp["m"]),
-            "c_sdpa_k_over_c_sdpa_1": cm.c_sdpa_ns(n, sp["k"]) / cm.c_sdpa_ns(n, 1)}
-    write_csv(out / "speculative.csv", spec_rows)
+    for m in points:
+        result["speculative"][m["rows"][0]["device"]] = m["summary"]
+    write_csv(out / "speculative.csv", rows)
+    return rows
 
-    # ---------------------------------------------------------- 3. speedups (T=16, N=1024)
-    sp_rows = []
+
+def speedups(out: Path, rows: list[dict], result: dict) -> None:
     result["speedups"] = {"paper": {"vs_iterative": PAPER["speedup_vs_iterative"],
-                                    "vs_upfront": PAPER["speedup_vs_upfront"]}}
-    cms = cost_models("opt-13b", 8)
-    for dname, cm in cms.items():
-        n = 1024
-        it, up = cm.run_mode("iterative", n), cm.run_mode("upfront", n)
-        bmc, auto = cm.run_mode("bmc", n, T=16), cm.run_mode("bmc-auto", n)
-        other = cm.other_ns_per_step("opt-13b") * n
-        row = dict(device=dname, attn_vs_iterative=it.total_ns / bmc.total_ns,
-                   attn_vs_upfront=up.total_ns / bmc.total_ns,
-                   e2e_vs_iterative=(it.total_ns + other) / (bmc.total_ns + other),
-                   e2e_vs_upfront=(up.total_ns + other) / (bmc.total_ns + other),
-                   auto_r=auto.r, auto_attn_vs_iterative=it.total_ns / auto.total_ns,
-                   attention_share_iterative=it.total_ns / (it.total_ns + other),
-                   paper_vs_iterative=PAPER["speedup_vs_iterative"],
-                   paper_vs_upfront=PAPER["speedup_vs_upfront"])
-        sp_rows.append(row)
-        result["speedups"][dname] = row
-    write_csv(out / "speedups.csv", sp_rows)
-
-    # ---------------------------------------------------------- 4. Table IV breakdown
-    bd_rows = []
-    cm = cost_models("opt-2.7b", 8)["cpu"]
-    n = 2048
-    it = cm.run_mode("iterative", n)
-    for mode, b in (("iterative", it), ("upfront", cm.run_mode("upfront", n)),
-                    ("bmc", cm.run_mode("bmc-auto", n))):
-        p = PAPER["table4_opt2.7b"][mode]
-        bd_rows.append(dict(scheme=mode, r=b.r, alloc=b.alloc_ns / it.total_ns,
-                            copy=b.copy_ns / it.total_ns, sdpa=b.sdpa_ns / it.total_ns,
-                            total=b.total_ns / it.total_ns, paper_alloc=p[0], paper_copy=p[1],
-                            paper_sdpa=p[2], paper_total=p[3]))
-    write_csv(out / "breakdown.csv", bd_rows)
-    result["breakdown_opt2.7b_N2048_B8"] = bd_rows
-
-    # ---------------------------------------------------------- 5. sensitivity (C')
-    sens = {}
-    for label, over in (("zero_fill_alloc", {"zero_fill_alloc": True}),
-                        # an amortized first-touch cost of ~75 ns per 4 KiB page (e.g.
-                        # ~1 us per fault with ~13 cores faulting at once) is what it
-                        # takes to bring C' down to the paper's 0.1: an illustration,
-                        # not a measurement
-                        ("zero_fill+fault_75ns_per_4KiB",
-                         {"zero_fill_alloc": True, "fault_ns_per_page": 75.0})):
-        d = RooflineDevice("cpu-ddr5", spec=over)
-        cmz = BMCCostModel(d, AttentionShape.from_model("opt-13b", 8))
-        sens[label] = {"c_prime": cmz.paper_terms(1024)["c_prime"],
-                       "optimal_T": {str(n): cmz.optimal_T(n) for n in NS},
-                       "analytical_T": {str(n): round_pow2(cmz.analytical_T(n), 1, n)
-                                        for n in NS}}
-    result["sensitivity_cpu"] = sens
-    result["paper"] = PAPER
-    result["runtime_s"] = time.time() - t0
-
-    if not args.no_plots:
-        plot(out, curve_rows, opt_rows, spec_rows, result)
-    (out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
-    if args.json:
-        print(json.dumps(result, default=float))
-    else:
-        print(f"optimal T (cpu, OPT-13B B=8): {result['optimal_T']}")
-        print(f"analytical T: {result['analytical_T']}  C' = {result['c_prime']:.3f}")
-        print(f"wrote {out} in {result['runtime_s']:.1f} s")
-    return 0
+                                    "vs_upfront": PAPER["speedup_vs_upfront"]},
+                          **{r["device"]: r for r in rows}}
+    write_csv(out / "speedups.csv", rows)
 
 
 def plot(out, curve_rows, opt_rows, spec_rows, result):
@@ -307,7 +371,8 @@ def plot(out, curve_rows, opt_rows, spec_rows, result):
             ax.plot([r["N"] for r in rows], [r["optimal_T"] for r in rows], mk + "-",
                     label=f"simulated ({dname})")
     rows = [r for r in opt_rows if r["device"] == "cpu" and r["model"] == "opt-13b"]
-    ax.plot(ns, [r["optimal_T_fine"] for r in rows], "c.-", label="simulated, 1/4-octave grid (cpu)")
+    ax.plot(ns, [r["optimal_T_fine"] for r in rows], "c.-",
+            label="simulated, 1/4-octave grid (cpu)")
     ax.plot(ns, [r["analytical_T_exact"] for r in rows], "k--", label="analytical (cpu)")
     ax.plot(ns, np.sqrt(0.1 * ns), "k:", label="sqrt(0.1 N) (paper)")
     pn = [int(k) for k in PAPER["optimal_T"]]
@@ -340,4 +405,4 @@ def _finish(plt, fig, ax, path, xlabel, ylabel):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

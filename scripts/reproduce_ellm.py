@@ -14,8 +14,16 @@ Writes DIR/ellm_offline.csv, DIR/ellm_offline_ablation.csv, DIR/ellm_online.csv,
 DIR/ellm_summary.json, DIR/ellm_offline.png and DIR/ellm_online.png;
 with --json prints one JSON object with ``decode_throughput_gain_longest`` (eLLM / static
 decode throughput at 128K/8K), ``table`` (= ``offline``: a list of dicts, one per setting
-and mode), ``offline_ablation``, ``online``, ``goodput``, ``paper`` and the settings. Settings and gaps:
-docs/validation/ellm.md.
+and mode), ``offline_ablation``, ``online``, ``goodput``, ``paper`` and the settings.
+Settings and gaps: docs/validation/ellm.md.
+
+Every serving run is a point of the result store in DIR (``points/<key>.json``,
+``results.csv``, ``provenance.json``; docs/performance/README.md, "Running and resuming
+reproductions"), and the files above are written from the stored records (an offline
+run that the ablation repeats is run once). A DIR that holds results is refused unless
+``--resume`` is given, which computes only the missing points. ``--workers N`` runs them
+on N processes (default one: the runs of one process share their iteration-time
+tables), ``--scheduler ADDRESS`` on Dask.
 """
 from __future__ import annotations
 
@@ -27,6 +35,10 @@ import sys
 import time
 
 import numpy as np
+
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 MODEL = "llama3-8b"
 SYSTEM = "a100-80gb"
@@ -100,49 +112,119 @@ def run(env, mode, prompt, output, n, rate=None, seed=0, slo=None):
     return res
 
 
-def offline(env, quick=False):
-    rows = []
+_ENV: dict = {}     # this process's setup() (tables built once, shared by its points)
+
+
+def env_of() -> dict:
+    if not _ENV:
+        _ENV.update(setup())
+    return _ENV
+
+
+#: what a serving run keeps: the offline, ablation and SLO rows are made of these
+SERVE_KEYS = ("requests", "decode_throughput_tps", "total_throughput_tps", "tokens_per_s",
+              "max_decode_batch", "mean_decode_batch", "duration_s", "preemptions",
+              "offloads", "inflated_bytes", "peak_kv_bytes", "activation_reserve_bytes",
+              "fetch_time_s", "ttft_p50_s", "tpot_p50_s")
+
+
+def serve_point(p: dict) -> dict:
+    """One offline run (all requests at t = 0) of ``requests`` fixed-length requests in
+    memory ``mode`` (a point of the result store)."""
+    m = run(env_of(), p["mode"], p["input"], p["output"], p["requests"]).metrics
+    return {k: m[k] for k in SERVE_KEYS}
+
+
+def online_point(p: dict) -> dict:
+    """One online run at ``rate``: TTFT, TPOT and SLO attainment against the SLO of one
+    request alone (:func:`slo_targets`, recomputed in the worker: it is one request)."""
+    env = env_of()
+    slo = slo_targets(env)[:2]
+    res = run(env, p["mode"], *ONLINE, p["requests"], rate=p["rate"], slo=slo)
+    m = res.metrics
+    ttft = res.first_token_s - res.arrival_s
+    multi = res.output_tokens >= 2
+    tpot = np.full(len(ttft), np.nan)
+    tpot[multi] = (res.finish_s[multi] - res.first_token_s[multi]) / \
+        (res.output_tokens[multi] - 1)
+    ok = (ttft <= slo[0]) & (~multi | (tpot <= slo[1]))
+    return {"rate": p["rate"], "mode": p["mode"], "requests": p["requests"],
+            "ttft_mean_s": float(np.nanmean(ttft)),
+            "ttft_p50_s": m["ttft_p50_s"], "ttft_p90_s": m["ttft_p90_s"],
+            "tpot_mean_s": float(np.nanmean(tpot)), "tpot_p50_s": m["tpot_p50_s"],
+            "slo_attainment": float(np.mean(ok)), "output_tokens_per_s": m["tokens_per_s"],
+            "mean_batch": m["mean_decode_batch"], "max_batch": m["max_decode_batch"],
+            "offloads": m["offloads"], "buffer_events": m["buffer_events"],
+            "preemptions": m["preemptions"]}
+
+
+def settings_point(p: dict) -> dict:
+    """What the summary reports of the setup: pool, tables, device, activations."""
+    env = env_of()
+    return {"pool_bytes": env["pool"], "iteration_time_model": env["tables"].label,
+            "interpolation_error": env["tables"].error_summary(),
+            "device": env["evaluator"].summary(),
+            "activation_bytes_per_token": env["acts"].bytes_per_token}
+
+
+def serve(mode, prompt, output, n) -> PointSpec:
+    return PointSpec(serve_point, {"mode": mode, "input": prompt, "output": output,
+                                   "requests": n})
+
+
+def offline_points(quick=False) -> list[PointSpec]:
     settings = OFFLINE[::2] if quick else OFFLINE
-    for p, o in settings:
-        n = OFFLINE_REQUESTS[p] // (4 if quick else 1)
-        base = None
-        for mode in ("vllm", "ellm"):
-            t0 = time.perf_counter()
-            m = run(env, mode, p, o, max(n, 4)).metrics
-            row = {"input": p, "output": o, "mode": mode, "requests": m["requests"],
-                   "decode_throughput_tps": m["decode_throughput_tps"],
-                   "total_throughput_tps": m["total_throughput_tps"],
-                   "output_tokens_per_s": m["tokens_per_s"],
-                   "max_batch": m["max_decode_batch"], "mean_batch": m["mean_decode_batch"],
-                   "duration_s": m["duration_s"], "preemptions": m["preemptions"],
-                   "offloads": m["offloads"], "inflated_gb": m["inflated_bytes"] / 1e9,
-                   "peak_kv_gb": m["peak_kv_bytes"] / 1e9,
-                   "activation_reserve_gb": m["activation_reserve_bytes"] / 1e9,
-                   "fetch_time_s": m["fetch_time_s"], "wall_s": time.perf_counter() - t0}
-            if mode == "vllm":
-                base = row
-            for k in ("decode_throughput_tps", "total_throughput_tps", "max_batch",
-                      "mean_batch"):
-                row[f"{k}_gain"] = row[k] / base[k] if base[k] else None
-            rows.append(row)
-    return rows
+    return [serve(mode, p, o, max(OFFLINE_REQUESTS[p] // (4 if quick else 1), 4))
+            for p, o in settings for mode in ("vllm", "ellm")]
 
 
-def offline_ablation(env, quick=False):
+def ablation_points(quick=False) -> list[PointSpec]:
     """All four memory modes at the shortest and the longest offline setting."""
+    return [serve(mode, p, o, max(OFFLINE_REQUESTS[p] // (4 if quick else 1), 4))
+            for p, o in (OFFLINE[0], OFFLINE[-1]) for mode in MODES]
+
+
+def online_points(quick=False) -> list[PointSpec]:
+    rates = ONLINE_RATES[::2] if quick else ONLINE_RATES
+    n = ONLINE_REQUESTS // (3 if quick else 1)
+    return [PointSpec(online_point, {"rate": rate, "mode": mode, "requests": n})
+            for rate in rates for mode in MODES]
+
+
+def offline(runs: list[tuple[dict, dict]]) -> list[dict]:
+    """Rows of ellm_offline.csv from (params, stored record) of :func:`offline_points`;
+    each eLLM row's gains are over the vLLM row before it."""
     rows = []
-    for p, o in (OFFLINE[0], OFFLINE[-1]):
-        n = max(OFFLINE_REQUESTS[p] // (4 if quick else 1), 4)
-        for mode in MODES:
-            m = run(env, mode, p, o, n).metrics
-            rows.append({"input": p, "output": o, "mode": mode,
-                         "decode_throughput_tps": m["decode_throughput_tps"],
-                         "total_throughput_tps": m["total_throughput_tps"],
-                         "max_batch": m["max_decode_batch"],
-                         "mean_batch": m["mean_decode_batch"],
-                         "preemptions": m["preemptions"], "offloads": m["offloads"],
-                         "fetch_time_s": m["fetch_time_s"]})
+    for p, rec in runs:
+        m = rec["metrics"]
+        row = {"input": p["input"], "output": p["output"], "mode": p["mode"],
+               "requests": m["requests"],
+               "decode_throughput_tps": m["decode_throughput_tps"],
+               "total_throughput_tps": m["total_throughput_tps"],
+               "output_tokens_per_s": m["tokens_per_s"],
+               "max_batch": m["max_decode_batch"], "mean_batch": m["mean_decode_batch"],
+               "duration_s": m["duration_s"], "preemptions": m["preemptions"],
+               "offloads": m["offloads"], "inflated_gb": m["inflated_bytes"] / 1e9,
+               "peak_kv_gb": m["peak_kv_bytes"] / 1e9,
+               "activation_reserve_gb": m["activation_reserve_bytes"] / 1e9,
+               "fetch_time_s": m["fetch_time_s"], "wall_s": rec["timing"].get("wall_s")}
+        if p["mode"] == "vllm":
+            base = row
+        for k in ("decode_throughput_tps", "total_throughput_tps", "max_batch",
+                  "mean_batch"):
+            row[f"{k}_gain"] = row[k] / base[k] if base[k] else None
+        rows.append(row)
     return rows
+
+
+def offline_ablation(runs: list[tuple[dict, dict]]) -> list[dict]:
+    return [{"input": p["input"], "output": p["output"], "mode": p["mode"],
+             "decode_throughput_tps": m["decode_throughput_tps"],
+             "total_throughput_tps": m["total_throughput_tps"],
+             "max_batch": m["max_decode_batch"], "mean_batch": m["mean_decode_batch"],
+             "preemptions": m["preemptions"], "offloads": m["offloads"],
+             "fetch_time_s": m["fetch_time_s"]} for p, m in
+            ((p, rec["metrics"]) for p, rec in runs)]
 
 
 def slo_targets(env):
@@ -151,32 +233,8 @@ def slo_targets(env):
     return SLO_SCALE * m["ttft_p50_s"], SLO_SCALE * m["tpot_p50_s"], m
 
 
-def online(env, slo, quick=False):
-    rows = []
-    rates = ONLINE_RATES[::2] if quick else ONLINE_RATES
-    n = ONLINE_REQUESTS // (3 if quick else 1)
-    for rate in rates:
-        for mode in MODES:
-            t0 = time.perf_counter()
-            res = run(env, mode, *ONLINE, n, rate=rate, slo=slo)
-            m = res.metrics
-            ttft = res.first_token_s - res.arrival_s
-            multi = res.output_tokens >= 2
-            tpot = np.full(len(ttft), np.nan)
-            tpot[multi] = (res.finish_s[multi] - res.first_token_s[multi]) / \
-                (res.output_tokens[multi] - 1)
-            ok = (ttft <= slo[0]) & (~multi | (tpot <= slo[1]))
-            rows.append({"rate": rate, "mode": mode, "requests": n,
-                         "ttft_mean_s": float(np.nanmean(ttft)),
-                         "ttft_p50_s": m["ttft_p50_s"], "ttft_p90_s": m["ttft_p90_s"],
-                         "tpot_mean_s": float(np.nanmean(tpot)), "tpot_p50_s": m["tpot_p50_s"],
-                         "slo_attainment": float(np.mean(ok)),
-                         "output_tokens_per_s": m["tokens_per_s"],
-                         "mean_batch": m["mean_decode_batch"],
-                         "max_batch": m["max_decode_batch"], "offloads": m["offloads"],
-                         "buffer_events": m["buffer_events"],
-                         "preemptions": m["preemptions"], "wall_s": time.perf_counter() - t0})
-    return rows
+def online(runs: list[tuple[dict, dict]]) -> list[dict]:
+    return [{**rec["metrics"], "wall_s": rec["timing"].get("wall_s")} for _, rec in runs]
 
 
 def goodput(rows):
@@ -241,33 +299,77 @@ def plots(out, off_rows, on_rows):
     plt.close(fig)
 
 
+def stored(points: list[PointSpec], records: dict) -> list[tuple[dict, dict]]:
+    """(params, record) of each point; a failed point stops the script."""
+    out = []
+    for p in points:
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{p.params}: {rec['error']}")
+        out.append((p.params, rec))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--quick", action="store_true", help="fewer settings/requests (tests)")
     ap.add_argument("--no-plots", action="store_true")
+    add_output_arguments(ap, workers=1)
     a = ap.parse_args(argv)
-    os.makedirs(a.out, exist_ok=True)
     t0 = time.perf_counter()
-    env = setup()
-    off_rows = offline(env, a.quick)
+    groups = {"offline": offline_points(a.quick), "ablation": ablation_points(a.quick),
+              "alone": [serve("vllm", *ONLINE, 1)], "online": online_points(a.quick),
+              "settings": [PointSpec(settings_point, {"model": MODEL, "system": SYSTEM})]}
+    run_points([q for g in groups.values() for q in g], a, "ellm",
+               argv=None if argv is None else ["reproduce_ellm.py", *argv])
+    records = load_records(a.out)
+    got = {k: stored(g, records) for k, g in groups.items()}
+    off_rows = offline(got["offline"])
     write_csv(os.path.join(a.out, "ellm_offline.csv"), off_rows)
-    abl_rows = offline_ablation(env, a.quick)
+    abl_rows = offline_ablation(got["ablation"])
     write_csv(os.path.join(a.out, "ellm_offline_ablation.csv"), abl_rows)
-    slo_ttft, slo_tpot, alone = slo_targets(env)
-    on_rows = online(env, (slo_ttft, slo_tpot), a.quick)
+    alone = got["alone"][0][1]["metrics"]
+    slo_ttft, slo_tpot = SLO_SCALE * alone["ttft_p50_s"], SLO_SCALE * alone["tpot_p50_s"]
+    on_rows = online(got["online"])
     write_csv(os.path.join(a.out, "ellm_online.csv"), on_rows)
     good = goodput(on_rows)
     if not a.no_plots:
         plots(a.out, off_rows, on_rows)
+    slo = {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "scale": SLO_SCALE,
+           "uncontended_ttft_s": alone["ttft_p50_s"], "uncontended_tpot_s": alone["tpot_p50_s"]}
+    summary = summarize(off_rows, abl_rows, on_rows, good, slo,
+                        got["settings"][0][1]["metrics"], a.quick)
+    summary["wall_s"] = time.perf_counter() - t0
+    tmp = os.path.join(a.out, "ellm_summary.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(summary, f, indent=1, default=float)
+    os.replace(tmp, os.path.join(a.out, "ellm_summary.json"))
+    if a.json:
+        json.dump(summary, sys.stdout, default=float)
+        print()
+    else:
+        for r in off_rows:
+            print(f"{r['input']:>7}/{r['output']:<5} {r['mode']:6} decode "
+                  f"{r['decode_throughput_tps']:9.1f} tok/s  total "
+                  f"{r['total_throughput_tps']:9.1f} tok/s  max batch {r['max_batch']:4d}"
+                  f"  gains {r['decode_throughput_tps_gain']:.2f} "
+                  f"{r['total_throughput_tps_gain']:.2f} {r['max_batch_gain']:.2f}")
+        print("goodput (req/s):", good, " SLO:", summary["slo"])
+        print(f"wall {summary['wall_s']:.1f} s")
+    return 0
+
+
+def summarize(off_rows, abl_rows, on_rows, good, slo: dict, setting: dict,
+              quick: bool) -> dict:
+    """The summary's gains, tables and settings (``wall_s`` is added by the caller)."""
     longest = [r for r in off_rows if r["mode"] == "ellm"][-1]
-    acts = env["acts"]
     gib = 80 * 10**9
     ttft_gain = max((rb["ttft_mean_s"] / r["ttft_mean_s"] for r in on_rows
                      for rb in on_rows if r["mode"] == "ellm" and rb["mode"] == "vllm"
                      and rb["rate"] == r["rate"] and r["ttft_mean_s"] > 0), default=None)
-    summary = {
+    bpt = setting["activation_bytes_per_token"]
+    return {
         "decode_throughput_gain_longest": longest["decode_throughput_tps_gain"],
         "total_throughput_gain_longest": longest["total_throughput_tps_gain"],
         "max_batch_gain_longest": longest["max_batch_gain"],
@@ -280,37 +382,17 @@ def main(argv=None) -> int:
         "goodput": good,
         "goodput_gain": (good["ellm"] / good["vllm"]) if good["vllm"] else None,
         "ttft_gain_max": ttft_gain,
-        "slo": {"ttft_s": slo_ttft, "tpot_s": slo_tpot, "scale": SLO_SCALE,
-                "uncontended_ttft_s": alone["ttft_p50_s"],
-                "uncontended_tpot_s": alone["tpot_p50_s"]},
-        "activation_share": {"2k": 2048 * acts.bytes_per_token / gib,
-                             "200k": 200000 * acts.bytes_per_token / gib},
+        "slo": slo,
+        "activation_share": {"2k": 2048 * bpt / gib, "200k": 200000 * bpt / gib},
         "paper": PAPER,
         "settings": {"model": MODEL, "system": SYSTEM, "dtype": DTYPE, "context": CONTEXT,
-                     "pool_bytes": env["pool"], "cpu_buffer_bytes": CPU_BUFFER,
-                     "max_batch": MAX_BATCH, "quick": a.quick,
-                     "iteration_time_model": env["tables"].label,
-                     "interpolation_error": env["tables"].error_summary(),
-                     "device": env["evaluator"].summary()},
-        "wall_s": time.perf_counter() - t0,
+                     "pool_bytes": setting["pool_bytes"], "cpu_buffer_bytes": CPU_BUFFER,
+                     "max_batch": MAX_BATCH, "quick": quick,
+                     "iteration_time_model": setting["iteration_time_model"],
+                     "interpolation_error": setting["interpolation_error"],
+                     "device": setting["device"]},
     }
-    tmp = os.path.join(a.out, "ellm_summary.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(summary, f, indent=1, default=float)
-    os.replace(tmp, os.path.join(a.out, "ellm_summary.json"))
-    if a.json:
-        json.dump(summary, sys.stdout, default=float)
-        print()
-    else:
-        for r in off_rows:
-            print(f"{r['input']:>7}/{r['output']:<5} {r['mode']:6} decode {r['decode_throughput_tps']:9.1f} "
-                  f"tok/s  total {r['total_throughput_tps']:9.1f} tok/s  max batch {r['max_batch']:4d}"
-                  f"  gains {r['decode_throughput_tps_gain']:.2f} {r['total_throughput_tps_gain']:.2f}"
-                  f" {r['max_batch_gain']:.2f}")
-        print("goodput (req/s):", good, " SLO:", summary["slo"])
-        print(f"wall {summary['wall_s']:.1f} s")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_guard(main))

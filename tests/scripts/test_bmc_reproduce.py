@@ -1,5 +1,6 @@
 """scripts/reproduce_bmc.py: one JSON object with the required keys and the paper's
-qualitative findings (sqrt(N) scaling, analytical T within 2x)."""
+qualitative findings (sqrt(N) scaling, analytical T within 2x); its points are stored, and
+a rerun with --resume computes none of them and writes the same files."""
 import json
 import os
 import subprocess
@@ -12,11 +13,15 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_bmc.py"
 NS = ("128", "512", "1024", "2048", "4096")
 
 
-def _run(tmp_path, *extra):
+def _call(tmp_path, *extra):
     env = dict(os.environ, H2M2SIM_CACHE=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"),
-                          "--json", *extra], capture_output=True, text=True, env=env,
-                         timeout=900)
+    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"),
+                           "--json", *extra], capture_output=True, text=True, env=env,
+                          timeout=900)
+
+
+def _run(tmp_path, *extra):
+    out = _call(tmp_path, *extra)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)        # the whole stdout is one JSON object
 
@@ -42,6 +47,15 @@ def test_reproduce_bmc_json_cpu_only(tmp_path):
     for f in ("latency_vs_T.csv", "optimum.csv", "speculative.csv", "speedups.csv",
               "breakdown.csv", "devices.csv", "summary.json"):
         assert (out / f).stat().st_size > 0
+    before = (out / "optimum.csv").read_text()
+    refused = _call(tmp_path, "--no-npu", "--no-plots")
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    again = _call(tmp_path, "--no-npu", "--no-plots", "--resume")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "29 already done, 0 computed" in again.stderr
+    assert (out / "optimum.csv").read_text() == before
+    res.pop("runtime_s")
+    assert {k: v for k, v in json.loads(again.stdout).items() if k != "runtime_s"} == res
 
 
 @pytest.mark.slow
