@@ -13,11 +13,13 @@ import time
 import numpy as np
 
 from . import console
+from .energy import dram_energy
 from .errors import SimError
 from .guard import guarded
 from .memory import MemorySystem
 from .schema import positive_int
 from .spec import load_standard
+from .stats import DramStats
 from .trace import Trace
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,8 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
            "row_misses": stats["row_misses"], "row_conflicts": stats["row_conflicts"],
            "commands": stats["commands"], "reads": stats["reads"], "writes": stats["writes"],
            "wall_s": wall, "requests_per_s": n / wall if wall > 0 else None,
-           "threads": threads, "controller": controller, "repeat": repeat}
+           "threads": threads, "controller": controller, "repeat": repeat,
+           "energy": energy_report(ms, stats)}
     if as_json:
         print(json.dumps(out))
         return
@@ -133,9 +136,26 @@ def report(ms: MemorySystem, label_key: str, label: str, n: int, stats: dict, wa
     print(f"  row buffer     {100 * stats['row_hit_rate']:.1f}% hits ({stats['row_hits']} hits, "
           f"{stats['row_misses']} misses, {stats['row_conflicts']} conflicts)")
     print("  commands       " + ", ".join(f"{k} {v}" for k, v in stats["commands"].items() if v))
+    print("  energy         " + energy_line(out["energy"]))
     print(f"  simulator      {wall:.3f} s wall, {n / wall / 1e6:.2f} M requests/s"
           + (f" ({threads} threads)" if threads > 1 else "") + f", {controller} controller"
           + (f", fastest of {repeat} runs" if repeat > 1 else ""))
+
+
+def energy_report(ms: MemorySystem, stats: dict) -> dict | None:
+    """The run's energy (see :mod:`dram_models.energy`) as plain data, None when the
+    standard has no power parameters."""
+    e = dram_energy(ms.spec, DramStats(**stats))
+    return None if e is None else e.as_dict(stats["bytes"])
+
+
+def energy_line(e: dict | None) -> str:
+    if e is None:
+        return "unavailable (the standard has no power section)"
+    per_bit = f"{e['pj_per_bit']:.2f} pJ/bit" if e["pj_per_bit"] is not None else "no data"
+    parts = ", ".join(f"{k[:-3]} {e[k] / 1e3:.2f}" for k in
+                      ("act_nj", "rdwr_nj", "refresh_nj", "background_nj", "io_nj"))
+    return f"{e['total_nj'] / 1e3:.3f} uJ, {per_bit} ({parts} uJ)"
 
 
 def main_guard(parser: argparse.ArgumentParser, run, argv=None) -> int:

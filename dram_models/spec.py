@@ -219,6 +219,71 @@ class CommandBus:
                        doc="slots of a refresh (all- or per-bank)")
 
 
+#: Supply rails a power section may name (DDR4/DDR5: VDD, VPP; LPDDR4: VDD1, VDD2;
+#: LPDDR5/5X: VDD1, VDD2H, VDD2L; HBM: VDD, VPP). VDDQ (I/O) is not a rail here: its
+#: energy is the per-bit I/O figure of :class:`Power`.
+RAILS = ("VDD", "VPP", "VDD1", "VDD2", "VDD2H", "VDD2L")
+_IDD = "JEDEC IDD measurement conditions (JESD79-4/-5, JESD209-4/-5, JESD235/238)"
+
+
+def _current(doc: str, default: Any = dataclasses.MISSING) -> Any:
+    return param(default, ge=0, le=1e5, unit="mA", doc=doc, source=_IDD)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rail:
+    """Datasheet currents of one supply rail of one device (the DRAMPower inputs), mA.
+    The power-down currents IDD2P/IDD3P are recorded but unused: the controller never
+    enters power-down."""
+
+    name: str = param(choices=RAILS, doc="supply rail")
+    voltage: float = param(gt=0, le=5, unit="V", doc="rail voltage")
+    idd0: float = _current("one bank ACT-PRE cycling at tRC")
+    idd2n: float = _current("precharge standby (all banks closed)")
+    idd3n: float = _current("active standby (a bank open)")
+    idd4r: float = _current("burst read, continuous")
+    idd4w: float = _current("burst write, continuous")
+    idd5b: float = _current("all-bank refresh burst (REF every tRFC)")
+    idd5pb: Optional[float] = _current("per-bank refresh burst (REFpb every tRFCpb); "
+                                       "default: a REFpb costs the all-bank refresh energy "
+                                       "divided by the REFpb count per tREFI", None)
+    idd2p: Optional[float] = _current("precharge power-down (not modelled)", None)
+    idd3p: Optional[float] = _current("active power-down (not modelled)", None)
+
+    def _check(self):
+        for name in ("idd0", "idd4r", "idd4w", "idd5b", "idd5pb"):
+            v = getattr(self, name)
+            if v is not None and v < self.idd3n and v < self.idd2n:
+                raise ConfigError(name, f"must be >= the standby current (idd2n "
+                                  f"{self.idd2n} mA), got {v}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Power:
+    """Power parameters of one device, for :mod:`dram_models.energy` (DRAMPower's method).
+    A *device* is what one set of datasheet currents describes: one x4/x8/x16 chip of a
+    DDR rank, one x16 LPDDR channel die, one HBM (pseudo-)channel of one stack ID. A
+    (pseudo-)channel rank holds ``channel_width_bits / device_width_bits`` devices."""
+
+    device_width_bits: int = param(ge=1, le=4096, unit="bits", doc="data bits of one "
+                                   "device", source="datasheet organization (x4/x8/x16)")
+    rails: tuple[Rail, ...] = param(doc="supply rails and their currents")
+    io_read_pj_per_bit: float = param(ge=0, le=100, unit="pJ/bit", doc="I/O and "
+                                      "termination energy of one bit read",
+                                      source="datasheet VDDQ currents or papers")
+    io_write_pj_per_bit: float = param(ge=0, le=100, unit="pJ/bit", doc="I/O and "
+                                       "termination energy of one bit written",
+                                       source="datasheet VDDQ currents or papers")
+    sources: dict[str, str] = param(default_factory=dict, doc="where the numbers come from")
+
+    def _check(self):
+        if not self.rails:
+            raise ConfigError("rails", "needs at least one supply rail")
+        names = [r.name for r in self.rails]
+        if len(set(names)) != len(names):
+            raise ConfigError("rails", f"each rail once, got {names}")
+
+
 # Address-mapping names understood everywhere a mapping is asked for; any other string is
 # parsed as a bit order (see dram_models.mapping).
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -259,6 +324,8 @@ class DramSpec:
     command_bus: CommandBus = param(default_factory=CommandBus, doc="command-bus occupancy")
     controller: ControllerConfig = param(default_factory=ControllerConfig,
                                          doc="default controller settings")
+    power: Optional[Power] = param(None, doc="device currents and I/O energy (no energy "
+                                   "report without them)")
     per_bank_refresh: bool = param(False, doc="the standard has per-bank refresh")
     description: str = param("", doc="free text")
     sources: dict[str, str] = param(default_factory=dict, doc="where the numbers come from")
@@ -285,6 +352,10 @@ class DramSpec:
                               f"{t.tCL + round(bl) - t.tCWL} CK (the read's data must leave "
                               f"the bus before the write's arrives), got {t.tRTW}")
         self.ticks_per_ck                      # raises unless the slots fit a tick grid
+        if self.power and self.organization.channel_width_bits % self.power.device_width_bits:
+            raise ConfigError("power.device_width_bits", f"must divide channel_width_bits "
+                              f"({self.organization.channel_width_bits}), got "
+                              f"{self.power.device_width_bits}")
         if self.controller.refresh == "per_bank" and not self.per_bank_refresh:
             raise ConfigError("controller.refresh", f"{self.name} has no per-bank refresh; "
                               "use all_bank or none")
