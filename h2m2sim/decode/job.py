@@ -189,7 +189,8 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         out["breakdown"] = {sl: {s: _piece_dict(p, p.time_ns) for s, p in d.items()}
                             for sl, d in lay.sublayers.items()}
         out["boundary_ns"] = lay.boundary_ns
-        energy = _layer_energy(lay, (side,), model.layers)
+        energy = _layer_energy(lay, sides, model.layers)   # the idle side too
+    elif mapper == "hierarchical":
         h = run_hierarchical(system, model, batch, lens, opts.policy, opts.fault_ns, dtype,
                              sim_fid, translate, cache, attention=att)
         out.update(granularity="hierarchical", decision_s=0.0,
