@@ -1,5 +1,5 @@
 """Physical quantities behind result columns: a readable name and a unit read from a
-column's name, and the scale (ns -> us/ms/s, bytes -> KB/MB/GB) that makes its
+column's name, and the scale (ns -> us/ms/s, bytes -> KB/MB/GB, J -> mJ/uJ) that makes its
 numbers read well on an axis.
 
 Metric names carry their unit as a suffix (``iteration_time_ns``, ``kv_bytes``,
@@ -59,6 +59,8 @@ SIZE = Dimension("size", (Unit("B", 1.0), Unit("KB", 1e3), Unit("MB", 1e6), Unit
                           Unit("TB", 1e12)))
 BANDWIDTH = Dimension("bandwidth", (Unit("B/s", 1.0), Unit("KB/s", 1e3), Unit("MB/s", 1e6),
                                     Unit("GB/s", 1e9), Unit("TB/s", 1e12)))
+ENERGY = Dimension("energy", (Unit("pJ", 1e-12), Unit("nJ", 1e-9), Unit("uJ", 1e-6),
+                              Unit("mJ", 1e-3), Unit("J", 1.0)))
 
 #: Name suffix -> (dimension, the unit the column is stored in). Longest suffix wins.
 DIMENSIONS: dict[str, tuple[Dimension, Unit]] = {
@@ -67,6 +69,8 @@ DIMENSIONS: dict[str, tuple[Dimension, Unit]] = {
     "_bytes": (SIZE, SIZE.units[0]), "_kb": (SIZE, SIZE.units[1]),
     "_mb": (SIZE, SIZE.units[2]), "_gb": (SIZE, SIZE.units[3]),
     "_gbps": (BANDWIDTH, BANDWIDTH.units[3]),
+    "_pj": (ENERGY, ENERGY.units[0]), "_nj": (ENERGY, ENERGY.units[1]),
+    "_j": (ENERGY, ENERGY.units[4]),
 }
 
 #: Suffixes of rates and counts shown as a unit but never rescaled.

@@ -15,7 +15,9 @@ sweep workers in other processes can import it.
 When ``policy.baseline`` names a system, the job runs a second time on it (baseline
 config = same config with ``system`` replaced by the baseline and no baseline of its
 own) and the metrics gain ``baseline_<T>`` and ``speedup = baseline_<T> / <T>``, where
-``<T>`` is the kind's time metric in :data:`TIME_METRIC`.
+``<T>`` is the kind's time metric in :data:`TIME_METRIC`; when both report the kind's
+energy metric ``<E>`` (:data:`ENERGY_METRIC`, J per token), also ``baseline_<E>`` and
+``relative_energy = <E> / baseline_<E>``.
 
 A job may also report wall-clock times (``decision_s``, a name with the word ``wall``;
 rule in :func:`h2m2sim.store.is_wall_time`). They vary from run to run, so :func:`run`
@@ -40,7 +42,8 @@ from h2m2sim.registry import Registry
 from h2m2sim.serving.job import run_serving
 from h2m2sim.store import split_timing
 
-__all__ = ["JOBS", "TIME_METRIC", "job_kind", "get_job", "run", "RunResult", "JobError"]
+__all__ = ["JOBS", "TIME_METRIC", "ENERGY_METRIC", "job_kind", "get_job", "run", "RunResult",
+           "JobError"]
 
 Job = Callable[[Any], Mapping[str, Any]]
 
@@ -53,6 +56,12 @@ JOBS.register("serving", run_serving)
 TIME_METRIC: dict[str, str] = {
     "iteration": "iteration_time_ns",
     "serving": "total_time_ns",
+}
+
+#: Workload kind -> the energy metric (J per token) that ``relative_energy`` compares.
+ENERGY_METRIC: dict[str, str] = {
+    "iteration": "energy_per_token_j",
+    "serving": "energy_per_output_token_j",
 }
 
 
@@ -124,4 +133,16 @@ def _run(cfg: Any, job: Job | None) -> tuple[dict[str, Any], dict[str, Any]]:
     ours, theirs = metrics[t], base[t]
     metrics[f"baseline_{t}"] = theirs
     metrics["speedup"] = theirs / ours if ours else math.inf
+    metrics.update(_relative_energy(metrics, base, ENERGY_METRIC.get(kind)))
     return metrics, timing
+
+
+def _relative_energy(ours: dict[str, Any], base: dict[str, Any], e: str | None
+                     ) -> dict[str, Any]:
+    """``baseline_<E>`` and ``relative_energy = <E> / baseline_<E>`` (below 1: ours
+    spends less per token) when both runs report the energy metric ``e``."""
+    if e is None or e not in ours or e not in base:
+        return {}
+    theirs = base[e]
+    return {f"baseline_{e}": theirs,
+            "relative_energy": ours[e] / theirs if theirs else math.inf}

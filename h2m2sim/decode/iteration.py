@@ -27,22 +27,29 @@ from typing import Sequence
 import numpy as np
 
 from dram_models.schema import to_dict
+from dram_models.stats import DramStats
 from h2m2sim.cache import cached
 from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping, Problem, SublayerTimes
 from h2m2sim.model import (ModelSpec, build_layer_graph, footprint, kernels,
                            normalize_batch, partition_layer, split_units, transfers)
+from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.npu.simulate import run_kernels
 from h2m2sim.parallel import map_ordered
+from h2m2sim.system.chip import ENERGY_FIELDS as CHIP_ENERGY
+from h2m2sim.system.mmu import ENERGY_FIELDS as MMU_ENERGY
 
 CACHE_NS = "system-piece"
+#: version of what a cached piece holds (2: activity counts and DRAM statistics)
+PIECE_VERSION = 2
 PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
                 "stall_tlb_ns", "bytes", "tlb_hits", "tlb_misses", "flops")
 
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
-    """Time and breakdown of kernels run back to back on one side (ns, bytes)."""
+    """Time and breakdown of kernels run back to back on one side (ns, bytes), and the
+    side's :class:`~h2m2sim.npu.energy.Activity` for its energy."""
 
     time_ns: float = 0.0
     compute_ns: float = 0.0
@@ -53,12 +60,15 @@ class Piece:
     tlb_hits: float = 0.0
     tlb_misses: float = 0.0
     flops: float = 0.0
+    activity: Activity = Activity()
 
     def __add__(self, other: "Piece") -> "Piece":
-        return Piece(*(getattr(self, f) + getattr(other, f) for f in PIECE_FIELDS))
+        return Piece(*(getattr(self, f) + getattr(other, f) for f in PIECE_FIELDS),
+                     activity=self.activity + other.activity)
 
     def scale(self, k: float) -> "Piece":
-        return Piece(*(getattr(self, f) * k for f in PIECE_FIELDS))
+        return Piece(*(getattr(self, f) * k for f in PIECE_FIELDS),
+                     activity=self.activity.scaled(k))
 
 
 def _tensor_sig(t) -> tuple:
@@ -76,8 +86,14 @@ def kernel_signature(k) -> tuple:
 
 def _side_key(system, side: str) -> str:
     spec = system.side(side)
-    blob = json.dumps({"side": to_dict(spec), "mmu": to_dict(system.mmu)}, sort_keys=True,
-                      default=str)
+    # energy prices change no timing: a sweep over them reuses the simulations
+    side_d, mmu_d = to_dict(spec), to_dict(system.mmu)
+    for f in CHIP_ENERGY:
+        side_d["chip"].pop(f, None)
+    for f in MMU_ENERGY:
+        mmu_d.pop(f, None)
+    blob = json.dumps({"side": side_d, "mmu": mmu_d, "piece": PIECE_VERSION},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -151,6 +167,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
                           f"got {attention!r}")
     tasks = []
     skey = _side_key(system, side)
+    dram_spec = system.side(side).dram_spec
     for group, count, members in _groups(ks):
         if attention == "fused" and count > 1:
             fused = fuse_requests(members)
@@ -164,10 +181,13 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
             if r.deadlock:
                 raise ConfigError("system", f"the simulation of {group[0].name} on side "
                                   f"{side} deadlocked")
-            return {f: float(getattr(r, f)) for f in PIECE_FIELDS}
+            return {**{f: float(getattr(r, f)) for f in PIECE_FIELDS},
+                    "counts": result_counts(r), "dram": r.dram.as_dict()}
 
         def run(key=key, compute=compute):
-            return cached(CACHE_NS, key, compute, **(cache or {}))
+            d = cached(CACHE_NS, key, compute, **(cache or {}))
+            return Piece(**{f: d[f] for f in PIECE_FIELDS},
+                         activity=activity(d["counts"], dram_spec, DramStats(**d["dram"])))
 
         # what the simulation costs grows with the bytes it moves
         nbytes = sum(t.bytes for k in group for t in list(k.operands) + list(k.outputs))
@@ -177,8 +197,8 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
 def _sum_piece(results, counts) -> Piece:
     total = Piece()
-    for d, count in zip(results, counts):
-        total = total + Piece(**{f: d[f] for f in PIECE_FIELDS}).scale(count)
+    for piece, count in zip(results, counts):
+        total = total + piece.scale(count)
     return total
 
 

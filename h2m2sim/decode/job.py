@@ -12,6 +12,7 @@ nested ``breakdown[sublayer][side]`` with time, compute, memory/TLB stalls, barr
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,9 +30,11 @@ from h2m2sim.mapping import (
     head_aware_time,
 )
 from h2m2sim.model import normalize_batch
+from h2m2sim.npu.energy import Activity, activity, kernel_counts, stream_stats
 
+from .energy import IterationEnergy, iteration_energy
 from .hierarchical import run_hierarchical
-from .iteration import build_problem, run_layer, sublayer_tables
+from .iteration import build_problem, layer_kernels, run_layer, sublayer_tables
 
 __all__ = ["IterationOptions", "check_iteration", "check_iteration_fits", "run_iteration",
            "simulate", "estimate_tables"]
@@ -126,6 +129,41 @@ def _piece_dict(p, wall: float) -> dict:
             "barrier_wait_ns": max(0.0, wall - p.time_ns), "bytes": p.bytes}
 
 
+def _layer_energy(lay, sides, first: float, second: float | None = None,
+                  other=None, layers_first: dict | None = None) -> IterationEnergy:
+    """Activities and busy time of the sides over the iteration: ``first`` copies of
+    the layer ``lay`` (and, for a sublayer-granular mapping, per sublayer
+    ``layers_first[sl]`` copies of ``lay`` and the rest of ``other``)."""
+    act = {s: Activity() for s in sides}
+    busy = {s: 0.0 for s in sides}
+    for sl, d in lay.sublayers.items():
+        k = first if layers_first is None else layers_first[sl]
+        runs = [(d, k)] if other is None else [(d, k), (other.sublayers[sl], second - k)]
+        for pieces, n in runs:
+            for s, p in pieces.items():
+                act[s] = act[s] + p.activity.scaled(n)
+                busy[s] += p.time_ns * n
+    return IterationEnergy(act, busy, lay.transfer_bytes * first)
+
+
+def _estimate_energy(system, model, batch, lens, split, sides, dtype) -> IterationEnergy:
+    """Analytic activities of the kernels under ``split``; DRAM as one sequential
+    stream of each side's bytes (no engine run, so no busy time: the sides' background
+    is priced over the whole iteration)."""
+    per, xfers = layer_kernels(model, batch, lens, split, sides, dtype)
+    L = model.layers
+    act = {}
+    for s in sides:
+        ks = [k for (side, _), group in per.items() if side == s for k in group]
+        rd = float(sum(k.read_bytes for k in ks))
+        wr = float(sum(k.write_bytes for k in ks))
+        spec = system.side(s).dram_spec
+        stats = stream_stats(spec, rd + wr, 0.0, wr / (rd + wr) if rd + wr else 0.0)
+        act[s] = activity(kernel_counts(ks, system.mmu.page_size), spec, stats).scaled(L)
+    link = float(sum(x.bytes for x in xfers)) * L
+    return IterationEnergy(act, {s: 0.0 for s in sides}, link)
+
+
 def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dict | None = None,
              dtype: str | None = None, fidelity: str = "sampled", cache: dict | None = None,
              ) -> dict:
@@ -152,6 +190,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         out["breakdown"] = {sl: {s: _piece_dict(p, p.time_ns) for s, p in d.items()}
                             for sl, d in lay.sublayers.items()}
         out["boundary_ns"] = lay.boundary_ns
+        energy = _layer_energy(lay, sides, model.layers)   # the idle side too
     elif mapper == "hierarchical":
         h = run_hierarchical(system, model, batch, lens, opts.policy, opts.fault_ns, dtype,
                              sim_fid, translate, cache, attention=att)
@@ -162,6 +201,12 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
                    resident_bytes=h.resident_bytes)
         out["breakdown"] = {sl: {s: _piece_dict(p, p.time_ns) for s, p in d.items()}
                             for sl, d in h.layer.sublayers.items()}
+        first, second = sides
+        cached_side = _layer_energy(h.layer, (first,), model.layers)
+        energy = IterationEnergy(
+            {first: cached_side.activity[first], second: Activity()},
+            {first: h.compute_ns, second: h.migration_ns}, 0.0, h.migrated_bytes,
+            second, first)
     else:
         problem = build_problem(system, model, batch, lens, dtype)
         times = None
@@ -181,6 +226,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         if fidelity == "estimate":
             est = estimate_tables(problem)
             out["iteration_time_ns"] = head_aware_time(problem, est, m.split)
+            energy = _estimate_energy(system, model, batch, lens, m.split, sides, dtype)
         elif m.granularity == "sublayer":
             L = model.layers
             full = {sl: problem.units[sl] for sl in SUBLAYERS}
@@ -196,6 +242,9 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
                 total += k * t1 + (L - k) * t2 + L * on_first.boundary_ns[sl]
             out["iteration_time_ns"] = total
             out.update({f"layers_first_{sl}": m.layers_first[sl] for sl in SUBLAYERS})
+            energy = _layer_energy(on_first, sides, 0, L, on_second, m.layers_first)
+            # link bytes as the time above counts them (the all-first layer's boundary)
+            energy = dataclasses.replace(energy, link_bytes=on_first.transfer_bytes * L)
         else:
             lay = run_layer(system, model, batch, lens, m.split, sides, dtype, sim_fid,
                             translate, cache, att)
@@ -206,10 +255,15 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
             out["boundary_ns"] = lay.boundary_ns
             out["interconnect_ns"] = lay.interconnect_ns
             out["transfer_bytes_per_layer"] = lay.transfer_bytes
+            energy = _layer_energy(lay, sides, model.layers)
         if times is not None:
             out["predicted_iteration_ns"] = m.predicted_ns
     out["iteration_ms"] = out["iteration_time_ns"] / 1e6
     out["tokens_per_s"] = batch / (out["iteration_time_ns"] * 1e-9)
+    out.update(iteration_energy(system, energy, out["iteration_time_ns"], batch,
+                                "estimate" if fidelity == "estimate" and
+                                out["granularity"] not in ("single-side", "hierarchical")
+                                else "engine"))
     return out
 
 

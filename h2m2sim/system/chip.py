@@ -18,9 +18,17 @@ from dram_models.errors import ConfigError
 from dram_models.schema import deep_merge, load, param
 from h2m2sim.registry import Registry
 
-__all__ = ["NpuChipConfig", "CHIP_PRESETS", "resolve_chip"]
+__all__ = ["NpuChipConfig", "CHIP_PRESETS", "resolve_chip", "ENERGY_FIELDS"]
 
 _T2 = "H2M2 Table 2"
+#: Energy figures: Horowitz, "Computing's energy problem (and what we can do about it)",
+#: ISSCC 2014, Fig. 1.1.9 (45 nm, 0.9 V). Used as published, not scaled to another node
+#: (the H2M2 paper names none): a chip at a newer node would spend less per operation.
+_HOROWITZ = "Horowitz ISSCC 2014 (45 nm)"
+#: Energy fields: they price a run's activity but do not change its timing, so the
+#: simulation caches leave them out of their keys.
+ENERGY_FIELDS = ("mm_mac_pj", "mv_mac_pj", "vector_op_pj", "spm_read_pj_per_byte",
+                 "spm_write_pj_per_byte")
 #: Bound of a unit's pipeline latency, cycles. The cycle-level run lets the DRAM engine
 #: idle through every latency refresh by refresh, so a latency of 2^53 cycles would run
 #: for days; real pipelines are tens of cycles deep.
@@ -92,6 +100,27 @@ class NpuChipConfig:
         0, ge=0, unit="bytes", doc="bytes per DMA descriptor; 0 = the channel-interleave "
         "granularity of the side's address mapping (at least 256 B, at most 64 KiB and "
         "one page)", source="chosen: one descriptor per channel-interleave unit")
+    # ---- energy (INT8 operands, as the H2M2 chip computes)
+    mm_mac_pj: float = param(
+        0.3, ge=0, le=1e3, unit="pJ", doc="energy of one multiply-accumulate in the MM "
+        "unit: an 8-bit multiply and a 32-bit accumulate",
+        source=f"{_HOROWITZ}: 8-bit mult 0.2 pJ + 32-bit add 0.1 pJ")
+    mv_mac_pj: float = param(
+        0.25, ge=0, le=1e3, unit="pJ", doc="energy of one multiply-accumulate in the MV "
+        "unit: an 8-bit multiply and its share of the adder tree (one add per product)",
+        source=f"{_HOROWITZ}: 8-bit mult 0.2 pJ + 16-bit add 0.05 pJ")
+    vector_op_pj: float = param(
+        1.1, ge=0, le=1e4, unit="pJ", doc="energy of one vector-unit or SFU operation "
+        "(the kernel's vector op count: FP16 adds, multiplies, lookups)",
+        source=f"{_HOROWITZ}: 16-bit FP mult 1.1 pJ (the costlier of FP16 add 0.4 pJ and "
+        "mult)")
+    spm_read_pj_per_byte: float = param(
+        2.5, ge=0, le=1e4, unit="pJ/byte", doc="energy per byte read from the scratchpad "
+        "(a bank of the banked buffer)",
+        source=f"{_HOROWITZ}: 64-bit read of a 32 KB SRAM 20 pJ, / 8 bytes")
+    spm_write_pj_per_byte: float = param(
+        2.5, ge=0, le=1e4, unit="pJ/byte", doc="energy per byte written to the scratchpad",
+        source=f"{_HOROWITZ}: as a read (the paper gives one SRAM figure per access)")
     tile_overhead_cycles: int = param(0, ge=0, le=MAX_LATENCY_CYCLES, unit="cycles",
                                       doc="fixed cycles added to each tile's compute "
                                       "(instruction issue)",

@@ -127,6 +127,10 @@ class InterconnectSpec:
     latency_ns: float = param(500.0, ge=0, unit="ns", doc="latency of one transfer over "
                               "the link (setup + flight)",
                               source="assumed; the paper gives no value")
+    energy_pj_per_bit: float = param(
+        1.17, ge=0, le=1e3, unit="pJ/bit", doc="energy per bit moved over the link",
+        source="Poulton et al., 'A 1.17-pJ/b, 25-Gb/s/pin ground-referenced single-ended "
+        "serial link for off- and on-package communication', JSSC 2019 (16 nm)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

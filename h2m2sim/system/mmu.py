@@ -18,12 +18,14 @@ import numpy as np
 from dram_models.errors import ConfigError
 from dram_models.schema import param
 
-__all__ = ["MmuSpec", "PTE_BYTES", "MIN_PAGE", "MAX_PAGE", "check_page_size"]
+__all__ = ["MmuSpec", "ENERGY_FIELDS", "PTE_BYTES", "MIN_PAGE", "MAX_PAGE", "check_page_size"]
 
 #: bytes per entry of the flat page table (one 64-bit frame number + flags)
 PTE_BYTES = 8
 MIN_PAGE = 4 * 2**10
 MAX_PAGE = 2**30
+#: Energy fields (they change no timing; simulation caches leave them out of their keys)
+ENERGY_FIELDS = ("tlb_lookup_pj", "walk_pj")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,6 +48,16 @@ class MmuSpec:
     miss_mode: Literal["fixed", "walk"] = param(
         "fixed", doc="fixed: every miss costs miss_ns; walk: every miss reads its page-table "
         "entry through the side's DRAM (flat table: one read)")
+    tlb_lookup_pj: float = param(
+        240.0, ge=0, le=1e6, unit="pJ", doc="energy of one TLB lookup (one set of "
+        "tlb_ways 8-byte entries read and compared)",
+        source="Horowitz ISSCC 2014 (45 nm): 64-bit SRAM read 10 pJ (8 KB) to 20 pJ "
+        "(32 KB); 15 pJ at the 16 KB TLB, x 16 ways")
+    walk_pj: float = param(
+        15.0, ge=0, le=1e6, unit="pJ", doc="energy of a page-table walk besides the DRAM "
+        "read of its entry (which the DRAM model prices): the walker's TLB fill, one "
+        "entry written",
+        source="Horowitz ISSCC 2014 (45 nm): one 64-bit write of a 16 KB SRAM, as a read")
     virtual_bytes: int = param(2**40, unit="bytes", doc="size of the virtual (logical) "
                                "address space; the flat page table has virtual_bytes / "
                                "page_size entries of 8 B per side",

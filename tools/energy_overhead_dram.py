@@ -1,7 +1,7 @@
 """Wall-time cost of the DRAM energy report: a bench run with and without computing
 energy from its statistics.
 
-    python tools/energy_overhead.py [--standard lpddr5-6400] [--requests 1000000]
+    python tools/energy_overhead_dram.py [--standard lpddr5-6400] [--requests 1000000]
 
 Energy is computed after the run from command counts (a few dozen float operations), so
 its share of a bench run should be about zero; the script fails (exit 1) at 10 % or more.
