@@ -318,11 +318,16 @@ ENERGY_COLUMNS = ["energy_model", "system", "model", "batch", "seq", "energy_per
                   "relative_energy"]
 
 
-def _side_busy_ns(breakdown: dict) -> dict:
-    """Busy time (ns) of each side in one simulated layer, summed over sublayers."""
+def _side_busy_ns(r: dict, sides: list[str]) -> dict:
+    """Busy time (ns) of each side in one simulated layer, summed over sublayers. At
+    ``estimate`` fidelity no per-side times exist: each side is then taken busy for the
+    whole layer (an upper bound; communication excluded)."""
+    if not r.get("breakdown"):
+        per_layer = (r["iteration_time_ns"] - r.get("communication_ns", 0.0)) / r["layers"]
+        return {side: per_layer * r.get("layers_simulated", 1) for side in sides}
     busy: dict = {}
-    for sides in breakdown.values():
-        for side, d in sides.items():
+    for by_side in r["breakdown"].values():
+        for side, d in by_side.items():
             busy[side] = busy.get(side, 0.0) + d["time_ns"]
     return busy
 
@@ -340,8 +345,9 @@ def _energy_rows(res: list[dict]) -> tuple[list[dict], bool]:
         key = {"system": r["label"], "model": r["model"], "batch": r["batch"],
                "seq": r["seq"]}
         layers = r["layers"] / r.get("layers_simulated", 1)
-        e = static_energy_per_token_j(_side_busy_ns(r["breakdown"]), _side_power_w(r["label"]),
-                                      layers, r["batch"])
+        power = _side_power_w(r["label"])
+        e = static_energy_per_token_j(_side_busy_ns(r, list(power)), power, layers,
+                                      r["batch"])
         rows.append({"energy_model": "paper-static", **key, "energy_per_token_j": e})
         if r.get("energy_per_token_j") is None:
             missing = True
