@@ -2,6 +2,7 @@
 does it stop? (The ODMA papers' premise.)
 
     python scripts/paged_random_access.py --out DIR [--json] [--batch 64] [--context 1024]
+        [--resume] [--workers N | --scheduler ADDRESS]
 
 For each memory (LPDDR5: the ``mlu370-x4`` card; HBM3: the ``h2m2`` preset's HBM side,
 same 4-core chip) and each KV layout (contiguous; paged with blocks of 16, 32, 64, 128,
@@ -14,6 +15,14 @@ byte extents (DeepSeek-R1-Distill-Qwen-7B, per-card share under 4-way tensor par
 Attention bandwidth efficiency = achieved GB/s of the K/V reads of the layout divided by
 that of the contiguous layout on the same memory. Writes DIR/paged_random_access.csv and
 DIR/paged_random_access.png; --json prints the rows.
+
+Each (memory, layout) simulation is a point of the result store in DIR
+(``points/<key>.json``, ``results.csv``, ``provenance.json``; docs/performance/README.md,
+"Running and resuming reproductions") returning the attention's detail; the files are
+written from the stored records, the efficiency computed then. A DIR that holds results
+is refused unless ``--resume`` is given (another setting may then be added to it), which
+runs only the missing points; ``--workers N`` (default one per usable core) or
+``--scheduler ADDRESS`` (Dask) runs them elsewhere.
 """
 from __future__ import annotations
 
@@ -23,32 +32,65 @@ import json
 import os
 import sys
 
+from h2m2sim.errors import SimError
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
+
 BLOCKS = (16, 32, 64, 128, 256)
 MEMORIES = {"lpddr5": ("mlu370-x4", "lpddr"), "hbm3": ("h2m2", "hbm")}
+MODEL = "deepseek-r1-distill-qwen-7b"
+
+
+def attention_point(p: dict) -> dict:
+    """One layer's decode attention on one memory with one KV layout (``block_tokens``
+    0: contiguous): the evaluator's attention detail and the side's peak bandwidth."""
+    from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
+    from h2m2sim.model import load_model
+    from h2m2sim.serving.cycle_eval import CycleEvaluator
+    system, side = MEMORIES[p["memory"]]
+    ev = CycleEvaluator(load_model(p["model"]), system, side, cards=4, seed=p["seed"])
+    lay = KVLayout.paged(p["block_tokens"]) if p["block_tokens"] else CONTIGUOUS
+    return {**ev.attention_detail(p["batch"], p["context"], lay),
+            "peak_gbps": ev.system.side(side).bandwidth_gbps}
+
+
+def points(batch: int, context: int, blocks: list[int], seed: int
+           ) -> dict[tuple[str, int], PointSpec]:
+    """(memory, block tokens; 0 = contiguous) -> point, contiguous first per memory."""
+    return {(mem, b): PointSpec(attention_point, {
+        "memory": mem, "model": MODEL, "block_tokens": b, "batch": batch,
+        "context": context, "seed": seed}) for mem in MEMORIES for b in [0, *blocks]}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--blocks", default=",".join(map(str, BLOCKS)))
     ap.add_argument("--seed", type=int, default=0)
+    add_output_arguments(ap)
     args = ap.parse_args(argv)
     from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
-    from h2m2sim.model import load_model
-    from h2m2sim.serving.cycle_eval import CycleEvaluator
-    os.makedirs(args.out, exist_ok=True)
-    model = load_model("deepseek-r1-distill-qwen-7b")
     blocks = [int(b) for b in args.blocks.split(",") if b]
+    for b in blocks:  # a bad block size is refused before --out is used
+        KVLayout.paged(b)
+    pts = points(args.batch, args.context, blocks, args.seed)
+    run_points(list(pts.values()), args, "paged_random_access",
+               argv=None if argv is None else ["paged_random_access.py", *argv])
+    records = load_records(args.out)
     rows = []
     for mem, (system, side) in MEMORIES.items():
-        ev = CycleEvaluator(model, system, side, cards=4, seed=args.seed)
-        peak = ev.system.side(side).bandwidth_gbps
-        base = ev.attention_detail(args.batch, args.context, CONTIGUOUS)
-        for lay in [CONTIGUOUS] + [KVLayout.paged(b) for b in blocks]:
-            d = ev.attention_detail(args.batch, args.context, lay)
+        details = {}
+        for b in [0, *blocks]:
+            rec = records[pts[(mem, b)].key]
+            if rec.get("error"):
+                raise SimError(f"{pts[(mem, b)].params}: {rec['error']}")
+            details[b] = rec["metrics"]
+        base = details[0]
+        for b, d in details.items():
+            lay = KVLayout.paged(b) if b else CONTIGUOUS
+            peak = d["peak_gbps"]
             rows.append({"memory": mem, "system": f"{system}:{side}", "layout": str(lay),
                          "block_tokens": lay.block_tokens,
                          "run_bytes": d["kv_bytes"] // 2 // d["runs"],
@@ -87,4 +129,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main_guard(main))

@@ -7,35 +7,68 @@ Writes ``fig3_footprint.csv`` and ``fig3_footprint.png`` into ``--out`` and prin
 Footprints are for all decoder layers (per-layer footprint x layers), in the model's dtype
 (INT8 for the H2M2 models) unless ``--dtype`` says otherwise.
 
-    python scripts/reproduce_fig3_footprint.py --out results/fig3
+    python scripts/reproduce_fig3_footprint.py --out results/fig3 [--resume]
+        [--workers N | --scheduler ADDRESS]
+
+Each sequence length is a point of the result store in ``--out`` (``points/<key>.json``,
+``results.csv``, ``provenance.json``; docs/performance/README.md, "Running and resuming
+reproductions"), and the files are written from the stored records. A folder that holds
+results is refused unless ``--resume`` is given (another setting may then be added to
+it), which computes only the missing lengths; ``--workers N`` (default one: a point is
+a few milliseconds) or ``--scheduler ADDRESS`` (Dask) runs them elsewhere.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
-from dram_models.errors import SimError
+from h2m2sim.errors import SimError
 from h2m2sim.model import SUBLAYERS, footprint, load_model
+from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweep.tasks import PointSpec, load_records
 
 
-def rows_for(model_name: str, batch: int, seqs: list[int], dtype: str | None) -> list[dict]:
-    model = load_model(model_name)
+def footprint_row(p: dict) -> dict:
+    """One sequence length (a point of the result store): bytes per sublayer and kind
+    over all decoder layers, and each sublayer's share of the total."""
+    model = load_model(p["model"])
+    fp = footprint(model, p["batch"], p["seq"], dtype=p["dtype"])
+    row = {"seq": p["seq"]}
+    for sub in SUBLAYERS:
+        for kind in ("weight", "kv", "activation"):
+            row[f"{sub}_{kind}_bytes"] = fp[sub][kind] * model.layers
+        row[f"{sub}_bytes"] = sum(fp[sub].values()) * model.layers
+    total = sum(row[f"{sub}_bytes"] for sub in SUBLAYERS)
+    row["total_bytes"] = total
+    for sub in SUBLAYERS:
+        row[f"{sub}_share"] = round(row[f"{sub}_bytes"] / total, 6)
+    return row
+
+
+def points(model_name: str, batch: int, seqs: list[int], dtype: str | None
+           ) -> list[PointSpec]:
+    return [PointSpec(footprint_row, {"model": model_name, "batch": batch, "seq": s,
+                                      "dtype": dtype}) for s in seqs]
+
+
+def rows_of(pts: list[PointSpec], records: dict) -> list[dict]:
+    """The figure's table, one row per point, from the stored records."""
     rows = []
-    for s in seqs:
-        fp = footprint(model, batch, s, dtype=dtype)
-        row = {"seq": s}
-        for sub in SUBLAYERS:
-            for kind in ("weight", "kv", "activation"):
-                row[f"{sub}_{kind}_bytes"] = fp[sub][kind] * model.layers
-            row[f"{sub}_bytes"] = sum(fp[sub].values()) * model.layers
-        total = sum(row[f"{sub}_bytes"] for sub in SUBLAYERS)
-        row["total_bytes"] = total
-        for sub in SUBLAYERS:
-            row[f"{sub}_share"] = round(row[f"{sub}_bytes"] / total, 6)
-        rows.append(row)
+    for p in pts:
+        rec = records[p.key]
+        if rec.get("error"):
+            raise SimError(f"{p.params}: {rec['error']}")
+        rows.append(rec["metrics"])
     return rows
+
+
+def seq_list(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of lengths: {text!r}") \
+            from None
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -69,21 +102,22 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--model", default="gpt3-175b")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--seqs", default="256,512,1024,2048", help="comma-separated lengths")
+    ap.add_argument("--seqs", type=seq_list, default="256,512,1024,2048",
+                    help="comma-separated lengths")
     ap.add_argument("--dtype", default=None, help="default: the model's (int8 for GPT3)")
     ap.add_argument("--no-plot", action="store_true")
+    add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    try:
-        seqs = [int(s) for s in args.seqs.split(",")]
-        rows = rows_for(args.model, args.batch, seqs, args.dtype)
-    except (SimError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    model = load_model(args.model)
+    for s in args.seqs:  # a bad setting is refused before --out is used (milliseconds)
+        footprint(model, args.batch, s, dtype=args.dtype)
+    pts = points(args.model, args.batch, args.seqs, args.dtype)
+    run_points(pts, args, "reproduce_fig3_footprint",
+               argv=None if argv is None else ["reproduce_fig3_footprint.py", *argv])
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    rows = rows_of(pts, load_records(out))
     csv_path = out / "fig3_footprint.csv"
     tmp = csv_path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="") as fh:
@@ -99,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * r['qkv_share']:>6.1f} {100 * r['attention_share']:>7.1f} "
               f"{100 * r['fc_share']:>6.1f}")
     if not args.no_plot:
-        model = load_model(args.model)
         plot(rows, out / "fig3_footprint.png",
              f"{model.name}, B={args.batch}, {args.dtype or model.dtype}: footprint by sublayer "
              "(H2M2 Fig. 3 trend)")
@@ -108,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main_guard(main))
