@@ -190,6 +190,13 @@ class Timing:
             raise ConfigError("tPBR2PBR", f"per-bank refreshes are due every tREFIpb = "
                               f"{self.tREFIpb} CK and could not keep up at one per "
                               f"{self.tPBR2PBR or self.tRRD_S} CK")
+        # every per-bank refresh bars all activations for tPBR2ACT: unless a row cycle
+        # fits between two of them, no request ever gets its ACT (a livelock)
+        pbr2act = self.tPBR2ACT or self.tRRD_S
+        if self.tREFIpb is not None and pbr2act + self.tRC >= self.tREFIpb:
+            raise ConfigError("tPBR2ACT", f"tPBR2ACT + tRC = {pbr2act} + {self.tRC} must "
+                              f"be < tREFIpb = {self.tREFIpb} CK (no activation could "
+                              "fit between per-bank refreshes)")
         # a wait longer than the time between refreshes is cut by every refresh (it
         # closes the rows), so the request behind it would never complete
         window = self.tREFI - self.tRFC

@@ -82,17 +82,18 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import logging
 import os
 import platform
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from h2m2sim import __version__
-from h2m2sim.errors import ConfigError
+from h2m2sim.errors import ConfigError, SimError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
            "built_revision", "environment", "cpu_model",
@@ -100,6 +101,8 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_
            "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
            "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
            "plan_digest", "now_iso"]
+
+log = logging.getLogger(__name__)
 
 FORMAT = "h2m2sim-sweep/2"  # /1 kept wall times among the metrics (read_point converts)
 
@@ -574,6 +577,36 @@ class ResultStore:
         with contextlib.suppress(OSError):
             self.points_dir.rmdir()
         remove_empty_dirs(self.root, self._created)
+
+    @contextlib.contextmanager
+    def filling(self, fresh: bool, extra: Sequence[str] = ()):
+        """Run the body that fills this store, then rebuild its CSVs. If the body fails,
+        a new store that finished no point is discarded (with its ``extra`` files) and a
+        resumed one keeps CSVs that match its stored points."""
+        try:
+            yield
+        except BaseException:
+            if fresh and not self.finished():
+                for name in extra:
+                    with contextlib.suppress(OSError):
+                        (self.root / name).unlink()
+                self.discard()
+            elif self.plan_path.exists():
+                with contextlib.suppress(SimError, OSError):  # the failure matters more
+                    self.rebuild()
+            raise
+        self.rebuild()
+
+    def error_count(self) -> int:
+        """Stored points whose run ended in an error."""
+        return sum(1 for _, rec in self.records() if rec.get("error"))
+
+    def warn_if_other_revision(self, resume: bool) -> None:
+        """Warn when resuming points computed at another git revision."""
+        old = self.meta().get("git_revision")
+        if resume and self.finished() and old != git_revision():
+            log.warning("resuming points computed at git revision %s with %s", old,
+                        git_revision())
 
     def point_path(self, config_hash: str) -> Path:
         return self.points_dir / f"{config_hash}.json"

@@ -118,8 +118,9 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
 def main(args: argparse.Namespace) -> int:
     log.info("reading %s", args.config)     # a first line before the imports below
     from h2m2sim import api
+    from h2m2sim.cache import config_hash
     cfg = api.load(args.config, args.sets)
-    log.info("simulating %s", _plan(cfg))
+    log.info("config %s: %s", config_hash(cfg)[:12], _plan(cfg))
     res = api.run(cfg, out=args.out or None, overwrite=args.overwrite)
     if args.json:
         print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))

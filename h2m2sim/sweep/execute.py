@@ -7,9 +7,9 @@ machines need no shared file system.
 
 A :class:`Backend` is entered (``with``) before the sweep writes its files, because
 entering is where it can fail: a Dask scheduler out of reach, or an address Dask cannot
-use, is one line before any sweep file exists. Local pool workers end themselves when the sweep process that
-started them is gone (even after SIGKILL, which no handler sees), so they never run on
-as orphans.
+use, is one line before any sweep file exists. Local pool workers end themselves when
+the sweep process that started them is gone (even after SIGKILL, which no handler
+sees), so they never run on as orphans.
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Run a sweep into a result store, resumably."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -12,9 +11,8 @@ from typing import Any, Callable
 from dram_models import console
 from h2m2sim import __version__, runner
 from h2m2sim.cache import plain
-from h2m2sim.errors import SimError
 from h2m2sim.store import ResultStore, git_revision, now_iso
-from h2m2sim.sweep.execute import Backend, backend_for
+from h2m2sim.sweep.execute import Backend, backend_for, run_point
 from h2m2sim.sweep.spec import Sweep
 
 log = logging.getLogger(__name__)
@@ -62,10 +60,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
             for p in sweep.points]
     fresh = store.check(sweep.axis_paths, plan, resume)
     done = store.finished()
-    old_rev = store.meta().get("git_revision")
-    if resume and done and old_rev != git_revision():
-        log.warning("resuming points computed at git revision %s with %s", old_rev,
-                    git_revision())
+    store.warn_if_other_revision(resume)
 
     by_hash: dict[str, Any] = {}
     for p in sweep.points:
@@ -81,57 +76,54 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
             todo.append((h, p.config, jobs[kind]))
 
     n_workers = workers or default_workers(sweep)
-    record = _Recorder(store, by_hash)
+    record = PointRecorder(store, lambda h: {"index": by_hash[h].index,
+                                             "params": by_hash[h].params,
+                                             "config": plain(by_hash[h].config)})
     store.prepare()
-    try:
+    with store.filling(fresh):
         if todo:
             with backend_for(n_workers, scheduler, len(todo)) as backend:
                 store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
                 record.run(backend, todo, sweep.name, progress)
         else:
             store.start(sweep.spec_yaml(), sweep.axis_paths, plan)
-    except BaseException:
-        if fresh and not store.finished():
-            store.discard()
-        elif store.plan_path.exists():
-            with contextlib.suppress(SimError, OSError):  # the failure matters more
-                store.rebuild()
-        raise
-    store.rebuild()
-    errors = sum(1 for _, rec in store.records() if rec.get("error"))
+    errors = store.error_count()
     return SweepReport(points=len(sweep.points), unique=len(by_hash), skipped=skipped,
                        ran=record.ran, errors=errors, csv_path=store.csv_path)
 
 
-class _Recorder:
+class PointRecorder:
     """Stores each point as it finishes, its wall times in the record's ``timing``;
-    ``results.csv`` is refreshed every :data:`REBUILD_EVERY_S` seconds meanwhile."""
+    ``results.csv`` is refreshed every :data:`REBUILD_EVERY_S` seconds meanwhile.
+    ``describe(key)`` gives the point's ``index`` and ``params`` (and ``config`` for a
+    run configuration), which the record keeps beside its result."""
 
-    def __init__(self, store: ResultStore, by_hash: dict[str, Any]):
-        self.store, self.by_hash = store, by_hash
+    def __init__(self, store: ResultStore, describe: Callable[[str], dict[str, Any]]):
+        self.store, self.describe = store, describe
         self.rev = git_revision()
         self.ran = 0
         self.last_rebuild = time.monotonic()
 
-    def run(self, backend: Backend, todo: list, name: str, progress: bool | None) -> None:
-        """Run ``todo`` on ``backend`` with a progress bar (None: on terminals only)."""
-        bar = console.progress(len(todo), name, unit="pt", enabled=progress)
+    def run(self, backend: Backend, tasks: list, name: str, progress: bool | None,
+            call: Callable[..., Any] = run_point) -> None:
+        """Run ``tasks`` on ``backend`` with a progress bar (None: on terminals only)."""
+        bar = console.progress(len(tasks), name, unit="pt", enabled=progress)
 
-        def on_done(h: str, result: dict[str, Any]) -> None:
-            self.write(h, result)
+        def on_done(key: str, result: dict[str, Any]) -> None:
+            self.write(key, result)
             bar.update(1)
         try:
-            backend.run(todo, on_done)
+            backend.run(tasks, on_done, call)
         finally:
             bar.close()
 
-    def write(self, h: str, result: dict[str, Any]) -> None:
-        point = self.by_hash[h]
+    def write(self, key: str, result: dict[str, Any]) -> None:
+        d = self.describe(key)
         self.store.write_point({
-            "config_hash": h, "index": point.index, "params": point.params,
+            "config_hash": key, "index": d["index"], "params": d["params"],
             "metrics": result["metrics"], "error": result["error"],
-            "config": plain(point.config), "h2m2sim_version": __version__,
-            "git_revision": self.rev,
+            **({"config": d["config"]} if "config" in d else {}),
+            "h2m2sim_version": __version__, "git_revision": self.rev,
             "timing": {**result["timing"], "finished_at": now_iso()}})
         self.ran += 1
         if time.monotonic() - self.last_rebuild > REBUILD_EVERY_S:

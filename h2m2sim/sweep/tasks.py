@@ -20,24 +20,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from h2m2sim import __version__
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError, SimError
-from h2m2sim.store import (ResultStore, atomic_write_json, git_revision, json_text, now_iso,
-                           split_timing, writing_to)
+from h2m2sim.store import (ResultStore, atomic_write_json, json_text, split_timing, writing_to)
 from h2m2sim.sweep.execute import backend_for
+from h2m2sim.sweep.run import PointRecorder
 
 __all__ = ["PointSpec", "TaskReport", "run_tasks", "call_function", "point_key",
            "load_records"]
 
-REBUILD_EVERY_S = 10.0  # results.csv is refreshed this often while points run
 PROVENANCE = "provenance.json"
 
 
@@ -149,33 +146,23 @@ def run_tasks(points: Sequence[PointSpec], out: str | Path, *, resume: bool = Fa
     else:
         fresh = store.check(axes, plan, resume)
     done = store.finished()
-    old_rev = store.meta().get("git_revision")
-    if resume and done and old_rev != git_revision():
-        print(f"warning: resuming points computed at git revision {old_rev} with "
-              f"{git_revision()}", file=sys.stderr)
+    store.warn_if_other_revision(resume)
     unique = {p.key: p for p in points}
     todo = [p for k, p in unique.items() if k not in done]
-    recorder = _Recorder(store, {e["config_hash"]: e for e in plan})
+    entries = {e["config_hash"]: e for e in plan}
+    recorder = PointRecorder(store, lambda key: entries[key])
     store.prepare()
-    try:  # the backend is entered first: a scheduler out of reach writes nothing
+    # the backend is entered first: a scheduler out of reach writes nothing
+    with store.filling(fresh, extra=(PROVENANCE,)):
         with (backend_for(workers, scheduler, len(todo)) if todo
               else contextlib.nullcontext()) as backend:
             store.start(_spec_text(points, name), axes, plan)
             if provenance is not None:
                 _append_provenance(store.root / PROVENANCE, provenance)
             if todo:
-                recorder.run(backend, todo, name, progress)
-    except BaseException:
-        if fresh and not store.finished():
-            with contextlib.suppress(OSError):
-                (store.root / PROVENANCE).unlink()
-            store.discard()
-        elif store.plan_path.exists():
-            with contextlib.suppress(SimError, OSError):  # the failure matters more
-                store.rebuild()
-        raise
-    store.rebuild()
-    errors = sum(1 for _, rec in store.records() if rec.get("error"))
+                recorder.run(backend, [(p.key, p.params, p.fn) for p in todo], name,
+                             progress, call_function)
+    errors = store.error_count()
     return TaskReport(points=len(points), unique=len(unique),
                       skipped=len(unique) - len(todo), ran=recorder.ran, errors=errors,
                       csv_path=store.csv_path)
@@ -196,40 +183,3 @@ def _append_provenance(path: Path, entry: Mapping[str, Any]) -> None:
         runs = []
     with writing_to(path.parent):
         atomic_write_json(path, {"runs": [*runs, dict(entry)]})
-
-
-class _Recorder:
-    """Stores each point as it finishes; ``results.csv`` is refreshed every
-    :data:`REBUILD_EVERY_S` seconds meanwhile."""
-
-    def __init__(self, store: ResultStore, entries: dict[str, dict[str, Any]]):
-        self.store, self.entries = store, entries
-        self.rev = git_revision()
-        self.ran = 0
-        self.last_rebuild = time.monotonic()
-
-    def run(self, backend: Any, todo: list[PointSpec], name: str,
-            progress: bool | None) -> None:
-        from tqdm import tqdm
-        bar = tqdm(total=len(todo), unit="pt", desc=name, dynamic_ncols=True,
-                   disable=None if progress is None else not progress, file=sys.stderr)
-
-        def on_done(key: str, result: dict[str, Any]) -> None:
-            self.write(key, result)
-            bar.update(1)
-        try:
-            backend.run([(p.key, p.params, p.fn) for p in todo], on_done, call_function)
-        finally:
-            bar.close()
-
-    def write(self, key: str, result: dict[str, Any]) -> None:
-        entry = self.entries[key]
-        self.store.write_point({
-            "config_hash": key, "index": entry["index"], "params": entry["params"],
-            "metrics": result["metrics"], "error": result["error"],
-            "h2m2sim_version": __version__, "git_revision": self.rev,
-            "timing": {**result["timing"], "finished_at": now_iso()}})
-        self.ran += 1
-        if time.monotonic() - self.last_rebuild > REBUILD_EVERY_S:
-            self.store.rebuild()
-            self.last_rebuild = time.monotonic()

@@ -72,6 +72,8 @@ NONSENSE = [
     # latencies the cycle-level run would idle through for days
     ("system.sides.hbm.chip.vector_latency=9007199254740992",
      "error: system.sides[0].chip.vector_latency: must be <= 65536"),
+    ("system.sides.hbm.dram.timing.tPBR2ACT=1024", "error: system.sides[0].dram.timing."
+     "tPBR2ACT: tPBR2ACT + tRC = 1024 + 72 must be < tREFIpb = 195 CK"),
     ("system.mmu.miss_ns=1.0e+15", "error: system.mmu.miss_ns: must be <= 1000000.0"),
     ("system.sides.lpddr.chip.dma_chunk_bytes=12", "error: system.sides[1].chip."
      "dma_chunk_bytes: must be 0 (automatic) or a multiple of the DRAM burst (32 bytes)"),
