@@ -343,9 +343,8 @@ class ServingLoop:
         st, prompt_l, gen, out_l, bpt = self.st, self.prompt_l, self.gen, self.out_l, self.bpt
         run, admit_t, first_t = self.running, self.admit_t, self.first_t
         both = pre + swin
-        prompts = np.array([prompt_l[r] + gen[r] for r in pre])
-        dt_pre = self.tables.prefill_s(prompts) if pre else 0.0
-        st["prefill_energy_j"] += self.tables.prefill_j(prompts) if pre else 0.0
+        dt_pre, de_pre = self.tables.prefill_cost([prompt_l[r] + gen[r] for r in pre])
+        st["prefill_energy_j"] += de_pre
         dt_swap = sum((prompt_l[r] + gen[r]) * bpt for r in swin) / self.host_bps
         dt = dt_pre + dt_swap
         t = self.t

@@ -1,6 +1,8 @@
-"""Iteration times for the serving loop: tables built from a point evaluator (cached on
-disk), bilinear interpolation with a measured error, and a clearly-labelled analytic
-placeholder evaluator.
+"""Iteration times and energies for the serving loop: tables built from a point
+evaluator (cached on disk), bilinear interpolation with a measured error, and a
+clearly-labelled analytic placeholder evaluator. Every table of times (s) has an energy
+table (J per iteration) on the same grid, from the same evaluator call
+(:meth:`~h2m2sim.compute.evaluator.PointEvaluator.cost`).
 
 The serving loop cannot afford a cycle-level simulation per iteration. Instead a
 *point evaluator* (:class:`~h2m2sim.compute.evaluator.PointEvaluator`) is sampled over a
@@ -381,6 +383,16 @@ class IterationTables:
 
     def prefill_s(self, prompt_tokens) -> float:
         return self._prefill(self.prefill, prompt_tokens)
+
+    def prefill_cost(self, prompt_tokens) -> tuple[float, float]:
+        """(seconds, joules) of one prefill iteration: :meth:`prefill_s` and
+        :meth:`prefill_j` with one interpolation (the loop's per-prefill price)."""
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        if p.size == 0:
+            return 0.0, 0.0
+        t, e = interp2_pair(self.batch_grid, self.token_grid, self.prefill,
+                            self.prefill_energy, float(p.size), float(p.mean()))
+        return float(t), float(e)
 
     def prefill_j(self, prompt_tokens) -> float:
         """Joules of the prefill iteration of :meth:`prefill_s`."""

@@ -165,3 +165,46 @@ def test_serve_json_has_energy(capsys, tmp_path, monkeypatch):
     assert m["energy_per_output_token_j"] == pytest.approx(m["energy_j"] / m["output_tokens"])
     assert m["energy_j"] == pytest.approx(sum(m["energy_breakdown_j"].values()))
     assert set(m["energy_interpolation_error"]) == set(m["interpolation_error"])
+
+
+def test_cycle_evaluator_prices_energy_like_the_estimate():
+    """The cycle-level points price their simulated pieces' activities: energy grows with
+    context and batch, and lands near the analytic estimate of the same iteration (the
+    estimate leaves out the LM head and streams DRAM ideally)."""
+    from h2m2sim.model import ModelSpec
+    from h2m2sim.serving.cycle_eval import CycleEvaluator
+    tiny = ModelSpec(name="tiny-gqa", layers=2, hidden=512, heads=4, kv_heads=1,
+                     head_dim=128, ffn_dim=1024, vocab=1024, max_context=8192, dtype="bf16")
+    ev = CycleEvaluator(tiny, "mlu370-x4", cards=1, cache=False)
+    est = EstimateEnergy(ev.system, ev.side, tiny, 1)
+    pts = [(1, 64), (1, 256), (4, 256)]
+    costs = [ev.cost("decode", b, np.full(b, n), CONTIGUOUS) for b, n in pts]
+    assert costs[0].energy_j < costs[1].energy_j < costs[2].energy_j
+    for (b, n), c in zip(pts, costs):
+        ratio = est.iteration_j("decode", b, np.full(b, n), c.time_s) / c.energy_j
+        assert 0.7 < ratio < 1.0
+    assert ev.cost("kv_copy", 1, np.array([256]), CONTIGUOUS).energy_j > 0
+
+
+def test_serving_job_with_a_baseline_has_relative_energy():
+    from types import SimpleNamespace as NS
+
+    from h2m2sim.model import load_model
+    from h2m2sim.runner import ENERGY_METRIC, _relative_energy
+    from h2m2sim.serving.job import run_serving
+
+    def cfg(cards):
+        system = resolve_system({"preset": "mlu370-x4", "name": f"x{cards}", "cards": cards})
+        return NS(workload=NS(serving=ServingConfig(trace="azure2023_code", max_requests=60,
+                                                    max_context_tokens=8192)),
+                  policy=NS(allocator="paged", allocator_params={}), system=system,
+                  model=load_model("deepseek-r1-distill-qwen-7b"),
+                  simulation=NS(fidelity="estimate", seed=0, cache=False, cache_dir=None))
+
+    ours, base = run_serving(cfg(2)), run_serving(cfg(1))
+    r = _relative_energy(ours, base, ENERGY_METRIC["serving"])
+    assert r["baseline_energy_per_output_token_j"] == base["energy_per_output_token_j"]
+    assert r["relative_energy"] == pytest.approx(ours["energy_per_output_token_j"]
+                                                 / base["energy_per_output_token_j"])
+    assert _relative_energy({"energy_per_output_token_j": None}, base,
+                            ENERGY_METRIC["serving"]) == {}
