@@ -141,7 +141,7 @@ def _relative_energy(ours: dict[str, Any], base: dict[str, Any], e: str | None
                      ) -> dict[str, Any]:
     """``baseline_<E>`` and ``relative_energy = <E> / baseline_<E>`` (below 1: ours
     spends less per token) when both runs report the energy metric ``e``."""
-    if e is None or e not in ours or e not in base:
+    if e is None or ours.get(e) is None or base.get(e) is None:   # None: not priced
         return {}
     theirs = base[e]
     return {f"baseline_{e}": theirs,

@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 #: Metrics always present in --json output (null where not applicable).
 JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
-             "requests_completed", "predictor_accuracy", "migration_rate")
+             "requests_completed", "predictor_accuracy", "migration_rate", "energy_j",
+             "energy_per_output_token_j")
 
 
 def _kv(items, what):
@@ -192,6 +193,8 @@ def _print_table(m) -> None:
         ("preemptions", _fmt(m["preemptions"])),
         ("migrations (rate)", f"{m['migrations']} ({_fmt(m['migration_rate'])})"),
         ("predictor accuracy", _fmt(m["predictor_accuracy"])),
+        ("energy (per output token)", f"{_fmt(m['energy_j'], ' J')} "
+                                      f"({_fmt(m['energy_per_output_token_j'], ' J')})"),
         ("iteration times", m["iteration_time_model"]),
     ]
     width = max(len(r[0]) for r in rows)

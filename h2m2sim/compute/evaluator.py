@@ -5,7 +5,9 @@ A point evaluator prices one iteration: ``evaluate(phase, batch,
 context_tokens_per_request, kv_layout)`` in seconds, for the phases ``decode`` (one
 token per request; attention reads the KV tokens each request holds, laid out as
 ``kv_layout``), ``prefill`` (the prompts) and ``kv_copy`` (a contiguous copy of
-``context_tokens_per_request[0]`` KV tokens, the price of a migration). Implementations:
+``context_tokens_per_request[0]`` KV tokens, the price of a migration). ``cost`` prices
+the same iteration in time and energy (:class:`PointCost`); an evaluator that does not
+price energy keeps the default, whose energy is NaN. Implementations:
 the cycle-level NPU and DRAM model (:mod:`h2m2sim.serving.cycle_eval`), a roofline
 device (:mod:`h2m2sim.compute.llm_roofline`) and the analytic placeholder
 (:class:`h2m2sim.serving.timing.AnalyticEvaluator`).
@@ -13,15 +15,26 @@ device (:mod:`h2m2sim.compute.llm_roofline`) and the analytic placeholder
 from __future__ import annotations
 
 import abc
+import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
 from h2m2sim.memory.kv_layout import KVLayout
 
-__all__ = ["PointEvaluator", "PHASES"]
+__all__ = ["PointEvaluator", "PointCost", "PHASES"]
 
 PHASES = ("prefill", "decode", "kv_copy")
+
+
+@dataclasses.dataclass(frozen=True)
+class PointCost:
+    """One iteration: ``time_s`` seconds and ``energy_j`` joules (all devices together;
+    NaN: not priced)."""
+
+    time_s: float
+    energy_j: float = math.nan
 
 
 class PointEvaluator(abc.ABC):
@@ -36,6 +49,12 @@ class PointEvaluator(abc.ABC):
     def evaluate(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
                  kv_layout: KVLayout) -> float:
         """Seconds of one iteration (module docstring)."""
+
+    def cost(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
+             kv_layout: KVLayout) -> PointCost:
+        """Seconds and joules of one iteration; this default prices time only."""
+        return PointCost(float(self.evaluate(phase, batch, context_tokens_per_request,
+                                             kv_layout)))
 
     @abc.abstractmethod
     def cache_key(self) -> Any:

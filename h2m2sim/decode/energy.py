@@ -18,9 +18,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from h2m2sim.npu.energy import Activity, side_energy_j, stream_energy
+from h2m2sim.npu.energy import (
+    Activity,
+    activity,
+    kernel_counts,
+    side_energy_j,
+    stream_energy,
+    stream_stats,
+)
 
-__all__ = ["IterationEnergy", "iteration_energy", "migration_energy_j", "DRAM_SOURCES"]
+from .iteration import layer_kernels
+
+__all__ = ["IterationEnergy", "iteration_energy", "estimate_energy", "migration_energy_j",
+           "DRAM_SOURCES"]
 
 #: ``energy_dram`` of a result: how its DRAM energy was priced
 DRAM_SOURCES = {
@@ -52,6 +62,25 @@ def migration_energy_j(system, nbytes: float, src: str, dst: str) -> float:
     rd = stream_energy(system.side(src).dram_spec, nbytes, 0.0).dram.total_nj
     wr = stream_energy(system.side(dst).dram_spec, nbytes, 0.0, 1.0).dram.total_nj
     return link + (rd + wr) * 1e-9
+
+
+def estimate_energy(system, model, batch, lens, split, sides, dtype=None,
+                    phase: str = "decode") -> IterationEnergy:
+    """Analytic activities of one ``phase`` iteration's kernels (all layers) under
+    ``split``; DRAM as one sequential stream of each side's bytes (no engine run, so no
+    busy time: the sides' background is priced over the whole iteration)."""
+    per, xfers = layer_kernels(model, batch, lens, split, sides, dtype, phase=phase)
+    L = model.layers
+    act = {}
+    for s in sides:
+        ks = [k for (side, _), group in per.items() if side == s for k in group]
+        rd = float(sum(k.read_bytes for k in ks))
+        wr = float(sum(k.write_bytes for k in ks))
+        spec = system.side(s).dram_spec
+        stats = stream_stats(spec, rd + wr, 0.0, wr / (rd + wr) if rd + wr else 0.0)
+        act[s] = activity(kernel_counts(ks, system.mmu.page_size), spec, stats).scaled(L)
+    link = float(sum(x.bytes for x in xfers)) * L
+    return IterationEnergy(act, {s: 0.0 for s in sides}, link)
 
 
 def iteration_energy(system, e: IterationEnergy, iteration_ns: float, batch: int,

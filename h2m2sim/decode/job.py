@@ -30,11 +30,11 @@ from h2m2sim.mapping import (
     head_aware_time,
 )
 from h2m2sim.model import normalize_batch
-from h2m2sim.npu.energy import Activity, activity, kernel_counts, stream_stats
+from h2m2sim.npu.energy import Activity
 
-from .energy import IterationEnergy, iteration_energy
+from .energy import IterationEnergy, estimate_energy, iteration_energy
 from .hierarchical import run_hierarchical
-from .iteration import build_problem, layer_kernels, run_layer, sublayer_tables
+from .iteration import build_problem, run_layer, sublayer_tables
 
 __all__ = ["IterationOptions", "check_iteration", "check_iteration_fits", "run_iteration",
            "simulate", "estimate_tables"]
@@ -146,24 +146,6 @@ def _layer_energy(lay, sides, first: float, second: float | None = None,
     return IterationEnergy(act, busy, lay.transfer_bytes * first)
 
 
-def _estimate_energy(system, model, batch, lens, split, sides, dtype) -> IterationEnergy:
-    """Analytic activities of the kernels under ``split``; DRAM as one sequential
-    stream of each side's bytes (no engine run, so no busy time: the sides' background
-    is priced over the whole iteration)."""
-    per, xfers = layer_kernels(model, batch, lens, split, sides, dtype)
-    L = model.layers
-    act = {}
-    for s in sides:
-        ks = [k for (side, _), group in per.items() if side == s for k in group]
-        rd = float(sum(k.read_bytes for k in ks))
-        wr = float(sum(k.write_bytes for k in ks))
-        spec = system.side(s).dram_spec
-        stats = stream_stats(spec, rd + wr, 0.0, wr / (rd + wr) if rd + wr else 0.0)
-        act[s] = activity(kernel_counts(ks, system.mmu.page_size), spec, stats).scaled(L)
-    link = float(sum(x.bytes for x in xfers)) * L
-    return IterationEnergy(act, {s: 0.0 for s in sides}, link)
-
-
 def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dict | None = None,
              dtype: str | None = None, fidelity: str = "sampled", cache: dict | None = None,
              ) -> dict:
@@ -226,7 +208,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         if fidelity == "estimate":
             est = estimate_tables(problem)
             out["iteration_time_ns"] = head_aware_time(problem, est, m.split)
-            energy = _estimate_energy(system, model, batch, lens, m.split, sides, dtype)
+            energy = estimate_energy(system, model, batch, lens, m.split, sides, dtype)
         elif m.granularity == "sublayer":
             L = model.layers
             full = {sl: problem.units[sl] for sl in SUBLAYERS}

@@ -56,6 +56,13 @@ follows the same choice (:class:`h2m2sim.serving.deployment.ServingDevice`).
 (an ODMA migration): a streaming copy of the card's share of n tokens of KV (all layers)
 on the DRAM engine.
 
+**Energy** (``cost``): every simulated piece keeps its activity (MACs, scratchpad
+bytes, TLB lookups and its DRAM run's statistics, :func:`h2m2sim.npu.energy.result_counts`),
+which adds and scales exactly as the piece's time does (layers, interpolation between
+powers of two, the linear and quadratic prefill extrapolations); the iteration's energy is
+:func:`h2m2sim.serving.energy.card_energy_j` of the sum, the DRAM idle while the cards
+wait on the all-reduces, times ``cards``.
+
 Every simulated piece is cached on disk (:func:`h2m2sim.cache.cached`, salted with the
 digest of the DRAM, NPU, memory, model and this module's code), and in memory for the
 life of the evaluator.
@@ -66,21 +73,25 @@ import dataclasses
 import hashlib
 import json
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dram_models.schema import to_dict
+from dram_models.stats import DramStats
 from h2m2sim.allocators.traffic import steady_state_layout
 from h2m2sim.cache import cached, code_digest
-from h2m2sim.compute.evaluator import PointEvaluator
+from h2m2sim.compute.evaluator import PointCost, PointEvaluator
 from h2m2sim.decode.iteration import layer_kernels
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.memory.system_memory import SystemMemory
 from h2m2sim.model import Kernel, TensorRef, dtype_bytes
 from h2m2sim.npu import run_kernels, simulate_kernel
+from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.system.config import resolve_system
+
+from .energy import allreduce_link_bytes, card_energy_j, energy_key
 
 __all__ = ["CycleEvaluator", "shard_model", "cycle_evaluator", "LINK_GBPS", "LINK_US",
            "PREFILL_DENSE_CAP", "PREFILL_ATTN_CAP", "attention_decode_ns"]
@@ -128,13 +139,38 @@ def shard_model(model, cards: int):
         decoupled_head_dim=True)
 
 
-def _pow2_interp(x: int, f) -> float:
+class Piece(NamedTuple):
+    """Simulated work: ``ns`` nanoseconds and its :class:`~h2m2sim.npu.energy.Activity`
+    (what the energy is priced from); adds and scales as one."""
+
+    ns: float
+    act: Activity
+
+    def __add__(self, other: "Piece") -> "Piece":
+        return Piece(self.ns + other.ns, self.act + other.act)
+
+    def scaled(self, k: float) -> "Piece":
+        return Piece(self.ns * k, self.act.scaled(k))
+
+
+ZERO_PIECE = Piece(0.0, Activity())
+
+
+def _pow2_interp(x: int, f) -> Piece:
     """f at ``x`` from f at the powers of two around it (linear in between)."""
     lo = 1 << (int(x).bit_length() - 1)
     if lo == x:
         return f(lo)
     hi = lo * 2
-    return f(lo) + (f(hi) - f(lo)) * (x - lo) / (hi - lo)
+    w = (x - lo) / (hi - lo)
+    return f(lo).scaled(1 - w) + f(hi).scaled(w)
+
+
+def _total(pieces) -> Piece:
+    out = ZERO_PIECE
+    for p in pieces:
+        out = out + p
+    return out
 
 
 def _split_groups(ctx: np.ndarray, groups: int = MAX_GROUPS) -> list[tuple[int, int]]:
@@ -223,7 +259,8 @@ def attention_decode_ns(system, side: str, shard, batch: int, n: int, kv_layout:
     d = res.dram.as_dict()
     return {"time_ns": float(res.time_ns), "kv_bytes": kv_bytes,
             "kv_time_ns": kv_ns, "kv_gbps": kv_bytes / kv_ns if kv_ns > 0 else 0.0,
-            "runs": int(len(size)), "row_hit_rate": float(d.get("row_hit_rate", float("nan")))}
+            "runs": int(len(size)), "row_hit_rate": float(d.get("row_hit_rate", float("nan"))),
+            "counts": result_counts(res), "dram": d}
 
 
 class CycleEvaluator(PointEvaluator):
@@ -272,7 +309,8 @@ class CycleEvaluator(PointEvaluator):
                           "cards": self.cards, "fidelity": self.fidelity,
                           "link_GBps": self.link_GBps, "link_us": self.link_us,
                           "translate": self.translate or "default",
-                          "pool_factor": self.pool_factor, "seed": self.seed}}
+                          "pool_factor": self.pool_factor, "seed": self.seed,
+                          "energy": energy_key(self.system, self.model, self.cards)}}
 
     def cache_salt(self) -> str:
         return code_digest("dram_models", "h2m2sim.npu", "h2m2sim.memory", "h2m2sim.model",
@@ -303,14 +341,25 @@ class CycleEvaluator(PointEvaluator):
         return self._memo[k]
 
     # ---- pieces (ns, per card, one layer unless said otherwise) ---------------------
+    @staticmethod
+    def _stored(r) -> dict:
+        """What a piece keeps of a simulation result: time, and its activity's counts
+        and DRAM statistics (energy prices are applied when it is used)."""
+        return {"time_ns": float(r.time_ns), "counts": result_counts(r),
+                "dram": r.dram.as_dict()}
+
+    def _as_piece(self, d: dict) -> Piece:
+        spec = self.system.side(self.side).dram_spec
+        return Piece(float(d["time_ns"]), activity(d["counts"], spec, DramStats(**d["dram"])))
+
     def _run(self, kernels) -> dict:
         r = run_kernels(self.system, self.side, kernels, fidelity=self.fidelity,
                         translate=self.translate)
         if r.deadlock:
             raise ConfigError("system", f"simulation of {kernels[0].name} deadlocked")
-        return {"time_ns": float(r.time_ns), "bytes": float(r.bytes)}
+        return {**self._stored(r), "bytes": float(r.bytes)}
 
-    def _dense_sim(self, tokens: int, phase: str) -> float:
+    def _dense_sim(self, tokens: int, phase: str) -> Piece:
         def fn():
             if phase == "decode":
                 per, _ = layer_kernels(self.shard, tokens, [1] * tokens, {}, (self.side,))
@@ -320,9 +369,13 @@ class CycleEvaluator(PointEvaluator):
             return {sl: self._run(per[(self.side, sl)]) for sl in ("qkv", "fc")}
 
         d = self._piece("dense", {"tokens": int(tokens), "phase": phase}, fn)
-        return float(d["qkv"]["time_ns"] + d["fc"]["time_ns"])
+        return self._as_piece(d["qkv"]) + self._as_piece(d["fc"])
 
     def dense_ns(self, tokens: int, phase: str = "decode") -> float:
+        """Nanoseconds of :meth:`dense`."""
+        return self.dense(tokens, phase).ns
+
+    def dense(self, tokens: int, phase: str = "decode") -> Piece:
         """qkv-linear + fc sublayers of one layer for ``tokens`` rows (decode: one token
         each of ``tokens`` requests; prefill: prompts totalling ``tokens`` tokens).
         Simulated at powers of two and interpolated linearly in between (the weights make
@@ -330,17 +383,21 @@ class CycleEvaluator(PointEvaluator):
         ``PREFILL_DENSE_CAP`` rows scales linearly (compute-bound)."""
         tokens = max(int(tokens), 1)
         if phase == "prefill" and tokens > PREFILL_DENSE_CAP:
-            return self._dense_sim(PREFILL_DENSE_CAP, phase) * tokens / PREFILL_DENSE_CAP
+            return self._dense_sim(PREFILL_DENSE_CAP, phase).scaled(tokens / PREFILL_DENSE_CAP)
         return _pow2_interp(tokens, lambda t: self._dense_sim(t, phase))
 
     def attention_ns(self, batch: int, n: int, kv_layout: KVLayout) -> float:
         """Decode attention of one layer for ``batch`` requests of ``n`` KV tokens."""
+        return self.attention(batch, n, kv_layout).ns
+
+    def attention(self, batch: int, n: int, kv_layout: KVLayout) -> Piece:
+        """:meth:`attention_ns` with its activity."""
         d = self._piece("attn", {"batch": int(batch), "n": int(n), "layout": str(kv_layout)},
                         lambda: attention_decode_ns(
                             self.system, self.side, self.shard, int(batch), int(n), kv_layout,
                             fidelity=self.fidelity, seed=self.seed,
                             pool_factor=self.pool_factor, translate=self.translate))
-        return float(d["time_ns"])
+        return self._as_piece(d)
 
     def attention_detail(self, batch: int, n: int, kv_layout: KVLayout) -> dict:
         self.attention_ns(batch, n, kv_layout)
@@ -348,29 +405,37 @@ class CycleEvaluator(PointEvaluator):
                                                     "layout": str(kv_layout)},
                                                    sort_keys=True))])
 
-    def _pattn_sim(self, p: int) -> float:
+    def _pattn_sim(self, p: int) -> Piece:
         def fn():
             per, _ = layer_kernels(self.shard, 1, [int(p)], {}, (self.side,), phase="prefill")
             return self._run(per[(self.side, "attention")])
-        return float(self._piece("pattn", {"p": int(p)}, fn)["time_ns"])
+        return self._as_piece(self._piece("pattn", {"p": int(p)}, fn))
 
     def prefill_attention_ns(self, p: int) -> float:
+        """Nanoseconds of :meth:`prefill_attention`."""
+        return self.prefill_attention(p).ns
+
+    def prefill_attention(self, p: int) -> Piece:
         """Causal attention of one prompt of ``p`` tokens in one layer (incl. its KV
         write): simulated at powers of two up to ``PREFILL_ATTN_CAP`` and interpolated;
         longer prompts scale with p^2 (the score and value products are compute-bound)."""
         p = max(int(p), 1)
         if p > PREFILL_ATTN_CAP:
-            return self._pattn_sim(PREFILL_ATTN_CAP) * (p / PREFILL_ATTN_CAP) ** 2
+            return self._pattn_sim(PREFILL_ATTN_CAP).scaled((p / PREFILL_ATTN_CAP) ** 2)
         return _pow2_interp(p, self._pattn_sim)
 
     def lm_head_ns(self, rows: int) -> float:
+        return self.lm_head(rows).ns
+
+    def lm_head(self, rows: int) -> Piece:
+        """The LM head for ``rows`` tokens (the card's vocabulary slice)."""
         def fn():
             op = "gemv" if rows == 1 else "gemm"
             r = simulate_kernel(self.system, self.side, op, int(rows), int(self.shard.hidden),
                                 int(self.shard.vocab), dtype=self.shard.dtype,
                                 fidelity=self.fidelity, translate=self.translate)
-            return {"time_ns": float(r.time_ns)}
-        return float(self._piece("lm_head", {"rows": int(rows)}, fn)["time_ns"])
+            return self._stored(r)
+        return self._as_piece(self._piece("lm_head", {"rows": int(rows)}, fn))
 
     def allreduce_ns(self, nbytes: float) -> float:
         """Ring all-reduce of ``nbytes`` over the cards: 2 (c-1) steps of nbytes / c."""
@@ -381,14 +446,18 @@ class CycleEvaluator(PointEvaluator):
 
     def copy_ns(self, tokens: int) -> float:
         """Streaming copy (read + write) of the card's share of ``tokens`` KV tokens."""
+        return self.copy(tokens).ns
+
+    def copy(self, tokens: int) -> Piece:
+        """:meth:`copy_ns` with its activity."""
         def fn():
             rows = 2 * int(self.shard.layers) * int(self.shard.kv_heads)
             r = simulate_kernel(self.system, self.side, "elementwise", rows, 1,
                                 max(int(tokens), 1) * int(self.shard.head_dim),
                                 dtype=self.shard.dtype, fidelity=self.fidelity,
                                 translate=self.translate)
-            return {"time_ns": float(r.time_ns)}
-        return float(self._piece("copy", {"tokens": int(tokens)}, fn)["time_ns"])
+            return self._stored(r)
+        return self._as_piece(self._piece("copy", {"tokens": int(tokens)}, fn))
 
     # ---- the PointEvaluator interface -------------------------------------------------
     def table_grid(self, grid):
@@ -397,24 +466,39 @@ class CycleEvaluator(PointEvaluator):
                                                           TABLE_TOKEN_POINTS))
 
     def evaluate(self, phase, batch, context_tokens_per_request, kv_layout) -> float:
+        return self.cost(phase, batch, context_tokens_per_request, kv_layout).time_s
+
+    def cost(self, phase, batch, context_tokens_per_request, kv_layout) -> PointCost:
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64).ravel()
         L = int(self.shard.layers)
         ar_row = int(self.shard.hidden) * self.shard.dtype_bytes()
         if phase == "kv_copy":
-            return self.copy_ns(int(round(float(ctx.sum())))) * 1e-9
+            return self._priced(self.copy(int(round(float(ctx.sum())))), 0.0, 0.0, 1)
         batch = int(batch)
         if batch < 1 or ctx.size != batch:
             raise ConfigError("batch", f"needs {batch} context lengths, got {ctx.size}")
         if phase == "decode":
-            attn = sum(self.attention_ns(b, n, kv_layout) for b, n in _split_groups(ctx))
-            layer = self.dense_ns(batch) + attn + 2 * self.allreduce_ns(batch * ar_row)
-            return (L * layer + self.lm_head_ns(batch)) * 1e-9
-        if phase == "prefill":
-            T = int(np.maximum(np.round(ctx), 1).sum())
-            attn = sum(b * self.prefill_attention_ns(n) for b, n in _split_groups(ctx))
-            layer = self.dense_ns(T, "prefill") + attn + 2 * self.allreduce_ns(T * ar_row)
-            return (L * layer + self.lm_head_ns(batch)) * 1e-9
-        raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
+            rows = batch
+            attn = _total(self.attention(b, n, kv_layout) for b, n in _split_groups(ctx))
+        elif phase == "prefill":
+            rows = int(np.maximum(np.round(ctx), 1).sum())
+            attn = _total(self.prefill_attention(n).scaled(b) for b, n in _split_groups(ctx))
+        else:
+            raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, "
+                              "kv_copy")
+        work = (self.dense(rows, phase) + attn).scaled(L) + self.lm_head(batch)
+        ar = self.allreduce_ns(rows * ar_row)
+        return self._priced(work, 2 * L * ar,
+                            2 * L * allreduce_link_bytes(self.cards, rows * ar_row), batch)
+
+    def _priced(self, work: Piece, wait_ns: float, link_bytes: float, batch: int
+                ) -> PointCost:
+        """Time (s) and energy (J, all cards) of ``work`` plus ``wait_ns`` of all-reduce
+        (the chip idle, its DRAM in background) moving ``link_bytes`` per card."""
+        total_ns = work.ns + wait_ns
+        e = card_energy_j(self.system, self.side, work.act, work.ns, total_ns, link_bytes,
+                          batch)
+        return PointCost(total_ns * 1e-9, self.cards * e)
 
 
 def cycle_evaluator(model, device, cfg, **options) -> CycleEvaluator:

@@ -346,7 +346,8 @@ class ElasticServingLoop(ServingLoop):
         """The prefill iteration of ``pre``; the offload of ``off`` overlaps it."""
         el, run, st = self.allocator, self.running, self.st
         prompt_l, gen, out_l = self.prompt_l, self.gen, self.out_l
-        dt_pre = self.tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre]))
+        dt_pre, de_pre = self.tables.prefill_cost([prompt_l[r] + gen[r] for r in pre])
+        st["prefill_energy_j"] += de_pre
         dt_off = el.link.transfer_s(off_bytes)
         dt = max(dt_pre, dt_off)       # layer-wise pipelined offload
         for r in pre:

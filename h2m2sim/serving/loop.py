@@ -43,7 +43,7 @@ from h2m2sim.errors import OutOfMemoryError
 from .config import ServingConfig
 from .timing import IterationTables, advance_blocks, advance_running
 
-__all__ = ["ServingResult", "ServingLoop", "percentiles"]
+__all__ = ["ServingResult", "ServingLoop", "percentiles", "energy_metrics"]
 
 
 def percentiles(x: np.ndarray) -> dict:
@@ -138,6 +138,7 @@ class ServingLoop:
         self.waiting: deque[int] = deque()
         self.layout = allocator.kv_layout
         self.tab = tables.table(self.layout)
+        self.etab = tables.energy_table(self.layout)
         self.bg, self.cg = tables.batch_grid, tables.token_grid
         self.host_bps = cfg.host_link_GBps * 1e9
         self.tag_of = allocator.bucket_tag \
@@ -149,7 +150,8 @@ class ServingLoop:
                    "preemptions": 0, "swap_bytes": 0, "migration_time_s": 0.0,
                    "swap_time_s": 0.0, "prefill_time_s": 0.0, "decode_time_s": 0.0,
                    "windows": 0, "fetch_time_s": 0.0, "offload_time_s": 0.0,
-                   "max_decode_batch": 0, "offload_exposed_s": 0.0}
+                   "max_decode_batch": 0, "offload_exposed_s": 0.0,
+                   "prefill_energy_j": 0.0, "decode_energy_j": 0.0, "migration_energy_j": 0.0}
         self.reserved_int = 0.0     # token-seconds of reserved KV
         self.used_int = 0.0         # token-seconds of KV actually held
         self.timeline = {"t": [], "reserved_tokens": [], "running": [], "waiting": []} \
@@ -341,8 +343,8 @@ class ServingLoop:
         st, prompt_l, gen, out_l, bpt = self.st, self.prompt_l, self.gen, self.out_l, self.bpt
         run, admit_t, first_t = self.running, self.admit_t, self.first_t
         both = pre + swin
-        dt_pre = self.tables.prefill_s(np.array([prompt_l[r] + gen[r] for r in pre])) \
-            if pre else 0.0
+        dt_pre, de_pre = self.tables.prefill_cost([prompt_l[r] + gen[r] for r in pre])
+        st["prefill_energy_j"] += de_pre
         dt_swap = sum((prompt_l[r] + gen[r]) * bpt for r in swin) / self.host_bps
         dt = dt_pre + dt_swap
         t = self.t
@@ -436,6 +438,7 @@ class ServingLoop:
                 dt = self.tables.kv_copy_s(ev.nbytes // self.bpt)
                 self._advance(dt, float(run.ctx[:run.m].sum()))
                 self.st["migration_time_s"] += dt
+                self.st["migration_energy_j"] += self.tables.kv_copy_j(ev.nbytes // self.bpt)
 
     # ------------------------------------------------------------------ decoding
     def make_room_for_decode(self) -> bool:
@@ -453,16 +456,18 @@ class ServingLoop:
         t_limit = self.arr_l[self.na] if (self.na < self.n and m < self.cfg.max_batch) \
             else np.inf
         if self.block is None:
-            k, dt, used, n_fin, n_grow = advance_running(
-                run.ctx, run.rem, run.cap, m, self.bg, self.cg, self.tab, self.t, t_limit)
+            k, dt, used, de, n_fin, n_grow = advance_running(
+                run.ctx, run.rem, run.cap, m, self.bg, self.cg, self.tab, self.etab, self.t,
+                t_limit)
             self.reserved_int += allocator.reserved_tokens * dt
         else:
-            k, dt, used, n_fin, n_grow = self._advance_blocks(m, t_limit)
+            k, dt, used, de, n_fin, n_grow = self._advance_blocks(m, t_limit)
         self.used_int += used
         self.t += dt
         st["decode_steps"] += k
         st["decode_token_steps"] += k * m
         st["decode_time_s"] += dt
+        st["decode_energy_j"] += de
         st["windows"] += 1
         if n_fin:      # a whole batch may be running: find the finished ones in NumPy
             for j in np.flatnonzero(run.rem[:m] == 0)[::-1]:
@@ -477,16 +482,16 @@ class ServingLoop:
         log_len = m * (min(int(run.rem[:m].min()), 4096) // block + 2)
         if self.grow_log.shape[0] < log_len:
             self.grow_log = np.zeros(log_len, dtype=np.int64)
-        k, dt, used, extra_int, n_log, n_fin = advance_blocks(
+        k, dt, used, extra_int, de, n_log, n_fin = advance_blocks(
             run.ctx, run.rem, run.cap, m, order, block, allocator.free_blocks, self.grow_log,
-            self.bg, self.cg, self.tab, self.t, t_limit)
+            self.bg, self.cg, self.tab, self.etab, self.t, t_limit)
         self.reserved_int += allocator.reserved_tokens * dt + extra_int
         if n_log:
             allocator.grow_blocks(run.idx[self.grow_log[:n_log]].tolist())
         # blocks are granted inside the next window; only a window that could not start
         # (k == 0: blocks exhausted) needs grow(), which preempts
         n_grow = 1 if k == 0 else 0
-        return k, dt, used, n_fin, n_grow
+        return k, dt, used, de, n_fin, n_grow
 
     def after_decode(self, dt: float) -> None:
         """Called after every decode window of ``dt`` seconds."""
@@ -508,6 +513,7 @@ class ServingLoop:
         m = request_metrics(self.arr, admit_t, first_t, finish_t, self.out, self.rejected,
                             self.cut, self.npre)
         m.update(self.resource_metrics(m["duration_s"]))
+        m.update(energy_metrics(m["energy_breakdown_j"], m["output_tokens"]))
         return m
 
     def resource_metrics(self, span: float) -> dict:
@@ -544,6 +550,8 @@ class ServingLoop:
             "iteration_time_model": self.tables.label,
             "cycle_level": self.tables.cycle_level,
             "interpolation_error": self.tables.error_summary(),
+            "energy_interpolation_error": self.tables.energy_error_summary(),
+            "energy_breakdown_j": self.energy_breakdown_j(),
         }
         if "n_regular" in s:   # ODMA-style routing statistics
             routed = s["n_regular"] + s["n_large_uncertain"] + s["n_large_no_bucket"]
@@ -554,6 +562,27 @@ class ServingLoop:
             m["large_bucket_bound"] = s.get("large_bound")
             m["bucket_refreshes"] = s.get("n_boundary_refreshes")
         return m
+
+    def energy_breakdown_j(self) -> dict | None:
+        """Joules of the iterations by kind, from the tables' energies (None when they
+        price none). Idle gaps and host-link transfers (swap, offload, fetch) are not
+        priced: their time is in ``time_breakdown_s``, no table holds their energy."""
+        if not self.tables.prices_energy:
+            return None
+        st = self.st
+        return {k: float(st[k]) for k in ("prefill_energy_j", "decode_energy_j",
+                                          "migration_energy_j")}
+
+
+def energy_metrics(breakdown: dict | None, output_tokens: int) -> dict:
+    """``energy_j`` (J, the run: the sum of ``breakdown``'s parts) and
+    ``energy_per_output_token_j`` (J per output token served); None when the
+    iteration tables price no energy (``breakdown`` None)."""
+    if breakdown is None:
+        return {"energy_j": None, "energy_per_output_token_j": None}
+    total = float(sum(breakdown.values()))
+    return {"energy_j": total,
+            "energy_per_output_token_j": total / output_tokens if output_tokens else None}
 
 
 def request_metrics(arr, admit_t, first_t, finish_t, out, rejected, cut, npre) -> dict:

@@ -20,7 +20,7 @@ import numpy as np
 from dram_models.console import progress
 from h2m2sim.registry import Registry
 
-from .loop import ServingLoop, ServingResult, request_metrics
+from .loop import ServingLoop, ServingResult, energy_metrics, request_metrics
 
 __all__ = ["ROUTERS", "serve_replicas"]
 
@@ -85,6 +85,7 @@ def _merged(loops: Sequence[ServingLoop], owner: np.ndarray) -> ServingResult:
     m = request_metrics(lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                         lp0.out, lp0.rejected, lp0.cut, pick["preemptions"])
     m.update(_resources(loops, m["duration_s"]))
+    m.update(energy_metrics(m["energy_breakdown_j"], m["output_tokens"]))
     events = [e for p in parts for e in p.events]
     return ServingResult(m, lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                          lp0.out, pick["preemptions"], lp0.rejected,
@@ -120,6 +121,9 @@ def _resources(loops: Sequence[ServingLoop], span: float) -> dict:
         if steps else None
     m["time_breakdown_s"] = {k: sum(e["time_breakdown_s"][k] for e in each)
                              for k in each[0]["time_breakdown_s"]}
+    if m["energy_breakdown_j"] is not None:
+        m["energy_breakdown_j"] = {k: sum(e["energy_breakdown_j"][k] for e in each)
+                                   for k in m["energy_breakdown_j"]}
     acc = [(e["predictor_accuracy"], a.counts["release"]) for e, a in zip(each, allocs)]
     if all(x is not None for x, _ in acc) and done:
         m["predictor_accuracy"] = sum(x * n for x, n in acc) / done

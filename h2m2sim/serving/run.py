@@ -21,7 +21,7 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.registry import Registry
 
 from .config import DeploymentConfig, ServingConfig
-from .cycle_eval import cycle_evaluator
+from .cycle_eval import cycle_evaluator, shard_model
 from .deployment import (
     DEFAULT_LAYOUT_EFFICIENCY,
     ServingDevice,
@@ -31,6 +31,7 @@ from .deployment import (
     prepare_prediction,
 )
 from .ellm import ActivationModel, ElasticServingLoop
+from .energy import EstimateEnergy
 from .loop import ServingLoop, ServingResult
 from .router import ROUTERS, serve_replicas
 from .timing import AnalyticEvaluator, IterationTables, TableGrid, build_tables
@@ -41,11 +42,15 @@ __all__ = ["serve", "simulate", "EVALUATORS", "analytic_evaluator"]
 
 def analytic_evaluator(model, device: ServingDevice, cfg: ServingConfig,
                        layout_efficiency=None) -> AnalyticEvaluator:
-    """The analytic placeholder for ``model`` on ``device`` (all devices together)."""
+    """The analytic placeholder for ``model`` on ``device`` (all devices together), its
+    energy estimated on the device's side (the first when it names none)."""
+    side = device.side or device.system.side_names[0]
     return AnalyticEvaluator.from_model(
         model, bandwidth_GBps=device.total_bandwidth_GBps,
         peak_tflops=device.peak_tflops * device.devices,
-        layout_efficiency=layout_efficiency or DEFAULT_LAYOUT_EFFICIENCY, dtype=cfg.kv_dtype)
+        layout_efficiency=layout_efficiency or DEFAULT_LAYOUT_EFFICIENCY, dtype=cfg.kv_dtype,
+        energy=EstimateEnergy(device.system, side, shard_model(model, device.devices),
+                              device.devices))
 
 
 EVALUATORS: Registry[Callable[..., Any]] = Registry("iteration-time evaluator",

@@ -1,6 +1,8 @@
-"""Iteration times for the serving loop: tables built from a point evaluator (cached on
-disk), bilinear interpolation with a measured error, and a clearly-labelled analytic
-placeholder evaluator.
+"""Iteration times and energies for the serving loop: tables built from a point
+evaluator (cached on disk), bilinear interpolation with a measured error, and a
+clearly-labelled analytic placeholder evaluator. Every table of times (s) has an energy
+table (J per iteration) on the same grid, from the same evaluator call
+(:meth:`~h2m2sim.compute.evaluator.PointEvaluator.cost`).
 
 The serving loop cannot afford a cycle-level simulation per iteration. Instead a
 *point evaluator* (:class:`~h2m2sim.compute.evaluator.PointEvaluator`) is sampled over a
@@ -27,15 +29,16 @@ import numpy as np
 from numba import njit
 
 from h2m2sim.cache import cached
-from h2m2sim.compute.evaluator import PHASES, PointEvaluator
+from h2m2sim.compute.evaluator import PHASES, PointCost, PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.parallel import map_ordered
 
 from .deployment import model_sizes
+from .energy import EstimateEnergy
 
 __all__ = ["AnalyticEvaluator", "TableGrid", "IterationTables", "build_tables", "interp2",
-           "decode_window", "advance_running", "advance_blocks"]
+           "interp2_pair", "decode_window", "advance_running", "advance_blocks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +52,11 @@ class AnalyticEvaluator(PointEvaluator):
     prefill: max(weights/(BW*e_c) + KV write/(BW*e_c),
                  (2*params*T + attn_prefill_flops*sum(p^2)) / peak) + overhead
     kv_copy: 2 * n * kv_bytes_per_token / (BW*e_c)
+
+    Energy (``cost``), when ``energy`` is given: the ``estimate``-fidelity energy of the
+    same iteration over the time above (:class:`~h2m2sim.serving.energy.EstimateEnergy`:
+    the kernel graph's MACs and bytes, DRAM as a sequential stream, background over the
+    whole iteration); NaN without it.
 
     with ``e_c = layout_efficiency["contiguous"]`` and ``e_L`` the efficiency of the run's
     layout, looked up by the layout's name (``"paged:16"``) or its kind (``"paged"``). Bytes are all devices together (tensor parallel, no communication
@@ -64,6 +72,7 @@ class AnalyticEvaluator(PointEvaluator):
     peak_tflops: float                   # all devices together
     layout_efficiency: Mapping[str, float]
     overhead_s: float = 0.0
+    energy: EstimateEnergy | None = None
     label: str = "analytic placeholder (bytes / bandwidth x given efficiency; NOT cycle-level)"
     cycle_level: bool = False
 
@@ -79,14 +88,17 @@ class AnalyticEvaluator(PointEvaluator):
     @classmethod
     def from_model(cls, model, *, bandwidth_GBps: float, peak_tflops: float,
                    layout_efficiency: Mapping[str, float], dtype: str = "fp16",
-                   overhead_s: float = 0.0) -> "AnalyticEvaluator":
-        """Sizes from a ModelSpec (see :func:`h2m2sim.serving.deployment.model_sizes`)."""
+                   overhead_s: float = 0.0, energy: EstimateEnergy | None = None
+                   ) -> "AnalyticEvaluator":
+        """Sizes from a ModelSpec (see :func:`h2m2sim.serving.deployment.model_sizes`);
+        ``energy`` prices the iterations' energy (None: not priced)."""
         s = model_sizes(model, dtype)
         return cls(weight_bytes=s["weight_bytes"], params=s["params"],
                    kv_bytes_per_token=s["kv_bytes_per_token"],
                    attn_flops_per_ctx_token=s["attn_flops_per_ctx_token"],
                    bandwidth_GBps=float(bandwidth_GBps), peak_tflops=float(peak_tflops),
-                   layout_efficiency=dict(layout_efficiency), overhead_s=float(overhead_s))
+                   layout_efficiency=dict(layout_efficiency), overhead_s=float(overhead_s),
+                   energy=energy)
 
     def efficiency(self, kv_layout: KVLayout) -> float:
         for name in (str(kv_layout), kv_layout.kind):
@@ -116,9 +128,17 @@ class AnalyticEvaluator(PointEvaluator):
             raise ConfigError("phase", f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
         return max(mem, flops / peak) + self.overhead_s
 
+    def cost(self, phase, batch, context_tokens_per_request, kv_layout) -> PointCost:
+        t = self.evaluate(phase, batch, context_tokens_per_request, kv_layout)
+        if self.energy is None:
+            return PointCost(t)
+        return PointCost(t, self.energy.iteration_j(phase, batch, context_tokens_per_request,
+                                                    t))
+
     def cache_key(self) -> Any:
-        d = dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["layout_efficiency"] = dict(sorted(self.layout_efficiency.items()))
+        d["energy"] = None if self.energy is None else self.energy.cache_key()
         return {"analytic": d}
 
 
@@ -174,30 +194,46 @@ def interp2(bg, cg, tab, b, c):
 
 
 @njit(cache=True)
-def decode_window(bg, cg, tab, batch, ctx_sum, k_max, t0, t_limit):
+def interp2_pair(bg, cg, tab, etab, b, c):
+    """:func:`interp2` of two tables on the same grid (time, energy) at (b, c): one
+    bracketing for both, so pricing energy costs the loop two more table reads."""
+    i, i1, wb = _bracket(bg, b)
+    j, j1, wc = _bracket(cg, c)
+    w00, w10 = (1 - wb) * (1 - wc), wb * (1 - wc)
+    w01, w11 = (1 - wb) * wc, wb * wc
+    t = w00 * tab[i, j] + w10 * tab[i1, j] + w01 * tab[i, j1] + w11 * tab[i1, j1]
+    e = w00 * etab[i, j] + w10 * etab[i1, j] + w01 * etab[i, j1] + w11 * etab[i1, j1]
+    return t, e
+
+
+@njit(cache=True)
+def decode_window(bg, cg, tab, etab, batch, ctx_sum, k_max, t0, t_limit):
     """Run up to ``k_max`` decode steps of a fixed batch whose total KV grows by ``batch``
-    tokens per step; stop after the step that reaches ``t_limit``. Returns (steps,
-    elapsed seconds, integral of KV tokens held over time in token-seconds)."""
+    tokens per step; stop after the step that reaches ``t_limit``. ``tab`` holds step
+    times (s), ``etab`` step energies (J). Returns (steps, elapsed seconds, integral of
+    KV tokens held over time in token-seconds, joules)."""
     elapsed = 0.0
     used = 0.0
+    energy = 0.0
     k = 0
     while k < k_max:
         total = ctx_sum + batch * k
-        dt = interp2(bg, cg, tab, float(batch), total / batch)
+        dt, de = interp2_pair(bg, cg, tab, etab, float(batch), total / batch)
         elapsed += dt
+        energy += de
         used += total * dt
         k += 1
         if t0 + elapsed >= t_limit:
             break
-    return k, elapsed, used
+    return k, elapsed, used, energy
 
 
 @njit(cache=True)
-def advance_running(ctx, rem, cap, m, bg, cg, tab, t0, t_limit):
+def advance_running(ctx, rem, cap, m, bg, cg, tab, etab, t0, t_limit):
     """One decode window over the running arrays (first ``m`` entries), in place: as many
     identical-batch steps as possible before a request finishes, a request runs out of
     granted KV, or the step that reaches ``t_limit``. Returns (steps, elapsed s, KV
-    token-seconds held, requests finished, requests needing growth)."""
+    token-seconds held, joules, requests finished, requests needing growth)."""
     k_max = rem[0]
     total = 0
     for j in range(m):
@@ -207,7 +243,8 @@ def advance_running(ctx, rem, cap, m, bg, cg, tab, t0, t_limit):
         if room < k_max:
             k_max = room
         total += ctx[j]
-    k, elapsed, used = decode_window(bg, cg, tab, m, float(total), k_max, t0, t_limit)
+    k, elapsed, used, energy = decode_window(bg, cg, tab, etab, m, float(total), k_max, t0,
+                                             t_limit)
     n_fin = 0
     n_grow = 0
     for j in range(m):
@@ -217,25 +254,27 @@ def advance_running(ctx, rem, cap, m, bg, cg, tab, t0, t_limit):
             n_fin += 1
         elif cap[j] <= ctx[j]:
             n_grow += 1
-    return k, elapsed, used, n_fin, n_grow
+    return k, elapsed, used, energy, n_fin, n_grow
 
 
 @njit(cache=True)
-def advance_blocks(ctx, rem, cap, m, order, block, free, grow_log, bg, cg, tab, t0, t_limit):
+def advance_blocks(ctx, rem, cap, m, order, block, free, grow_log, bg, cg, tab, etab, t0,
+                   t_limit):
     """:func:`advance_running` for a block allocator: a request that fills its blocks gets
     one more block *inside* the window (oldest request first within a step, as the
     step-by-step loop would), as long as ``free`` blocks last. The positions that got a
     block are appended to ``grow_log`` in allocation order for the caller to replay on the
     allocator. The window stops before a step whose blocks are not available (the caller
     then preempts), after a request finishes, or at ``t_limit``. Returns (steps, elapsed,
-    KV token-seconds held, token-seconds of blocks reserved inside the window, blocks
-    granted, requests finished)."""
+    KV token-seconds held, token-seconds of blocks reserved inside the window, joules,
+    blocks granted, requests finished)."""
     total = 0
     for j in range(m):
         total += ctx[j]
     k = 0
     elapsed = 0.0
     used = 0.0
+    energy = 0.0
     extra = 0.0
     extra_int = 0.0
     n_log = 0
@@ -256,8 +295,9 @@ def advance_blocks(ctx, rem, cap, m, order, block, free, grow_log, bg, cg, tab, 
                 n_log += 1
         free -= need
         extra += need * block
-        dt = interp2(bg, cg, tab, float(m), total / m)
+        dt, de = interp2_pair(bg, cg, tab, etab, float(m), total / m)
         elapsed += dt
+        energy += de
         used += total * dt
         extra_int += extra * dt
         for j in range(m):
@@ -269,17 +309,21 @@ def advance_blocks(ctx, rem, cap, m, order, block, free, grow_log, bg, cg, tab, 
         k += 1
         if n_fin > 0 or t0 + elapsed >= t_limit:
             break
-    return k, elapsed, used, extra_int, n_log, n_fin
+    return k, elapsed, used, extra_int, energy, n_log, n_fin
 
 
 class IterationTables:
-    """Interpolated iteration times; the object the serving loop uses.
+    """Interpolated iteration times and energies; the object the serving loop uses.
 
     ``decode_step_s(batch, context_tokens, kv_layout)``, ``prefill_s(prompt_tokens)`` and
-    ``kv_copy_s(tokens)`` return seconds. ``errors`` holds the measured relative
-    interpolation error per (phase, layout): max, mean and p95 over random points with
+    ``kv_copy_s(tokens)`` return seconds; ``decode_step_j``, ``prefill_j`` and
+    ``kv_copy_j`` the joules of the same iterations, from energy tables on the same grid
+    interpolated the same way (NaN throughout when the evaluator does not price energy:
+    ``prices_energy`` is False). ``errors`` holds the measured relative interpolation
+    error of the times per (phase, layout): max, mean and p95 over random points with
     *heterogeneous* per-request lengths, so it includes the error of keying a batch by its
-    mean length. ``label`` and ``cycle_level`` come from the evaluator."""
+    mean length; ``energy_errors`` the same for the energies, at the same points.
+    ``label`` and ``cycle_level`` come from the evaluator."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], label: str, cycle_level: bool):
         self.batch_grid = np.asarray(arrays["batch_grid"], dtype=np.float64)
@@ -287,45 +331,97 @@ class IterationTables:
         # the arrays name layouts as text (they are stored in .npz files)
         names = [str(x) for x in np.asarray(arrays["layouts"]).tolist()]
         self.layouts = [KVLayout.parse(x) for x in names]
-        self.decode = {KVLayout.parse(x): np.ascontiguousarray(arrays[f"decode[{x}]"])
-                       for x in names}
-        self.prefill = np.ascontiguousarray(arrays["prefill"])
-        self.copy = np.ascontiguousarray(arrays["kv_copy"])[None, :]
+
+        def table(key):
+            return np.ascontiguousarray(arrays[key], dtype=np.float64)
+
+        self.decode = {KVLayout.parse(x): table(f"decode[{x}]") for x in names}
+        self.decode_energy = {KVLayout.parse(x): table(f"decode_energy[{x}]") for x in names}
+        self.prefill = table("prefill")
+        self.prefill_energy = table("prefill_energy")
+        self.copy = table("kv_copy")[None, :]
+        self.copy_energy = table("kv_copy_energy")[None, :]
+        self.prices_energy = bool(np.all(np.isfinite(self.prefill_energy)))
         self._one = np.zeros(1)
-        self.errors = {}
-        for key in arrays:
-            if key.startswith("err["):
-                e = np.asarray(arrays[key], dtype=float)
-                self.errors[key[4:-1]] = {"max": float(e[0]), "mean": float(e[1]),
-                                          "p95": float(e[2])}
+        self.errors = _errors(arrays, "err[")
+        self.energy_errors = _errors(arrays, "eerr[")
         self.label, self.cycle_level = label, bool(cycle_level)
 
     def table(self, kv_layout: KVLayout) -> np.ndarray:
-        try:
-            return self.decode[kv_layout]
-        except KeyError:
+        """Decode step times (s) of ``kv_layout`` over (batch grid, token grid)."""
+        return self.decode[self._known(kv_layout)]
+
+    def energy_table(self, kv_layout: KVLayout) -> np.ndarray:
+        """Decode step energies (J) of ``kv_layout``, on the grid of :meth:`table`."""
+        return self.decode_energy[self._known(kv_layout)]
+
+    def _known(self, kv_layout: KVLayout) -> KVLayout:
+        if kv_layout not in self.decode:
             raise ConfigError("kv_layout", f"no decode table for layout '{kv_layout}'; built "
-                              f"for: {', '.join(map(str, self.layouts))}") from None
+                              f"for: {', '.join(map(str, self.layouts))}")
+        return kv_layout
+
+    def _decode(self, tab, batch: int, context_tokens) -> float:
+        total = float(np.asarray(context_tokens, dtype=np.float64).sum())
+        return float(interp2(self.batch_grid, self.token_grid, tab, float(batch),
+                             total / max(batch, 1)))
 
     def decode_step_s(self, batch: int, context_tokens, kv_layout: KVLayout) -> float:
         """One decode step; ``context_tokens`` is the per-request array or their total."""
-        ctx = np.asarray(context_tokens, dtype=np.float64)
-        total = float(ctx.sum())
-        return float(interp2(self.batch_grid, self.token_grid, self.table(kv_layout),
-                             float(batch), total / max(batch, 1)))
+        return self._decode(self.table(kv_layout), batch, context_tokens)
 
-    def prefill_s(self, prompt_tokens) -> float:
+    def decode_step_j(self, batch: int, context_tokens, kv_layout: KVLayout) -> float:
+        """Joules of the decode step of :meth:`decode_step_s`."""
+        return self._decode(self.energy_table(kv_layout), batch, context_tokens)
+
+    def _prefill(self, tab, prompt_tokens) -> float:
         p = np.asarray(prompt_tokens, dtype=np.float64)
         if p.size == 0:
             return 0.0
-        return float(interp2(self.batch_grid, self.token_grid, self.prefill,
-                             float(p.size), float(p.mean())))
+        return float(interp2(self.batch_grid, self.token_grid, tab, float(p.size),
+                             float(p.mean())))
+
+    def prefill_s(self, prompt_tokens) -> float:
+        return self._prefill(self.prefill, prompt_tokens)
+
+    def prefill_cost(self, prompt_tokens) -> tuple[float, float]:
+        """(seconds, joules) of one prefill iteration: :meth:`prefill_s` and
+        :meth:`prefill_j` with one interpolation (the loop's per-prefill price)."""
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        if p.size == 0:
+            return 0.0, 0.0
+        t, e = interp2_pair(self.batch_grid, self.token_grid, self.prefill,
+                            self.prefill_energy, float(p.size), float(p.mean()))
+        return float(t), float(e)
+
+    def prefill_j(self, prompt_tokens) -> float:
+        """Joules of the prefill iteration of :meth:`prefill_s`."""
+        return self._prefill(self.prefill_energy, prompt_tokens)
 
     def kv_copy_s(self, tokens: int) -> float:
         return float(interp2(self._one, self.token_grid, self.copy, 0.0, float(tokens)))
 
+    def kv_copy_j(self, tokens: int) -> float:
+        """Joules of the copy of :meth:`kv_copy_s`."""
+        return float(interp2(self._one, self.token_grid, self.copy_energy, 0.0,
+                             float(tokens)))
+
     def error_summary(self) -> dict:
         return {k: dict(v) for k, v in self.errors.items()}
+
+    def energy_error_summary(self) -> dict:
+        return {k: dict(v) for k, v in self.energy_errors.items()}
+
+
+def _errors(arrays: Mapping[str, np.ndarray], prefix: str) -> dict:
+    """{name: {max, mean, p95}} of the arrays named ``<prefix>name]``."""
+    out = {}
+    for key in arrays:
+        if key.startswith(prefix):
+            e = np.asarray(arrays[key], dtype=float)
+            out[key[len(prefix):-1]] = {"max": float(e[0]), "mean": float(e[1]),
+                                        "p95": float(e[2])}
+    return out
 
 
 def _sample_lengths(rng, n, mean, max_tokens):
@@ -334,35 +430,58 @@ def _sample_lengths(rng, n, mean, max_tokens):
     return np.clip(np.round(x), 1, max_tokens)
 
 
+def _check_values(name: str, v: np.ndarray, what: str) -> None:
+    if not np.all(np.isfinite(v)) or np.any(v < 0):
+        raise ConfigError("evaluator", f"{name} {what} must be finite and >= 0")
+
+
+def _rel_errors(approx: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """[max, mean, p95] of |approx - true| / true (0 where true is 0)."""
+    rel = np.where(true > 0, np.abs(approx - true) / np.where(true > 0, true, 1.0), 0.0)
+    rel = rel if rel.size else np.zeros(1)
+    return np.array([rel.max(), rel.mean(), np.percentile(rel, 95)])
+
+
 def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int) -> dict:
-    """The table arrays for ``layouts`` (in the order of their names)."""
+    """The table arrays for ``layouts`` (in the order of their names): times and, beside
+    each, energies (all NaN when the evaluator does not price energy)."""
     bg, tg = grid.batches(), grid.tokens()
     out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
                                   "layouts": np.asarray([str(x) for x in layouts], dtype=str)}
 
-    def evaluate_all(calls, desc):
-        """evaluate(*call) for every call. Points of a cycle-level evaluator are
-        independent simulations and run on the run's threads (largest first); the
-        values do not depend on the thread count."""
-        one = lambda c: float(evaluator.evaluate(*c))  # noqa: E731
+    def evaluate_all(calls, desc) -> np.ndarray:
+        """[time s, energy J] of cost(*call) for every call. Points of a cycle-level
+        evaluator are independent simulations and run on the run's threads (largest
+        first); the values do not depend on the thread count."""
+        def one(c):
+            p = evaluator.cost(*c)
+            return float(p.time_s), float(p.energy_j)
         if not evaluator.cycle_level:
-            return [one(c) for c in calls]
-        return map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls],
-                           desc=desc)
+            vals = [one(c) for c in calls]
+        else:
+            vals = map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls],
+                               desc=desc)
+        return np.asarray(vals, dtype=np.float64).reshape(len(calls), 2)
 
     phases = [(f"decode[{lay}]", "decode", lay) for lay in layouts] + \
         [("prefill", "prefill", CONTIGUOUS)]
     calls = [(phase, int(b), np.full(int(b), c), lay)
              for _, phase, lay in phases for b in bg for c in tg]
     calls += [("kv_copy", 1, np.array([c]), CONTIGUOUS) for c in tg]
-    vals = np.asarray(evaluate_all(calls, "iteration tables"))
+    vals = evaluate_all(calls, "iteration tables")
+    priced = bool(np.all(np.isfinite(vals[:, 1])))
+    if not priced:
+        vals[:, 1] = np.nan          # one evaluator prices all its points or none
     n = len(bg) * len(tg)
     for i, (name, phase, _) in enumerate(phases):
-        t = vals[i * n:(i + 1) * n].reshape(len(bg), len(tg))
-        if not np.all(np.isfinite(t)) or np.any(t < 0):
-            raise ConfigError("evaluator", f"{phase} times must be finite and >= 0")
+        t = vals[i * n:(i + 1) * n, 0].reshape(len(bg), len(tg))
+        _check_values(phase, t, "times")
         out[name] = t
-    out["kv_copy"] = vals[len(phases) * n:]
+        out[_energy_name(name)] = vals[i * n:(i + 1) * n, 1].reshape(len(bg), len(tg))
+        if priced:
+            _check_values(phase, out[_energy_name(name)], "energies")
+    out["kv_copy"] = vals[len(phases) * n:, 0]
+    out["kv_copy_energy"] = vals[len(phases) * n:, 1]
 
     # interpolation error at random heterogeneous batches (drawn in a fixed order)
     rng = np.random.default_rng(seed)
@@ -375,15 +494,22 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
                                    lay)))
     truth = evaluate_all([c for _, c in samples], "table error samples")
     for name, phase, _ in phases:
-        rel = []
-        for (nm, (_, b, ctx, _)), true in zip(samples, truth):
-            if nm == name:
-                approx = interp2(bg, tg, out[name], float(b), float(ctx.mean()))
-                rel.append(abs(approx - true) / true if true > 0 else 0.0)
-        rel = np.asarray(rel) if rel else np.zeros(1)
-        key = "err[prefill]" if phase == "prefill" else f"err[decode {name[7:-1]}]"
-        out[key] = np.array([rel.max(), rel.mean(), np.percentile(rel, 95)])
+        pick = [i for i, (nm, _) in enumerate(samples) if nm == name]
+        approx = np.array([[interp2(bg, tg, out[col], float(samples[i][1][1]),
+                                    float(samples[i][1][2].mean()))
+                            for col in (name, _energy_name(name))] for i in pick])
+        approx = approx.reshape(len(pick), 2)
+        label = "prefill" if phase == "prefill" else f"decode {name[7:-1]}"
+        out[f"err[{label}]"] = _rel_errors(approx[:, 0], truth[pick, 0])
+        if priced:
+            out[f"eerr[{label}]"] = _rel_errors(approx[:, 1], truth[pick, 1])
     return out
+
+
+def _energy_name(table: str) -> str:
+    """The energy table beside time table ``table``: decode[x] -> decode_energy[x]."""
+    head, sep, rest = table.partition("[")
+    return f"{head}_energy{sep}{rest}"
 
 
 def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: int = 0,
