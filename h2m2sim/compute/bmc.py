@@ -19,7 +19,9 @@ Costs, summed over the layers (one K and one V tensor per layer), priced on a
 * SDPA: one attention kernel per layer and step over the padded length: QK^T and PV
   (``4 x B x heads x queries x padded x head_dim`` FLOPs), the mask, softmax
   (element-wise), reading K and V of the padded length and writing the output and the new
-  rows.
+  rows; optionally (``respecialize_factor``) more in the steps that allocate, where the
+  paper's CPU re-specializes its BLAS call for the new shape
+  (:data:`TABLE4_RESPECIALIZE_FACTOR`).
 
 Speculative decoding (Sec. VI): each step verifies up to ``k`` candidates placed in the
 spare rows (fewer when fewer rows are spare, the paper's choice) and accepts ``m`` tokens
