@@ -16,12 +16,15 @@ measured with the DRAM engine), SDPA priced by the NPU chip model
 Writes into DIR: ``latency_vs_T.csv`` (attention-block latency and its breakdown for
 every device, model, N and power-of-two T), ``optimum.csv`` (simulated, fine-grid and
 analytical optima per N), ``speculative.csv`` (Table I), ``speedups.csv``,
-``breakdown.csv`` (Table IV), ``devices.csv``, ``summary.json`` and PNG plots. With
-``--json`` one JSON object goes to stdout (``optimal_T`` and ``analytical_T``: N as a
-string -> T on the CPU-like preset, OPT-13B, B = 8; plus everything else).
+``breakdown.csv`` (Table IV), ``upfront_by_prompt.csv``, ``devices.csv``,
+``summary.json`` and PNG plots. With ``--json`` one JSON object goes to stdout
+(``optimal_T`` and ``analytical_T``: N as a string -> T on the CPU-like preset, OPT-13B,
+B = 8; ``upfront_ratio_by_prompt``: prompt tokens as a string -> BMC's attention-block
+speedup over upfront allocation at the paper's Figure 5 setting; plus everything else).
 
 Every unit of work (a device's measurement, a U curve at one device, model and N, a
-device's Table I, speedups, Table IV, a C' sensitivity) is a point of the result store
+device's Table I, speedups, Table IV, a C' sensitivity, the upfront ratio at one prompt
+length) is a point of the result store
 in DIR (``points/<key>.json``, ``results.csv``, ``provenance.json``;
 docs/performance/README.md, "Running and resuming reproductions"), and the files above
 are written from the stored records. A DIR that holds results is refused unless
@@ -55,7 +58,8 @@ PAPER = {
     "c_prime": 0.1,
     "table1_T": [1, 2, 4, 8, 16, 128, 256, 512, 1024],
     "table1": [1.00, 0.56, 0.54, 0.45, 0.46, 0.47, 0.64, 0.83, 2.04],
-    "speedup_vs_iterative": 3.25, "speedup_vs_upfront": 1.34,
+    "speedup_vs_iterative": 3.25, "speedup_vs_upfront": 1.34,     # Sec. V, Fig. 5
+    "table4_upfront_over_bmc": 0.5625 / 0.2956,                    # Table IV, 1.90
     "table4_opt2.7b": {"iterative": [0.4608, 0.2249, 0.3143, 1.0],
                        "upfront": [0.0003, 0.0, 0.5622, 0.5625],
                        "bmc": [0.0021, 0.0011, 0.2924, 0.2956]},
@@ -100,17 +104,19 @@ def roofline(name: str):
     return _DEVICES[name]
 
 
-def cost_model(device: str, model: str, batch: int, queries=(1,)):
+def cost_model(device: str, model: str, batch: int, queries=(1,), respecialize=1.0):
     """The BMC cost model of ``model`` at ``batch`` on ``device``; ``npu`` prices SDPA
-    with the NPU chip model for ``queries`` query tokens."""
+    with the NPU chip model for ``queries`` query tokens. ``respecialize`` multiplies
+    the SDPA time of the steps that allocate (see ``TABLE4_RESPECIALIZE_FACTOR``)."""
     from h2m2sim.compute.bmc import AttentionShape, BMCCostModel
     from h2m2sim.compute.npu_attention import NpuAttentionPricer
     sh = AttentionShape.from_model(model, batch)
     if device != "npu":
-        return BMCCostModel(roofline(device), sh)
+        return BMCCostModel(roofline(device), sh, respecialize_factor=respecialize)
     pr = NpuAttentionPricer("h2m2", "hbm", sh, lengths=(256, 1024, 4096),
                             queries=tuple(queries))
-    return BMCCostModel(roofline("npu-roofline"), sh, sdpa=pr)
+    return BMCCostModel(roofline("npu-roofline"), sh, sdpa=pr,
+                        respecialize_factor=respecialize)
 
 
 def _best(sweep) -> int:
@@ -173,20 +179,42 @@ def speculative_point(p: dict) -> dict:
 
 def speedup_point(p: dict) -> dict:
     """BMC at T = 16, N = 1024 against iterative and upfront allocation (a row of
-    speedups.csv)."""
+    speedups.csv). With the paper's Table IV per-shape SDPA overhead on the steps that
+    allocate: ``*_jit_equal_work`` with the factor 0.3143 / 0.2924 (BMC's padding
+    ignored), ``*_jit_calibrated`` with the factor that gives Table IV's BMC / iterative
+    SDPA ratio at Table IV's own setting on this device (``jit_factor_calibrated``)."""
+    from h2m2sim.compute.bmc import TABLE4_RESPECIALIZE_FACTOR
     dname, n = p["device"], 1024
     cm = cost_model(dname, "opt-13b", 8)
     it, up = cm.run_mode("iterative", n), cm.run_mode("upfront", n)
     bmc, auto = cm.run_mode("bmc", n, T=16), cm.run_mode("bmc-auto", n)
     other = cm.other_ns_per_step("opt-13b") * n
+    cal = calibrated_jit_factor(dname)
+    jit = {}
+    for name, f in (("equal_work", TABLE4_RESPECIALIZE_FACTOR), ("calibrated", cal)):
+        j = cost_model(dname, "opt-13b", 8, respecialize=f)
+        jb = j.run_mode("bmc", n, T=16).total_ns
+        jit[f"attn_vs_iterative_jit_{name}"] = j.run_mode("iterative", n).total_ns / jb
+        jit[f"attn_vs_upfront_jit_{name}"] = j.run_mode("upfront", n).total_ns / jb
     return dict(device=dname, attn_vs_iterative=it.total_ns / bmc.total_ns,
-                attn_vs_upfront=up.total_ns / bmc.total_ns,
+                attn_vs_upfront=up.total_ns / bmc.total_ns, jit_factor_calibrated=cal,
+                **jit,
                 e2e_vs_iterative=(it.total_ns + other) / (bmc.total_ns + other),
                 e2e_vs_upfront=(up.total_ns + other) / (bmc.total_ns + other),
                 auto_r=auto.r, auto_attn_vs_iterative=it.total_ns / auto.total_ns,
                 attention_share_iterative=it.total_ns / (it.total_ns + other),
                 paper_vs_iterative=PAPER["speedup_vs_iterative"],
                 paper_vs_upfront=PAPER["speedup_vs_upfront"])
+
+
+def calibrated_jit_factor(device: str) -> float:
+    """The per-shape SDPA factor at which BMC's SDPA is Table IV's 0.2924 / 0.3143 of the
+    iterative scheme's at Table IV's setting (OPT-2.7B, B = 8, N = 2048, bmc-auto): the
+    padded work BMC does beyond iterative's is paid for by the factor too."""
+    cm, n = cost_model(device, "opt-2.7b", 8), 2048
+    padded = cm.run_mode("bmc-auto", n).sdpa_ns / cm.run_mode("iterative", n).sdpa_ns
+    t4 = PAPER["table4_opt2.7b"]
+    return padded * t4["iterative"][2] / t4["bmc"][2]
 
 
 def breakdown_point(p: dict) -> dict:
@@ -222,6 +250,37 @@ def sensitivity_point(p: dict) -> dict:
             "analytical_T": {str(n): round_pow2(cmz.analytical_T(n), 1, n) for n in NS}}
 
 
+#: settings of the upfront ratio against the prompt length (the paper states neither's
+#: prompt): Sec. V / Figure 5 (OPT-13B, B = 8, N = 1024, T = 16) and Table IV
+#: (OPT-2.7B, B = 8, N = 2048, bmc-auto); prompt grids in tokens, below N
+UPFRONT_SETTINGS = {
+    "fig5": dict(model="opt-13b", batch=8, N=1024, T=16, prompts=list(range(0, 1024, 32))),
+    "table4": dict(model="opt-2.7b", batch=8, N=2048, T=None,
+                   prompts=list(range(0, 2048, 64)))}
+
+
+def upfront_point(p: dict) -> dict:
+    """BMC's attention-block speedup over upfront allocation (CPU) for a request whose
+    ``prompt`` tokens are written by prefill before decoding to N tokens."""
+    st = UPFRONT_SETTINGS[p["setting"]]
+    cm, n, prompt = cost_model("cpu", st["model"], st["batch"]), st["N"], p["prompt"]
+    up = cm.run_mode("upfront", n, prompt=prompt)
+    bmc = cm.run_mode("bmc", n, T=st["T"], prompt=prompt) if st["T"] else \
+        cm.run_mode("bmc-auto", n, prompt=prompt)
+    return dict(setting=p["setting"], prompt=prompt, r=bmc.r, upfront_ns=up.total_ns,
+                bmc_ns=bmc.total_ns, upfront_over_bmc=up.total_ns / bmc.total_ns)
+
+
+def crossing(prompts, ratios, level):
+    """The prompt length (tokens, linearly interpolated) at which ``ratios`` first falls
+    to ``level``; None if it never does on the grid."""
+    pts = list(zip(prompts, ratios))
+    for (p0, y0), (p1, y1) in zip(pts, pts[1:]):
+        if y0 >= level >= y1 and y0 != y1:
+            return p0 + (p1 - p0) * (y0 - level) / (y0 - y1)
+    return None
+
+
 def plan(use_npu: bool) -> dict[str, list[PointSpec]]:
     """The points of each section, in the order their rows are written."""
     devs = [d for d in DEVICES if use_npu or d != "npu"]
@@ -232,7 +291,9 @@ def plan(use_npu: bool) -> dict[str, list[PointSpec]]:
         "speculative": [PointSpec(speculative_point, {"device": d}) for d in devs],
         "speedups": [PointSpec(speedup_point, {"device": d}) for d in devs],
         "breakdown": [PointSpec(breakdown_point, {"table": "IV"})],
-        "sensitivity": [PointSpec(sensitivity_point, {"label": k}) for k in SENSITIVITY]}
+        "sensitivity": [PointSpec(sensitivity_point, {"label": k}) for k in SENSITIVITY],
+        "upfront": [PointSpec(upfront_point, {"setting": k, "prompt": q})
+                    for k, st in UPFRONT_SETTINGS.items() for q in st["prompts"]]}
 
 
 def stored(points: list[PointSpec], records: dict) -> list[dict]:
@@ -269,12 +330,14 @@ def main(argv=None):
     result["breakdown_opt2.7b_N2048_B8"] = got["breakdown"][0]["rows"]
     result["sensitivity_cpu"] = {q.params["label"]: m for q, m in
                                  zip(points["sensitivity"], got["sensitivity"])}
+    upfront_rows = upfront_by_prompt(out, got["upfront"], result)
     result["paper"] = PAPER
     result["runtime_s"] = time.time() - t0
     if not args.no_plots:
         curve_rows = [r for m in got["curve"] for r in m["curve"]]
         opt_rows = [{k: v for k, v in m.items() if k != "curve"} for m in got["curve"]]
         plot(out, curve_rows, opt_rows, spec_rows, result)
+        plot_upfront(out, upfront_rows, result)
     (out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
     if args.json:
         print(json.dumps(result, default=float))
@@ -338,6 +401,57 @@ def speedups(out: Path, rows: list[dict], result: dict) -> None:
                                     "vs_upfront": PAPER["speedup_vs_upfront"]},
                           **{r["device"]: r for r in rows}}
     write_csv(out / "speedups.csv", rows)
+
+
+def upfront_by_prompt(out: Path, rows: list[dict], result: dict) -> list[dict]:
+    """upfront_by_prompt.csv, ``upfront_ratio_by_prompt`` (Figure 5 setting),
+    ``upfront_ratio_by_prompt_table4`` and the prompt lengths (tokens) at which each
+    curve crosses the paper's 1.34x (Figure 5) and 1.90x (Table IV)."""
+    write_csv(out / "upfront_by_prompt.csv", rows)
+    levels = {"fig5_1.34x": PAPER["speedup_vs_upfront"],
+              "table4_1.90x": PAPER["table4_upfront_over_bmc"]}
+    result["upfront_crossings"] = {}
+    for name, key in (("fig5", "upfront_ratio_by_prompt"),
+                      ("table4", "upfront_ratio_by_prompt_table4")):
+        mine = [r for r in rows if r["setting"] == name]
+        result[key] = {str(r["prompt"]): r["upfront_over_bmc"] for r in mine}
+        result["upfront_crossings"][name] = {
+            lv: crossing([r["prompt"] for r in mine], [r["upfront_over_bmc"] for r in mine],
+                         y) for lv, y in levels.items()}
+    return rows
+
+
+def plot_upfront(out, rows, result):
+    """upfront_by_prompt.png: both settings' curves, the paper's two numbers and where
+    each curve crosses them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    labels = {"fig5": "OPT-13B, N=1024, T=16 (Fig. 5 setting)",
+              "table4": "OPT-2.7B, N=2048, bmc-auto (Table IV setting)"}
+    for name, style in (("fig5", "o-"), ("table4", "s-")):
+        mine = [r for r in rows if r["setting"] == name]
+        ax.plot([r["prompt"] for r in mine], [r["upfront_over_bmc"] for r in mine], style,
+                ms=3, label=labels[name])
+    for lv, y, c, lab in (("fig5_1.34x", PAPER["speedup_vs_upfront"], "r", "Fig. 5"),
+                          ("table4_1.90x", PAPER["table4_upfront_over_bmc"], "m",
+                           "Table IV")):
+        ax.axhline(y, color=c, ls="--", lw=1, label=f"paper {y:.2f}x ({lab})")
+        for name in UPFRONT_SETTINGS:
+            x = result["upfront_crossings"][name][lv]
+            if x is not None:
+                ax.axvline(x, color=c, ls=":", lw=1)
+                ax.annotate(f"{x:.0f}", (x, y), color=c, fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("prompt tokens (written by prefill)")
+    ax.set_ylabel("attention block: upfront / BMC")
+    ax.set_title("cpu: BMC speedup over upfront vs prompt length")
+    ax.set_ylim(0.95, 2.25)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out / "upfront_by_prompt.png", dpi=120)
+    plt.close(fig)
 
 
 def plot(out, curve_rows, opt_rows, spec_rows, result):

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from h2m2sim.compute import RooflineDevice
 from h2m2sim.compute.bmc import (
+    TABLE4_RESPECIALIZE_FACTOR,
     AttentionShape,
     BMCCostModel,
     round_pow2,
@@ -155,3 +156,24 @@ def test_zero_fill_allocation_moves_optimum_down(tmp_path):
     assert b.c_copy_ns(1024) > a.c_copy_ns(1024)
     assert b.analytical_T(1024) < a.analytical_T(1024)
     assert b.run(1024, 64).alloc_ns > a.run(1024, 64).alloc_ns
+
+
+def test_respecialize_factor_prices_only_allocating_steps(model, cpu):
+    """The Table IV per-shape SDPA overhead applies to the steps that allocate: every
+    step of the iterative scheme, T of BMC's, one of upfront's; off by default."""
+    assert model.respecialize_factor == 1.0
+    jit = BMCCostModel(cpu, model.shape, respecialize_factor=TABLE4_RESPECIALIZE_FACTOR)
+    f = TABLE4_RESPECIALIZE_FACTOR
+    assert f == pytest.approx(1 / 0.93, rel=0.01)
+    n = 1024
+    it0, it1 = model.run(n, 1), jit.run(n, 1)
+    assert it1.sdpa_ns == pytest.approx(f * it0.sdpa_ns)
+    assert it1.copy_ns == it0.copy_ns and it1.alloc_ns == it0.alloc_ns
+    s = schedule(n, 64)
+    first = model.sdpa_ns(s.padded[s.alloc > 0]).sum()
+    assert jit.run(n, 64).sdpa_ns == pytest.approx(model.run(n, 64).sdpa_ns
+                                                   + (f - 1) * first)
+    up0, up1 = model.run(n, n), jit.run(n, n)
+    assert up1.sdpa_ns == pytest.approx(up0.sdpa_ns + (f - 1) * model.sdpa_ns(n))
+    with pytest.raises(ConfigError):
+        BMCCostModel(cpu, model.shape, respecialize_factor=0.9)
