@@ -18,9 +18,9 @@ from the start). The attention score / probability tensors are left out: the ser
 runs FlashAttention, which keeps them in on-chip tiles, so the footprint stays linear in
 the prompt. For Llama3-8B in FP16 the peak is in the FFN (residual h1 + gate/up output +
 activation output = 4096 + 28672 + 14336 elements) = 94 208 B per token; 2K tokens take
-0.19 GB (0.24 % of 80 GB; the paper's Fig. 3 says 0.3 %), 200K tokens 18.8 GB (23.6 %;
-the paper says 30.8 % -- it also counts allocator slack and sampler buffers we do not
-model). A decode iteration of ``B`` requests is a prefill of ``B`` tokens.
+0.19 GB (0.303 % of the 63.9 GB left after the weights, the paper's Fig. 3 "available
+memory": 0.3 %), 204,800 tokens 19.3 GB (30.2 %; the paper: 30.8 %). A decode
+iteration of ``B`` requests is a prefill of ``B`` tokens.
 
 The loop (:class:`ElasticServingLoop`, for allocators that manage activations: the eLLM
 pool and the vLLM static split it is compared with). The allocator starts with the
