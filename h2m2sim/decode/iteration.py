@@ -31,8 +31,9 @@ from dram_models.stats import DramStats
 from h2m2sim.cache import cached
 from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping, Problem, SublayerTimes
-from h2m2sim.model import (ModelSpec, build_layer_graph, footprint, kernels,
-                           normalize_batch, partition_layer, split_units, transfers)
+from h2m2sim.model import (ModelSpec, build_layer_graph, dtype_bytes, expected_experts,
+                           footprint, kernels, normalize_batch, partition_layer, split_units,
+                           transfers)
 from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.npu.simulate import run_kernels
 from h2m2sim.parallel import map_ordered
@@ -322,6 +323,12 @@ def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | N
     flops = {sl: 0.0 for sl in SUBLAYERS}
     for k in kernels(G):
         flops[k.sublayer] += k.flops
+    if model.moe_experts:
+        # all experts are stored though a batch reads only the touched ones: the fc units
+        # hold the untouched experts' bytes too (capacity, not traffic)
+        eu = expected_experts(model.moe_experts, model.moe_top_k, batch)
+        idle = (model.moe_experts - eu) * model.expert_params * dtype_bytes(dtype or model.dtype)
+        unit_bytes["fc"] += idle * L / units["fc"]
     reserve = {s: system.mmu.table_bytes for s in sides}
     capacity = {s: system.side(s).capacity_bytes - reserve[s] for s in sides}
     peak = {s: system.side(s).chip.peak_tflops * 1e12 for s in sides}

@@ -12,11 +12,12 @@ The DRAM requests of one layer, once its tensors are placed, are the memory laye
 from .spec import DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model
 from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, TensorRef, Transfer,
                     barriers, build_layer_graph, kernels, normalize_batch, partition_layer,
-                    split_units, total_flops, transfer_bytes, transfers, unique_bytes)
+                    split_units, total_flops, transfer_bytes, transfers, unique_bytes,
+                    expected_experts, layer_model)
 from .footprint import footprint, graph_footprint
 
 __all__ = ["DTYPE_BYTES", "ModelSpec", "dtype_bytes", "list_models", "load_model",
            "KINDS", "OPS", "SUBLAYERS", "VECTOR_FLOPS", "Barrier", "Kernel", "TensorRef",
            "Transfer", "barriers", "build_layer_graph", "kernels", "normalize_batch",
            "partition_layer", "split_units", "total_flops", "transfer_bytes", "transfers",
-           "unique_bytes", "footprint", "graph_footprint"]
+           "unique_bytes", "expected_experts", "layer_model", "footprint", "graph_footprint"]

@@ -47,7 +47,7 @@ from .spec import ModelSpec, dtype_bytes, load_model
 __all__ = ["TensorRef", "Kernel", "Transfer", "Barrier", "SUBLAYERS", "OPS", "KINDS",
            "VECTOR_FLOPS", "split_units", "build_layer_graph", "partition_layer",
            "normalize_batch", "kernels", "transfers", "barriers", "total_flops",
-           "unique_bytes", "transfer_bytes"]
+           "unique_bytes", "transfer_bytes", "expected_experts", "layer_model"]
 
 SUBLAYERS = ("qkv", "attention", "fc")
 OPS = ("gemm", "gemv", "attn_score", "attn_value", "softmax", "layernorm", "residual",
@@ -200,6 +200,18 @@ def normalize_batch(batch, seq_lens, key: str = "seq_lens") -> tuple[int, list[i
     return batch, [int(s) for s in seqs]
 
 
+def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Expected number of distinct experts a batch of ``tokens`` touches when each token
+    picks ``top_k`` of ``experts`` and, as an approximation, every expert is picked with
+    the same probability k/E independently per token: E x (1 - (1 - k/E)^tokens).
+    1 token gives k, many tokens approach E."""
+    if tokens <= 0 or experts <= 0:
+        return 0.0
+    if tokens == 1:
+        return float(top_k)  # exact: one token picks k distinct experts
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
 def _pairs(t: int, s: int) -> int:
     """Unmasked (query, key) pairs when the last ``t`` of ``s`` tokens are queries and
     each sees itself and every earlier token: t*(s-t) + t*(t+1)/2."""
@@ -257,16 +269,28 @@ class _Builder:
         if logical in ("x", "o_out", "h1", "down", "y"):
             a, c = _cols(m.hidden, self.Nf, lo, hi)
             return (T, c), a * db
+        rows = T * m.moe_top_k if m.moe_experts else T  # MoE: one row per (token, expert)
         if logical == "up":
-            a, c = _cols(m.ffn_dim, self.Nf, lo, hi)
-            return (T, c * (2 if m.ffn_type == "gated" else 1)), a * db
+            a, c = _cols(m.moe_ffn_dim, self.Nf, lo, hi)
+            return (rows, c * (2 if m.ffn_type == "gated" else 1)), a * db
         if logical == "act":
-            a, c = _cols(m.ffn_dim, self.Nf, lo, hi)
+            a, c = _cols(m.moe_ffn_dim, self.Nf, lo, hi)
+            return (rows, c), a * db
+        if logical == "sup":
+            a, c = _cols(m.moe_shared_ffn_dim, self.Nf, lo, hi)
+            return (T, c * (2 if m.ffn_type == "gated" else 1)), a * db
+        if logical == "sact":
+            a, c = _cols(m.moe_shared_ffn_dim, self.Nf, lo, hi)
             return (T, c), a * db
+        if logical in ("sdown",):
+            a, c = _cols(m.hidden, self.Nf, lo, hi)
+            return (T, c), a * db
+        if logical == "route":
+            return (T, m.moe_experts + (1 if m.moe_shared_gate else 0)), 0
         raise KeyError(logical)
 
     def _units_total(self, logical: str) -> int:
-        if logical in ("xn", "hn"):
+        if logical in ("xn", "hn", "route"):
             return 1
         if logical in ("q", "attn_out", "k_new", "v_new"):
             return self.Nq
@@ -388,9 +412,10 @@ class _Builder:
         return node, outs
 
     def _vector(self, name: str, op: str, side, lo: int, hi: int, cols: int, per_elem: int,
-                src, out_logical: str, preds=()) -> str:
-        """An element-wise fc kernel over ``cols`` columns of every token row."""
-        T = self.T
+                src, out_logical: str, preds=(), rows: int | None = None) -> str:
+        """An element-wise fc kernel over ``cols`` columns of ``rows`` rows (default every
+        token; MoE activations have one row per token and chosen expert)."""
+        T = rows or self.T
         out = self.ref(out_logical, lo, hi, True)
         k = Kernel(name + self._suffix(side), op, "fc", self._units(lo, hi, self.Nf), None, T,
                    0, cols, per_elem * T * cols, tuple(r for r, _ in src), (out,), side)
@@ -439,28 +464,93 @@ class _Builder:
                          [(o, [n_o])] + xs, "h1", bar_l)
         self._norm("fc.ln2", "fc", lead_f, self.need("h1", lead_f, 0, Nf, "fc"), "hn", "ln2",
                    bar_l)
-        gated = m.ffn_type == "gated"
-        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
-        for side, lo, hi in fparts:
-            _, cf = _cols(m.ffn_dim, Nf, lo, hi)
-            n_u, (up,) = self._linear("fc.ffn_up", "fc", side, lo, hi, Nf,
-                                      self.need("hn", side, 0, 1, "fc"),
-                                      "W_gate_up" if gated else "W_up", "b_up", d,
-                                      (2 if gated else 1) * cf, m.ffn_bias, ("up",))
-            self._vector("fc.act", "activation", side, lo, hi, cf, per, [(up, [n_u])], "act")
-        for side, lo, hi in fparts:
-            _, c = _cols(d, Nf, lo, hi)
-            n_d, (dn,) = self._linear("fc.ffn_down", "fc", side, lo, hi, Nf,
-                                      self.need("act", side, 0, Nf, "fc"), "W_down", "b_down",
-                                      m.ffn_dim, c, m.ffn_bias, ("down",))
-            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
-                         [(dn, [n_d])] + self.need("h1", side, lo, hi, "fc"), "y")
+        if m.moe_experts:
+            self._moe_ffn(fparts, lead_f, bar_l)
+        else:
+            self._dense_ffn(fparts, "", m.ffn_dim, ["h1"])
         if self.partitioned:
             # steady state with the same split in every layer: the next layer's ln1 needs
             # the whole output on the qkv lead side; each fc side already holds its columns
             self.need("y", lead_q, 0, Nf, "next_layer")
             self.barrier("fc", "next_layer")
         return self.G
+
+    def _dense_ffn(self, fparts, pre: str, f: int, residual_in: list) -> None:
+        """Column-sliced dense FFN (``pre`` '' for the layer's FFN, 's' for MoE shared
+        experts); ``residual_in`` logicals are added to its output in fc.residual2."""
+        m, d, Nf = self.m, self.m.hidden, self.Nf
+        gated = m.ffn_type == "gated"
+        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
+        tag = "shared_" if pre else ""
+        for side, lo, hi in fparts:
+            _, cf = _cols(f, Nf, lo, hi)
+            n_u, (up,) = self._linear(f"fc.{tag}ffn_up", "fc", side, lo, hi, Nf,
+                                      self.need("hn", side, 0, 1, "fc"),
+                                      f"W_{tag}gate_up" if gated else f"W_{tag}up",
+                                      f"b_{tag}up", d, (2 if gated else 1) * cf, m.ffn_bias,
+                                      (pre + "up",))
+            self._vector(f"fc.{tag}act", "activation", side, lo, hi, cf, per, [(up, [n_u])],
+                         pre + "act")
+        for side, lo, hi in fparts:
+            _, c = _cols(d, Nf, lo, hi)
+            n_d, (dn,) = self._linear(f"fc.{tag}ffn_down", "fc", side, lo, hi, Nf,
+                                      self.need(pre + "act", side, 0, Nf, "fc"),
+                                      f"W_{tag}down", f"b_{tag}down", f, c, m.ffn_bias,
+                                      (pre + "down",))
+            if pre:
+                continue
+            extra = [x for lg in residual_in for x in self.need(lg, side, lo, hi, "fc")]
+            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
+                         [(dn, [n_d])] + extra, "y")
+
+    def _moe_ffn(self, fparts, lead_f, bar_l) -> None:
+        """Router GEMV/GEMM on the lead side, then per side the touched experts' column
+        slices (expected distinct experts of the batch, :func:`expected_experts`), the
+        shared experts if any, and the residual add of their sum."""
+        m, d, T, Nf = self.m, self.m.hidden, self.T, self.Nf
+        n_route = m.moe_experts + (1 if m.moe_shared_gate else 0)  # shared gate: one column
+        self._linear("fc.router", "fc", lead_f, 0, 1, 1, self.need("hn", lead_f, 0, 1, "fc"),
+                     "W_router", "b_router", d, n_route, False, ("route",), bar_l)
+        eu = expected_experts(m.moe_experts, m.moe_top_k, T)
+        pairs = T * m.moe_top_k
+        gated = m.ffn_type == "gated"
+        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
+        for side, lo, hi in fparts:
+            _, cf = _cols(m.moe_ffn_dim, Nf, lo, hi)
+            src = self.need("hn", side, 0, 1, "fc") + self.need("route", side, 0, 1, "fc")
+            n_u, (up,) = self._expert_mm("fc.expert_up", side, lo, hi, src,
+                                         "W_experts_gate_up" if gated else "W_experts_up",
+                                         d, (2 if gated else 1) * cf, eu, pairs, "up", 0)
+            self._vector("fc.expert_act", "activation", side, lo, hi, cf, per,
+                         [(up, [n_u])], "act", rows=pairs)
+        if m.moe_shared_ffn_dim:
+            self._dense_ffn(fparts, "s", m.moe_shared_ffn_dim, [])
+        for side, lo, hi in fparts:
+            _, c = _cols(d, Nf, lo, hi)
+            n_d, (dn,) = self._expert_mm("fc.expert_down", side, lo, hi,
+                                         self.need("act", side, 0, Nf, "fc"), "W_experts_down",
+                                         m.moe_ffn_dim, c, eu, pairs, "down", 1)
+            extra = self.need("h1", side, lo, hi, "fc")
+            if m.moe_shared_ffn_dim:
+                extra += self.need("sdown", side, lo, hi, "fc")
+            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
+                         [(dn, [n_d])] + extra, "y")
+
+    def _expert_mm(self, name, side, lo, hi, src, wname, k_dim, n_dim, eu, pairs, out, axis):
+        """Expert GEMM over units [lo, hi): the weight read is the touched experts' slices,
+        ``eu`` x [k_dim x n_dim] (rounded to whole rows/columns along ``axis``), and each
+        touched expert multiplies its share of the ``pairs`` (token, expert) rows."""
+        Nf = self.Nf
+        shape = (round(eu * k_dim), n_dim) if axis else (k_dim, round(eu * n_dim))
+        w = _tensor(self._wname(wname, lo, hi, Nf), "weight", shape, self.db)
+        o = self.ref(out, lo, hi, True)
+        rows = max(1, -(-pairs // max(1, round(eu))))  # tokens per touched expert, rounded up
+        k = Kernel(name + self._suffix(side), self._mm_op(rows), "fc", self._units(lo, hi, Nf),
+                   None, rows, shape[0], shape[1], 2 * pairs * k_dim * n_dim,
+                   tuple(r for r, _ in src) + (w,), (o,), side)
+        node = self.add(k, [p for _, ps in src for p in ps])
+        self.produce(out, side, lo, hi, o, [node], "fc")
+        return node, (o,)
 
     def _attention(self, side, lo: int, hi: int, inputs: dict, bar) -> None:
         m, db, B = self.m, self.db, self.B
@@ -513,8 +603,20 @@ class _Builder:
         self.produce("attn_out", side, lo, hi, ao, values, "attention")
 
 
-def _prepare(model, batch, seq_lens, phase, dtype):
+def layer_model(model, layer: int | None = None) -> ModelSpec:
+    """The homogeneous model whose layer graph is that of layer ``layer`` (default 0) of
+    ``model``: a hybrid or interleaved-MoE stack's layers differ, one graph is one kind."""
     model = load_model(model)
+    if model.homogeneous and layer is None:
+        return model
+    i = 0 if layer is None else layer
+    if not isinstance(i, int) or not 0 <= i < model.layers:
+        raise ConfigError("layer", f"must be in 0..{model.layers - 1}, got {layer!r}")
+    return model.layer_view(model.layer_kind(i), model.layers)
+
+
+def _prepare(model, batch, seq_lens, phase, dtype, layer=None):
+    model = layer_model(model, layer)
     if phase not in ("decode", "prefill"):
         raise ConfigError("phase", f"must be 'decode' or 'prefill', got {phase!r}")
     batch, seqs = normalize_batch(batch, seq_lens)
@@ -523,14 +625,15 @@ def _prepare(model, batch, seq_lens, phase, dtype):
 
 
 def build_layer_graph(model, batch, seq_lens, phase: str = "decode",
-                      dtype: str | None = None) -> nx.DiGraph:
+                      dtype: str | None = None, layer: int | None = None) -> nx.DiGraph:
     """DAG of one decoder layer (unpartitioned; every kernel has ``side`` None).
 
     ``model``: a :class:`ModelSpec` or zoo name; ``seq_lens``: int or one length per
     request (decode: tokens attended including the new one; prefill: prompt length);
-    ``dtype`` defaults to the model's.
+    ``dtype`` defaults to the model's; ``layer`` picks the layer of a hybrid stack
+    (default: layer 0, see :func:`layer_model`).
     """
-    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype)
+    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype, layer)
     parts = {s: [(None, 0, split_units(model, s))] for s in SUBLAYERS}
     return _Builder(model, batch, seqs, phase, db, False).build(parts)
 
@@ -565,7 +668,8 @@ def _split_parts(model: ModelSpec, split, sides) -> dict[str, list[tuple]]:
 
 
 def partition_layer(model, batch, seq_lens, split, phase: str = "decode",
-                    dtype: str | None = None, sides=("hbm", "lpddr")) -> nx.DiGraph:
+                    dtype: str | None = None, sides=("hbm", "lpddr"),
+                    layer: int | None = None) -> nx.DiGraph:
     """Head-aware partition of one decoder layer over two memory sides (H2M2 Fig. 5b).
 
     ``split = {'qkv': n, 'attention': n, 'fc': n}``: units ``[0, n)`` of each sublayer
@@ -576,7 +680,7 @@ def partition_layer(model, batch, seq_lens, split, phase: str = "decode",
     request). Row-wide normalizations run once, on the side holding the larger share of
     their sublayer (ties: ``sides[0]``).
     """
-    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype)
+    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype, layer)
     parts = _split_parts(model, split, sides)
     return _Builder(model, batch, seqs, phase, db, True).build(parts)
 
