@@ -252,3 +252,35 @@ def test_graph_build_scales_linearly_in_batch():
         P = partition_layer(m, B, 1024, {"qkv": 48, "attention": 48, "fc": 48})
         n[B] = (P.number_of_nodes(), P.number_of_edges())
     assert n[128][0] < 4.2 * n[32][0] and n[128][1] < 4.2 * n[32][1]
+
+
+# ----- mixture of experts ---------------------------------------------------------------
+def test_expected_experts_known_cases():
+    from h2m2sim.model import expected_experts
+    assert expected_experts(8, 2, 1) == 2
+    assert expected_experts(8, 2, 10_000) == pytest.approx(8)
+    assert expected_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
+    assert expected_experts(64, 8, 0) == 0
+
+
+@pytest.mark.parametrize("batch", [1, 4, 32])
+def test_moe_weights_read_are_touched_experts(batch):
+    from h2m2sim.model import expected_experts
+    m = load_model("mixtral-8x7b")
+    G = build_layer_graph(m, batch, 64, dtype="int8")
+    eu = expected_experts(8, 2, batch)
+    dense = m.params_per_layer - m.moe_params_per_layer
+    expert = m.expert_params
+    assert unique_bytes(G)["weight"] == pytest.approx(dense + m.moe_always_params
+                                                      + eu * expert, rel=1e-4)
+    mm = sum(k.flops for k in kernels(G) if k.name in ("fc.expert_up", "fc.expert_down"))
+    assert mm == 2 * batch * m.moe_top_k * m.expert_params
+    P = partition_layer(m, batch, 64, {"qkv": 3, "attention": 5, "fc": 17}, dtype="int8")
+    assert total_flops(P) == total_flops(G)
+    assert unique_bytes(P)["weight"] == unique_bytes(G)["weight"]
+
+
+def test_shared_experts_and_router_kernels():
+    ks = {k.name: k for k in kernels(build_layer_graph("qwen1.5-moe-a2.7b", 2, 16))}
+    assert ks["fc.router"].n == 61   # 60 experts + the shared-expert gate
+    assert {"fc.shared_ffn_up", "fc.shared_ffn_down", "fc.expert_up"} <= set(ks)
