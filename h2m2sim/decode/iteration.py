@@ -32,8 +32,8 @@ from h2m2sim.cache import cached
 from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping, Problem, SublayerTimes
 from h2m2sim.model import (ModelSpec, build_layer_graph, dtype_bytes, expected_experts,
-                           footprint, kernels, normalize_batch, partition_layer, split_units,
-                           transfers)
+                           footprint, kernels, normalize_batch, partition_layer, refuse_ssm,
+                           split_units, transfers)
 from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.npu.simulate import run_kernels
 from h2m2sim.parallel import map_ordered
@@ -280,6 +280,7 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
               fidelity: str = "sampled", translate: str | None = None,
               cache: dict | None = None, attention: str = "per-request") -> LayerResult:
     """Simulate one decoder layer under a head-aware ``split`` (units on ``sides[0]``)."""
+    refuse_ssm(model, "the decode simulation")
     sides = tuple(sides or system.side_names)
     per, xfers = layer_kernels(model, batch, seq_lens, split, sides, dtype)
     subl, bound, link = {}, {}, {}
@@ -306,6 +307,7 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
 def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | None = None,
                   sides: Sequence[str] | None = None) -> Problem:
     """The mapping problem of (model, batch, lengths) on a two-sided system."""
+    refuse_ssm(model, "the decode mapper")
     sides = tuple(sides or system.side_names)
     if len(sides) != 2:
         raise ConfigError("system.sides", f"a mapping needs two sides, got {len(sides)}")

@@ -29,7 +29,7 @@ from h2m2sim.mapping import (
     estimate_ns,
     head_aware_time,
 )
-from h2m2sim.model import normalize_batch
+from h2m2sim.model import normalize_batch, refuse_ssm
 from h2m2sim.npu.energy import Activity
 
 from .energy import IterationEnergy, estimate_energy, iteration_energy
@@ -95,6 +95,7 @@ def check_iteration_fits(cfg) -> None:
 def check_iteration(cfg) -> None:
     """What the iteration job would refuse, found when the configuration is loaded."""
     _check_phase(cfg.workload)
+    refuse_ssm(cfg.model, "the decode-iteration job")
     iteration_options(cfg.policy.mapper_params)
     _check_cards(cfg.system, "system.cards")
     if cfg.policy.baseline is not None:
@@ -151,6 +152,7 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
              ) -> dict:
     """Decide with ``mapper`` and simulate one iteration; returns the metrics dict."""
     _check_cards(system, "system.cards")
+    refuse_ssm(model, "the decode-iteration job")
     opts = iteration_options(params)
     translate, att = opts.translate_mode, opts.attention
     batch, lens = normalize_batch(batch, seq_lens)

@@ -24,7 +24,8 @@ from dram_models.schema import load, param, suggest, to_dict
 from h2m2sim.registry import Registry
 from workloads import MODELS_DIR
 
-__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes"]
+__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes",
+           "refuse_ssm"]
 
 #: bytes per element of each supported data type
 DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
@@ -227,6 +228,11 @@ class ModelSpec:
         return out
 
     @property
+    def ssm_layers(self) -> int:
+        """Number of layers whose mixer is a Mamba SSM (0 for attention-only models)."""
+        return sum(n for (mixer, _), n in self.layer_groups().items() if mixer == "ssm")
+
+    @property
     def homogeneous(self) -> bool:
         """Every decoder layer has the same kind (one layer graph describes them all)."""
         return len(self.layer_groups()) == 1
@@ -358,6 +364,17 @@ class ModelSpec:
     def total_weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes of all weights (:attr:`total_params`)."""
         return self.total_params * self.dtype_bytes(dtype)
+
+
+def refuse_ssm(model: ModelSpec, what: str, key: str = "model.layers") -> None:
+    """Raise a one-line :class:`ConfigError` when ``model`` has Mamba (SSM) layers and
+    ``what`` (a simulation) cannot represent them: building every layer with attention
+    kernels would give a silently wrong answer."""
+    n = model.ssm_layers
+    if n:
+        raise ConfigError(key, f"Mamba (SSM) layers are not simulated yet by {what}: "
+                          f"{model.name} has {n} of {model.layers} layers with an SSM mixer; "
+                          "use an attention-only model")
 
 
 # ----- zoo ------------------------------------------------------------------------
