@@ -58,9 +58,12 @@ KINDS = ("weight", "activation", "kv")
 #: a variance, a normalization and an affine step; rmsnorm skips the mean and the shift;
 #: softmax is max, subtract, exp, sum and divide; GELU is the tanh approximation). They
 #: matter little: these kernels are bandwidth- or vector-unit-bound, and the NPU model
-#: prices them from element counts.
+#: prices them from element counts. ``ssm_scan`` is one token's Mamba state update per
+#: (channel, state) element: exp(dt A), dt B x, the multiply-add into the state, and the
+#: C h product and its sum.
 VECTOR_FLOPS = {"layernorm": 8, "rmsnorm": 4, "softmax": 5, "residual": 1,
-                "gelu": 8, "relu": 1, "silu": 4, "gate_multiply": 1}
+                "gelu": 8, "relu": 1, "silu": 4, "gate_multiply": 1,
+                "ssm_scan": 7}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -254,6 +257,8 @@ class _Builder:
         self.pending_xfers: list[str] = []
         self.Nq = model.kv_heads
         self.Nf = model.heads
+        self.ssm = not model.is_attention_layer(0)  # a Mamba layer (see layer_model)
+        self.ch = model.ssm_d_inner // model.kv_heads if self.ssm else 0
 
     # ----- logical activation tensors, cut into unit ranges -----------------------
     def _shape(self, logical: str, lo: int, hi: int) -> tuple[tuple, int]:
@@ -261,6 +266,9 @@ class _Builder:
         m, T, db = self.m, self.T, self.db
         if logical in ("xn", "hn"):
             return (T, m.hidden), 0
+        if logical in ("xz", "attn_out") and self.ssm:
+            w = self.ch * (2 if logical == "xz" else 1)  # x and gate z / scan output
+            return (T, (hi - lo) * w), lo * w * db
         if logical in ("q", "attn_out"):
             w = m.group_size * m.head_dim
             return (T, (hi - lo) * w), lo * w * db
@@ -292,7 +300,7 @@ class _Builder:
     def _units_total(self, logical: str) -> int:
         if logical in ("xn", "hn", "route"):
             return 1
-        if logical in ("q", "attn_out", "k_new", "v_new"):
+        if logical in ("q", "attn_out", "k_new", "v_new", "xz"):
             return self.Nq
         return self.Nf
 
@@ -436,17 +444,26 @@ class _Builder:
         self._norm("qkv.ln1", "qkv", lead_q, self.need("x", lead_q, 0, self.Nf, "qkv"),
                    "xn", "ln1", [])
         for side, lo, hi in qparts:
+            if self.ssm:  # Mamba in_proj: x and gate z of the unit's channel groups
+                self._linear("qkv.in_proj", "qkv", side, lo, hi, self.Nq,
+                             self.need("xn", side, 0, 1, "qkv"), "W_in", "b_in", d,
+                             (hi - lo) * 2 * self.ch, m.ssm_proj_bias, ("xz",))
+                continue
             self._linear("qkv.proj", "qkv", side, lo, hi, self.Nq,
                          self.need("xn", side, 0, 1, "qkv"), "W_qkv", "b_qkv", d,
                          (hi - lo) * (G + 2) * hd, m.qkv_bias, ("q", "k_new", "v_new"))
 
         # attention: per side, gather q/k/v of its units first (transfers precede the barrier)
         aparts = parts["attention"]
+        names = ("xz",) if self.ssm else ("q", "k_new", "v_new")
         inputs = {side: {lg: self.need(lg, side, lo, hi, "attention")
-                         for lg in ("q", "k_new", "v_new")} for side, lo, hi in aparts}
+                         for lg in names} for side, lo, hi in aparts}
         bar = self.barrier("qkv", "attention")
         for side, lo, hi in aparts:
-            self._attention(side, lo, hi, inputs[side], bar)
+            if self.ssm:
+                self._mamba(side, lo, hi, inputs[side]["xz"], bar)
+            else:
+                self._attention(side, lo, hi, inputs[side], bar)
 
         # fc: output projection and FFN split by column slices
         fparts = parts["fc"]
@@ -457,8 +474,13 @@ class _Builder:
         Nf = self.Nf
         for side, lo, hi in fparts:
             _, c = _cols(d, Nf, lo, hi)
-            n_o, (o,) = self._linear("fc.o_proj", "fc", side, lo, hi, Nf, ao[side], "W_o", "b_o",
-                                     m.q_dim, c, m.out_bias, ("o_out",), bar_l)
+            if self.ssm:  # Mamba out_proj: d_inner -> hidden
+                n_o, (o,) = self._linear("fc.out_proj", "fc", side, lo, hi, Nf, ao[side],
+                                         "W_out", "b_out", m.ssm_d_inner, c, m.ssm_proj_bias,
+                                         ("o_out",), bar_l)
+            else:
+                n_o, (o,) = self._linear("fc.o_proj", "fc", side, lo, hi, Nf, ao[side], "W_o",
+                                         "b_o", m.q_dim, c, m.out_bias, ("o_out",), bar_l)
             xs = self.need("x", side, lo, hi, "fc")
             self._vector("fc.residual1", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
                          [(o, [n_o])] + xs, "h1", bar_l)
@@ -551,6 +573,67 @@ class _Builder:
         node = self.add(k, [p for _, ps in src for p in ps])
         self.produce(out, side, lo, hi, o, [node], "fc")
         return node, (o,)
+
+    def _mamba(self, side, lo: int, hi: int, xz_in: list, bar) -> None:
+        """The Mamba mixer of channel groups [lo, hi) (one group per KV-head unit,
+        d_inner / kv_heads channels): causal depthwise conv1d with SiLU, x_proj (dt, B, C),
+        dt_proj, and the selective scan with the D skip and the SiLU(z) gate. Each request's
+        conv state (channels x d_conv-1) and SSM state (channels x d_state) are read and
+        written back in place; their bytes do not depend on the sequence length. The
+        kernels are batched over the requests (one launch each). Split over two sides,
+        x_proj yields partial sums over each side's channels; their cross-side reduction
+        (tokens x (dt_rank + 2 d_state) elements) is not modeled."""
+        m, db, B, T = self.m, self.db, self.B, self.T
+        c = (hi - lo) * self.ch
+        n, r, K = m.ssm_d_state, m.ssm_dt_rank, m.ssm_d_conv
+        units = self._units(lo, hi, self.Nq)
+        sfx = self._suffix(side)
+        rng = "" if units is None else f"[{lo}:{hi}]"
+        preds = ([bar] if bar else []) + [p for _, ps in xz_in for p in ps]
+        xz = tuple(t for t, _ in xz_in)
+
+        def w(name, shape):
+            return _tensor(self._wname(name, lo, hi, self.Nq), "weight", shape, db)
+
+        def states(kind, cols):
+            old = tuple(_tensor(f"{kind}[r{q}]{rng}", "kv", (c, cols), db, request=q)
+                        for q in range(B))
+            new = tuple(_tensor(f"{kind}_new[r{q}]{rng}", "kv", (c, cols), db, True, q,
+                                view_of=t.name) for q, t in enumerate(old))
+            return old, new
+
+        # conv1d over the x half (K taps per channel, the last K-1 inputs from the state)
+        cs_old, cs_new = states("conv_state", K - 1)
+        wc = (w("W_conv", (c, K)),) + ((w("b_conv", (c,)),) if m.ssm_conv_bias else ())
+        xc = _tensor(f"xc{rng}", "activation", (T, c), db, True)
+        per = 2 * K + VECTOR_FLOPS["silu"] + (1 if m.ssm_conv_bias else 0)
+        n_c = self.add(Kernel("attention.conv1d" + sfx, "elementwise", "attention", units,
+                              None, T, 0, c, per * T * c, xz + wc + cs_old, (xc,) + cs_new,
+                              side), preds)
+        # x_proj: channels -> dt (rank r), B and C (d_state each); the dt/B/C norms once
+        wx = (w("W_x", (c, r + 2 * n)),)
+        if m.ssm_inner_norms and lo == 0:
+            wx += (_tensor("ssm_norms", "weight", (r + 2 * n,), db),)
+        dbc = _tensor(f"dbc{rng}", "activation", (T, r + 2 * n), db, True)
+        n_x = self.add(Kernel("attention.x_proj" + sfx, self._mm_op(T), "attention", units,
+                              None, T, c, r + 2 * n, 2 * T * c * (r + 2 * n), (xc,) + wx,
+                              (dbc,), side), [n_c])
+        dtv = _tensor(f"dbc{rng}.dt", "activation", (T, r), db, view_of=dbc.name)
+        dt = _tensor(f"dt{rng}", "activation", (T, c), db, True)
+        n_d = self.add(Kernel("attention.dt_proj" + sfx, self._mm_op(T), "attention", units,
+                              None, T, r, c, 2 * T * r * c + T * c,
+                              (dtv, w("W_dt", (r, c)), w("b_dt", (c,))), (dt,), side), [n_x])
+        # selective scan, D skip and gate: per token over channels x d_state
+        ss_old, ss_new = states("ssm_state", n)
+        bc = _tensor(f"dbc{rng}.bc", "activation", (T, 2 * n), db, view_of=dbc.name,
+                     offset=r * db)
+        ao = self.ref("attn_out", lo, hi, True)
+        flops = T * c * (VECTOR_FLOPS["ssm_scan"] * n + 2 + VECTOR_FLOPS["silu"] + 1)
+        n_s = self.add(Kernel("attention.scan" + sfx, "elementwise", "attention", units, None,
+                              T, 0, c * n, flops,
+                              (xc, dt, bc) + xz + (w("A_log", (c, n)), w("D", (c,))) + ss_old,
+                              (ao,) + ss_new, side), [n_d])
+        self.produce("attn_out", side, lo, hi, ao, [n_s], "attention")
 
     def _attention(self, side, lo: int, hi: int, inputs: dict, bar) -> None:
         m, db, B = self.m, self.db, self.B

@@ -284,3 +284,23 @@ def test_shared_experts_and_router_kernels():
     ks = {k.name: k for k in kernels(build_layer_graph("qwen1.5-moe-a2.7b", 2, 16))}
     assert ks["fc.router"].n == 61   # 60 experts + the shared-expert gate
     assert {"fc.shared_ffn_up", "fc.shared_ffn_down", "fc.expert_up"} <= set(ks)
+
+
+def test_mamba_layer_kernels_weights_and_fixed_state():
+    """A Jamba Mamba layer: in_proj, conv1d, x_proj, dt_proj, scan, out_proj; its weights
+    are the layer's parameters and each request's recurrent state does not grow with seq."""
+    from h2m2sim.model import build_layer_graph, kernels, layer_model, load_model, unique_bytes
+    m = load_model("jamba-mini")
+    assert m.layer_kind(0) == ("ssm", "dense")
+    db = m.dtype_bytes()
+    names = [k.name for k in kernels(build_layer_graph(m, 1, 64, layer=0))]
+    for k in ("qkv.in_proj", "attention.conv1d", "attention.x_proj", "attention.dt_proj",
+              "attention.scan", "fc.out_proj"):
+        assert k in names
+    assert not any("score" in n or "kv_append" in n for n in names)
+    by_seq = [unique_bytes(build_layer_graph(m, 3, s, layer=0)) for s in (64, 8192)]
+    assert by_seq[0]["weight"] == layer_model(m, 0).params_per_layer * db
+    assert by_seq[0]["kv"] == by_seq[1]["kv"] == 3 * m.ssm_state_bytes_per_layer()
+    # the attention layer's KV still grows with seq
+    att = [unique_bytes(build_layer_graph(m, 3, s, layer=4))["kv"] for s in (64, 8192)]
+    assert att[1] == 128 * att[0]
