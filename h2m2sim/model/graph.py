@@ -47,12 +47,16 @@ from .spec import ModelSpec, dtype_bytes, load_model
 __all__ = ["TensorRef", "Kernel", "Transfer", "Barrier", "SUBLAYERS", "OPS", "KINDS",
            "VECTOR_FLOPS", "split_units", "build_layer_graph", "partition_layer",
            "normalize_batch", "kernels", "transfers", "barriers", "total_flops",
-           "unique_bytes", "transfer_bytes", "expected_experts", "layer_model"]
+           "unique_bytes", "transfer_bytes", "expected_experts", "layer_model",
+           "STATE_TENSORS", "state_bytes"]
 
 SUBLAYERS = ("qkv", "attention", "fc")
 OPS = ("gemm", "gemv", "attn_score", "attn_value", "softmax", "layernorm", "residual",
        "activation", "elementwise")
 KINDS = ("weight", "activation", "kv")
+#: base names of a Mamba layer's per-request recurrent state (kind 'kv': stored per
+#: request across iterations like the KV cache, but of a size independent of seq)
+STATE_TENSORS = ("conv_state", "ssm_state")
 
 #: FLOPs per element of the vector kernels (conventional estimates: a layernorm is a mean,
 #: a variance, a normalization and an affine step; rmsnorm skips the mean and the shift;
@@ -810,3 +814,17 @@ def unique_bytes(G: nx.DiGraph) -> dict[str, int]:
     for t in seen.values():
         out[t.kind] += t.bytes
     return out
+
+
+def state_bytes(G: nx.DiGraph) -> int:
+    """Bytes of the Mamba recurrent state (:data:`STATE_TENSORS`) among the distinct
+    stored 'kv' tensors of ``G``; the rest of :func:`unique_bytes` ['kv'] is KV cache."""
+    seen: dict[str, int] = {}
+    for _, a in G.nodes(data=True):
+        if a["type"] != "kernel":
+            continue
+        k = a["kernel"]
+        for t in k.operands + k.outputs:
+            if t.view_of is None and t.kind == "kv" and t.name.startswith(STATE_TENSORS):
+                seen[t.name] = t.bytes
+    return sum(seen.values())
