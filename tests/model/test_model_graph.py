@@ -304,3 +304,18 @@ def test_mamba_layer_kernels_weights_and_fixed_state():
     # the attention layer's KV still grows with seq
     att = [unique_bytes(build_layer_graph(m, 3, s, layer=4))["kv"] for s in (64, 8192)]
     assert att[1] == 128 * att[0]
+
+
+def test_mamba_layer_trace_writes_state_in_place_independent_of_seq():
+    """The DRAM trace of a Mamba layer reads and writes each request's recurrent state as
+    one block (no KV), the same at any context length."""
+    from h2m2sim.memory.layer_traffic import layer_traffic
+    from h2m2sim.model import load_model
+    m = load_model({"base": "jamba-mini", "layers": 8, "hidden": 512, "heads": 8,
+                    "kv_heads": 2, "head_dim": 64, "ffn_dim": 1024, "vocab": 1000,
+                    "moe_experts": 4, "ssm_dt_rank": 32})
+    state = m.ssm_state_bytes_per_layer()
+    traces = [layer_traffic(m, 3, s, activations=False, request_bytes=32) for s in (16, 4096)]
+    for tr in traces:
+        assert int(tr.is_write.sum()) * 32 == 3 * state
+    assert len(traces[0]) == len(traces[1])
