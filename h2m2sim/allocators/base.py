@@ -23,6 +23,10 @@ The KV *layout* of a request is ``extents(req)``: base addresses and lengths (by
 its pieces, in logical token order — one extent for contiguous allocators, one per block
 for paged ones. :mod:`h2m2sim.allocators.traffic` turns extents into the DRAM read
 stream of attention.
+
+A Mamba layer's per-request recurrent state (fixed size, independent of the tokens) is not
+allocated here: serving workloads, the only users of these allocators, refuse models with
+Mamba layers (see docs/validation/model.md).
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from dram_models.trace import FORMATS, save
 
 from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_footprint,
                            kernels, list_models, load_model, normalize_batch,
-                           partition_layer, split_units, total_flops, transfer_bytes,
-                           transfers, unique_bytes)
+                           partition_layer, split_units, state_bytes, total_flops,
+                           transfer_bytes, transfers, unique_bytes)
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
 from h2m2sim.store import atomic_output_path, prepare_file, writing_to
@@ -109,6 +109,8 @@ def run(args) -> int:
     ub = unique_bytes(G)
     fp = graph_footprint(G)
     flops = total_flops(G)
+    st = state_bytes(G)
+    kinds = _layer_kinds(model, G, batch, seqs, phase, dtype)
     out = {
         "name": model.name, "phase": phase, "batch": batch, "dtype": dtype,
         "seq_min": min(seqs), "seq_max": max(seqs), "seq_sum": sum(seqs),
@@ -116,13 +118,18 @@ def run(args) -> int:
         "kv_heads": model.kv_heads, "head_dim": model.head_dim, "ffn_dim": model.ffn_dim,
         "ffn_type": model.ffn_type,
         "params_per_layer": model.params_per_layer, "total_params": model.total_params,
-        "weight_bytes_per_layer": ub["weight"], "kv_bytes_per_layer": ub["kv"],
+        "weight_bytes_per_layer": ub["weight"], "kv_bytes_per_layer": ub["kv"] - st,
+        "ssm_state_bytes_per_layer": st,
         "activation_bytes_per_layer": ub["activation"],
         "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer(dtype),
         "total_weight_bytes": model.total_params * db,
-        "decoder_weight_bytes": model.layers * ub["weight"],
-        "total_kv_bytes": model.layers * ub["kv"],
-        "flops_per_layer": flops, "total_decoder_flops": model.layers * flops,
+        "decoder_weight_bytes": sum(k["layers"] * k["weight_bytes_per_layer"] for k in kinds),
+        "total_kv_bytes": sum(k["layers"] * k["kv_bytes_per_layer"] for k in kinds),
+        "total_ssm_state_bytes": sum(k["layers"] * k["ssm_state_bytes_per_layer"]
+                                     for k in kinds),
+        "flops_per_layer": flops,
+        "total_decoder_flops": sum(k["layers"] * k["flops_per_layer"] for k in kinds),
+        "layer_kinds": kinds,
         "kernels_per_layer": len(kernels(G)),
         "footprint_per_layer": fp,
         "split_units": {s: split_units(model, s) for s in SUBLAYERS},
@@ -177,6 +184,24 @@ def run(args) -> int:
     return 0
 
 
+def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:
+    """Per (mixer, ffn) kind of the stack: its layer count and one layer's bytes (KV
+    cache and Mamba recurrent state apart) and FLOPs. ``G`` is layer 0's graph. The
+    per-layer fields at the top of the output describe layer 0; totals add the kinds."""
+    out = []
+    for (mixer, ffn), n in model.layer_groups().items():
+        Gk = G if (mixer, ffn) == model.layer_kind(0) else build_layer_graph(
+            model, batch, seqs, phase=phase, dtype=dtype,
+            layer=next(i for i in range(model.layers) if model.layer_kind(i) == (mixer, ffn)))
+        ub, st = unique_bytes(Gk), state_bytes(Gk)
+        out.append({"mixer": mixer, "ffn": ffn, "layers": n,
+                    "weight_bytes_per_layer": ub["weight"],
+                    "kv_bytes_per_layer": ub["kv"] - st, "ssm_state_bytes_per_layer": st,
+                    "activation_bytes_per_layer": ub["activation"],
+                    "flops_per_layer": total_flops(Gk)})
+    return out
+
+
 def _trace_path(text: str, fmt: str) -> Path:
     """The file a trace export writes: ``npz`` gains the ``.npz`` suffix it lacks (as
     NumPy would add it)."""
@@ -202,10 +227,11 @@ def _print_text(o: dict) -> None:
             ("params_per_layer", f"{o['params_per_layer']:,}"),
             ("total_params", f"{o['total_params']:,} ({o['total_params'] / 1e9:.3f}B)")]
     rows += [(k, _fmt_bytes(o[k])) for k in (
-        "weight_bytes_per_layer", "kv_bytes_per_layer", "activation_bytes_per_layer",
-        "kv_bytes_per_token_per_layer", "total_weight_bytes", "decoder_weight_bytes",
-        "total_kv_bytes")]
-    rows += [("flops_per_layer", f"{o['flops_per_layer']:,} ({o['flops_per_layer'] / 1e9:.3f} GFLOP)"),
+        "weight_bytes_per_layer", "kv_bytes_per_layer", "ssm_state_bytes_per_layer",
+        "activation_bytes_per_layer", "kv_bytes_per_token_per_layer", "total_weight_bytes",
+        "decoder_weight_bytes", "total_kv_bytes", "total_ssm_state_bytes")]
+    gf = o["flops_per_layer"] / 1e9
+    rows += [("flops_per_layer", f"{o['flops_per_layer']:,} ({gf:.3f} GFLOP)"),
              ("kernels_per_layer", f"{o['kernels_per_layer']}"),
              ("split_units", ", ".join(f"{k}={v}" for k, v in o["split_units"].items()))]
     for k, v in o.get("timing", {}).items():
@@ -213,6 +239,14 @@ def _print_text(o: dict) -> None:
     w = max(len(r[0]) for r in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
+    if len(o["layer_kinds"]) > 1:
+        print("layer kinds (bytes and FLOPs of one layer):")
+        print(f"  {'kind':<16} {'layers':>6} {'weight':>15} {'kv':>15} {'ssm state':>13} "
+              f"{'flops':>17}")
+        for k in o["layer_kinds"]:
+            print(f"  {k['mixer'] + '+' + k['ffn']:<16} {k['layers']:>6} "
+                  f"{k['weight_bytes_per_layer']:>15,} {k['kv_bytes_per_layer']:>15,} "
+                  f"{k['ssm_state_bytes_per_layer']:>13,} {k['flops_per_layer']:>17,}")
     print("footprint per layer (bytes):")
     print(f"  {'sublayer':<10} {'weight':>15} {'kv':>15} {'activation':>13}")
     for sub, kinds in o["footprint_per_layer"].items():

@@ -27,7 +27,7 @@ from h2m2sim.npu.energy import (
     stream_stats,
 )
 
-from .iteration import layer_kernels
+from .iteration import layer_kernels, layer_kinds
 
 __all__ = ["IterationEnergy", "iteration_energy", "estimate_energy", "migration_energy_j",
            "DRAM_SOURCES"]
@@ -68,7 +68,16 @@ def estimate_energy(system, model, batch, lens, split, sides, dtype=None,
                     phase: str = "decode") -> IterationEnergy:
     """Analytic activities of one ``phase`` iteration's kernels (all layers) under
     ``split``; DRAM as one sequential stream of each side's bytes (no engine run, so no
-    busy time: the sides' background is priced over the whole iteration)."""
+    busy time: the sides' background is priced over the whole iteration). Several layer
+    kinds: the sum over the kinds (:func:`~.iteration.layer_kinds`)."""
+    if not model.homogeneous:
+        parts = [estimate_energy(system, view, batch, lens, split, sides, dtype, phase)
+                 for _, view, _ in layer_kinds(model)]
+        act = {s: parts[0].activity[s] for s in sides}
+        for e in parts[1:]:
+            act = {s: act[s] + e.activity[s] for s in sides}
+        return IterationEnergy(act, {s: 0.0 for s in sides},
+                               sum(e.link_bytes for e in parts))
     per, xfers = layer_kernels(model, batch, lens, split, sides, dtype, phase=phase)
     L = model.layers
     act = {}

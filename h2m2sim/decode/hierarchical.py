@@ -27,7 +27,7 @@ from h2m2sim.mapping import SUBLAYERS, Mapping
 from h2m2sim.memory.dram import stream_bandwidth_gbps
 from h2m2sim.model import ModelSpec, footprint, normalize_batch
 
-from .iteration import IterationResult, run_layer
+from .iteration import IterationResult, layer_kinds, run_layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +60,11 @@ def run_hierarchical(system, model: ModelSpec, batch: int, seq_lens, policy: str
 
     first, second = sides or system.side_names
     batch, lens = normalize_batch(batch, seq_lens)
-    fp = footprint(model, batch, lens, dtype=dtype)
-    F = model.layers * sum(fp[sl]["weight"] + fp[sl]["kv"] + fp[sl]["activation"]
-                           for sl in SUBLAYERS)
+    F = 0
+    for _, view, n in layer_kinds(model):  # one footprint per layer kind
+        fp = footprint(view, batch, lens, dtype=dtype)
+        F += n * sum(fp[sl]["weight"] + fp[sl]["kv"] + fp[sl]["activation"]
+                     for sl in SUBLAYERS)
     C = system.side(first).capacity_bytes - system.mmu.table_bytes
     if policy == "lru":
         resident = F if F <= C else 0.0

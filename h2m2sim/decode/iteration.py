@@ -1,9 +1,10 @@
 """One decode iteration of a whole system, cycle-level, from a mapping.
 
-A decode iteration runs every decoder layer. All layers have the same shape and, under a
-head-aware mapping, the same split, so one layer is simulated and the result scaled by
-the layer count (:func:`run_iteration` says so in its result, and
-``tests/decode/test_decode_iteration.py`` checks two simulated layers against twice one).
+A decode iteration runs every decoder layer. Layers of one kind (attention or Mamba mixer,
+dense or MoE FFN) have the same shape and, under a head-aware mapping, the same split, so
+one layer per kind is simulated and scaled by that kind's layer count (:func:`run_iteration`
+says so in its result, and ``tests/decode/test_decode_iteration.py`` checks two simulated
+layers against twice one).
 
 One layer: the kernel graph is partitioned by the mapping (:func:`h2m2sim.model.
 partition_layer`); for each sublayer (qkv-linear, attention, fc) each side runs its
@@ -31,8 +32,9 @@ from dram_models.stats import DramStats
 from h2m2sim.cache import cached
 from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping, Problem, SublayerTimes
-from h2m2sim.model import (ModelSpec, build_layer_graph, footprint, kernels,
-                           normalize_batch, partition_layer, split_units, transfers)
+from h2m2sim.model import (ModelSpec, build_layer_graph, dtype_bytes, expected_experts,
+                           footprint, kernels, normalize_batch, partition_layer, split_units,
+                           transfers)
 from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.npu.simulate import run_kernels
 from h2m2sim.parallel import map_ordered
@@ -278,7 +280,13 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
               sides: Sequence[str] | None = None, dtype: str | None = None,
               fidelity: str = "sampled", translate: str | None = None,
               cache: dict | None = None, attention: str = "per-request") -> LayerResult:
-    """Simulate one decoder layer under a head-aware ``split`` (units on ``sides[0]``)."""
+    """Simulate one decoder layer under a head-aware ``split`` (units on ``sides[0]``).
+    A stack of several layer kinds (:func:`layer_kinds`) gives the layer-count-weighted
+    mean of one simulated layer per kind, so ``layers x time_ns`` is the whole stack."""
+    if not model.homogeneous:
+        return _mean_layer([(n, run_layer(system, view, batch, seq_lens, split, sides, dtype,
+                                          fidelity, translate, cache, attention))
+                            for _, view, n in layer_kinds(model)])
     sides = tuple(sides or system.side_names)
     per, xfers = layer_kernels(model, batch, seq_lens, split, sides, dtype)
     subl, bound, link = {}, {}, {}
@@ -301,6 +309,32 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
     return LayerResult(total, subl, bound, xbytes, link)
 
 
+def layer_kinds(model: ModelSpec) -> list[tuple[tuple, ModelSpec, int]]:
+    """(kind, homogeneous model of that kind with ``count`` layers, count) for each
+    distinct (mixer, ffn) layer kind of ``model`` (one entry for a homogeneous model)."""
+    if model.homogeneous:
+        return [(model.layer_kind(0), model, model.layers)]
+    return [(k, model.layer_view(k, n), n) for k, n in model.layer_groups().items()]
+
+
+def _mean_layer(runs: Sequence[tuple[int, LayerResult]]) -> LayerResult:
+    """Layer-count-weighted mean of the layers of several kinds: the stack's total is
+    the layer count times it. The time is the mean of each kind's own time (each kind
+    waits for its own slower side), the pieces the mean of each side's pieces."""
+    L = sum(n for n, _ in runs)
+    subl = {sl: {s: _sum_piece([lay.sublayers[sl][s] for _, lay in runs],
+                               [n / L for n, _ in runs])
+                 for s in runs[0][1].sublayers[sl]} for sl in runs[0][1].sublayers}
+
+    def mean(f):
+        return sum(n * f(lay) for n, lay in runs) / L
+
+    return LayerResult(mean(lambda x: x.time_ns), subl,
+                       {sl: mean(lambda x: x.boundary_ns[sl]) for sl in SUBLAYERS},
+                       mean(lambda x: x.transfer_bytes),
+                       {sl: mean(lambda x: x.interconnect_ns.get(sl, 0.0)) for sl in SUBLAYERS})
+
+
 # ----------------------------------------------------------------------------- problem
 def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | None = None,
                   sides: Sequence[str] | None = None) -> Problem:
@@ -308,6 +342,19 @@ def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | N
     sides = tuple(sides or system.side_names)
     if len(sides) != 2:
         raise ConfigError("system.sides", f"a mapping needs two sides, got {len(sides)}")
+    if not model.homogeneous:
+        # one split for every layer: bytes add over the kinds, per-layer work is the mean
+        parts = [(n, build_problem(system, view, batch, seq_lens, dtype, sides))
+                 for _, view, n in layer_kinds(model)]
+        L = model.layers
+        p0 = parts[0][1]
+        return dataclasses.replace(
+            p0, layers=L,
+            unit_bytes={sl: sum(p.unit_bytes[sl] for _, p in parts) for sl in SUBLAYERS},
+            shared_bytes={sl: sum(p.shared_bytes[sl] for _, p in parts) for sl in SUBLAYERS},
+            flops={sl: sum(n * p.flops[sl] for n, p in parts) / L for sl in SUBLAYERS},
+            bytes_per_layer={sl: sum(n * p.bytes_per_layer[sl] for n, p in parts) / L
+                             for sl in SUBLAYERS})
     batch, lens = normalize_batch(batch, seq_lens)
     fp = footprint(model, batch, lens, dtype=dtype)
     L = model.layers
@@ -322,6 +369,12 @@ def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | N
     flops = {sl: 0.0 for sl in SUBLAYERS}
     for k in kernels(G):
         flops[k.sublayer] += k.flops
+    if model.moe_experts:
+        # all experts are stored though a batch reads only the touched ones: the fc units
+        # hold the untouched experts' bytes too (capacity, not traffic)
+        eu = expected_experts(model.moe_experts, model.moe_top_k, batch)
+        idle = (model.moe_experts - eu) * model.expert_params * dtype_bytes(dtype or model.dtype)
+        unit_bytes["fc"] += idle * L / units["fc"]
     reserve = {s: system.mmu.table_bytes for s in sides}
     capacity = {s: system.side(s).capacity_bytes - reserve[s] for s in sides}
     peak = {s: system.side(s).chip.peak_tflops * 1e12 for s in sides}
@@ -348,7 +401,16 @@ def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Pro
                     translate: str | None = None, cache: dict | None = None,
                     points: int = 5, attention: str = "per-request") -> SublayerTimes:
     """Per-sublayer, per-side time tables (ns per layer for 0..N units), simulated at a
-    grid of unit counts and interpolated linearly in between."""
+    grid of unit counts and interpolated linearly in between (several layer kinds: the
+    layer-count-weighted mean of each kind's tables)."""
+    if not model.homogeneous:
+        tabs = [(n, sublayer_tables(system, view, batch, seq_lens, problem, dtype, fidelity,
+                                    translate, cache, points, attention))
+                for _, view, n in layer_kinds(model)]
+        L = model.layers
+        table = {s: {sl: sum(n * np.asarray(t.table[s][sl]) for n, t in tabs) / L
+                     for sl in SUBLAYERS} for s in problem.sides}
+        return dataclasses.replace(tabs[0][1], table=table)
     table = {s: {} for s in problem.sides}
     first, second = problem.sides
     points_of, specs = {}, []
@@ -381,14 +443,14 @@ def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Pro
 
 @dataclasses.dataclass(frozen=True)
 class IterationResult:
-    """A decode iteration: ``iteration_ns`` = layers x the simulated layer (all layers
-    share shape and split; said here rather than hidden)."""
+    """A decode iteration: ``iteration_ns`` = layers x the simulated layer (the
+    layer-count-weighted mean of one layer per kind; said here rather than hidden)."""
 
     iteration_ns: float
     layer: LayerResult
     layers: int
     mapping: Mapping
-    note: str = "one layer simulated, scaled by the layer count (layers are identical)"
+    note: str = "one layer per kind simulated, scaled by that kind's layer count"
 
 
 def run_iteration(system, model: ModelSpec, batch: int, seq_lens, mapping: Mapping,

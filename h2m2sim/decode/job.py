@@ -4,7 +4,7 @@ iteration, report the time and its breakdown.
 Metrics (flat, units in the names): ``iteration_time_ns``, ``iteration_ms``,
 ``tokens_per_s`` (batch / iteration), ``mapper``, ``granularity``, the split
 (``split_<sublayer>`` units on the first side out of ``units_<sublayer>``),
-``decision_s``, ``fidelity``, ``layers_simulated`` (1: layers are identical and scaled);
+``decision_s``, ``fidelity``, ``layers_simulated`` (one per layer kind, scaled by its count);
 nested ``breakdown[sublayer][side]`` with time, compute, memory/TLB stalls, barrier wait;
 ``hbm_occupancy_bytes[sublayer]`` (bytes each sublayer keeps on the first side, all layers
 -- H2M2 Figure 14); ``boundary_ns[sublayer]`` (barrier + interconnect copies) and
@@ -74,13 +74,15 @@ def _fits(system, model, batch: int, seq_lens) -> None:
     necessary condition, the mapper checks each side)."""
     total_tokens = sum(seq_lens) if isinstance(seq_lens, tuple) else batch * int(seq_lens)
     weights = model.total_weight_bytes()
-    kv = model.kv_bytes_per_token_per_layer() * model.layers * total_tokens
+    # KV in the attention layers, a fixed recurrent state per request in the Mamba layers
+    kv = model.kv_bytes_per_token_per_layer() * (model.layers - model.ssm_layers) * \
+        total_tokens + model.ssm_state_bytes_per_layer() * model.ssm_layers * batch
     have = sum(s.capacity_bytes for s in system.sides)
     if weights + kv > have:
         raise OutOfMemoryError(f"{system.name} (all sides)", weights + kv, have,
-                               f"the weights ({format_bytes(weights)}) and KV cache of "
-                               f"{total_tokens:,} tokens ({format_bytes(kv)}; {batch} "
-                               f"requests) of {model.name}")
+                               f"the weights ({format_bytes(weights)}) and KV cache "
+                               f"(and SSM state) of {total_tokens:,} tokens "
+                               f"({format_bytes(kv)}; {batch} requests) of {model.name}")
 
 
 def check_iteration_fits(cfg) -> None:
@@ -155,11 +157,16 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
     translate, att = opts.translate_mode, opts.attention
     batch, lens = normalize_batch(batch, seq_lens)
     sides = system.side_names
+    groups = model.layer_groups()
     out: dict[str, Any] = {"mapper": mapper, "fidelity": fidelity, "layers": model.layers,
-                           "layers_simulated": 1, "batch": batch,
+                           "layers_simulated": len(groups), "batch": batch,
                            "scaling": "one decoder layer simulated, times the layer count "
                                       "(identical layers; checked in "
                                       "tests/decode/test_decode_iteration.py)"}
+    if len(groups) > 1:
+        kinds = ", ".join(f"{n} x {mixer}+{ffn}" for (mixer, ffn), n in groups.items())
+        out["scaling"] = (f"one decoder layer per kind simulated, times that kind's layer "
+                          f"count ({kinds}); breakdowns are the per-layer mean")
     sim_fid = "sampled" if fidelity == "estimate" else fidelity
     if len(sides) == 1 or mapper in ("all-first", "all-second"):
         side = sides[0] if mapper != "all-second" else sides[1]

@@ -29,7 +29,7 @@ import numpy as np
 from dram_models.errors import ConfigError
 from dram_models.trace import Trace
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
-from h2m2sim.model.graph import build_layer_graph, partition_layer
+from h2m2sim.model.graph import STATE_TENSORS, build_layer_graph, partition_layer
 
 __all__ = ["layer_traffic"]
 _REGION_ALIGN = 4096
@@ -184,7 +184,7 @@ def layer_traffic(model, batch, seq_lens, kv_layout: KVLayout = CONTIGUOUS,
             db = t.dtype_bytes
             if t.view_of is None:
                 extent[t.name] = max(extent.get(t.name, 0), t.bytes)
-                if t.kind == "kv":
+                if t.kind == "kv" and not t.name.startswith(STATE_TENSORS):
                     u, s, hd = t.shape
                     caches[t.name] = (t.request, 0 if t.name.startswith("K") else 1, u, s, hd)
             elif t.kind != "kv":
@@ -202,6 +202,15 @@ def layer_traffic(model, batch, seq_lens, kv_layout: KVLayout = CONTIGUOUS,
     out = _Chunks()
     for step in steps:
         for t, is_write in step:
+            if t.kind == "kv" and (t.view_of or t.name).startswith(STATE_TENSORS):
+                # a Mamba layer's recurrent state: one fixed contiguous block per request,
+                # read and written in place, traced even without activations
+                base = t.view_of or t.name
+                if base not in addr:
+                    addr[base] = act_next
+                    act_next = _align(act_next + extent[base], req)
+                out.add([addr[base] + t.offset], [t.bytes], is_write)
+                continue
             if t.kind == "kv":
                 name = t.view_of or t.name
                 s = caches[name][3]

@@ -47,20 +47,27 @@ from .spec import ModelSpec, dtype_bytes, load_model
 __all__ = ["TensorRef", "Kernel", "Transfer", "Barrier", "SUBLAYERS", "OPS", "KINDS",
            "VECTOR_FLOPS", "split_units", "build_layer_graph", "partition_layer",
            "normalize_batch", "kernels", "transfers", "barriers", "total_flops",
-           "unique_bytes", "transfer_bytes"]
+           "unique_bytes", "transfer_bytes", "expected_experts", "layer_model",
+           "STATE_TENSORS", "state_bytes"]
 
 SUBLAYERS = ("qkv", "attention", "fc")
 OPS = ("gemm", "gemv", "attn_score", "attn_value", "softmax", "layernorm", "residual",
        "activation", "elementwise")
 KINDS = ("weight", "activation", "kv")
+#: base names of a Mamba layer's per-request recurrent state (kind 'kv': stored per
+#: request across iterations like the KV cache, but of a size independent of seq)
+STATE_TENSORS = ("conv_state", "ssm_state")
 
 #: FLOPs per element of the vector kernels (conventional estimates: a layernorm is a mean,
 #: a variance, a normalization and an affine step; rmsnorm skips the mean and the shift;
 #: softmax is max, subtract, exp, sum and divide; GELU is the tanh approximation). They
 #: matter little: these kernels are bandwidth- or vector-unit-bound, and the NPU model
-#: prices them from element counts.
+#: prices them from element counts. ``ssm_scan`` is one token's Mamba state update per
+#: (channel, state) element: exp(dt A), dt B x, the multiply-add into the state, and the
+#: C h product and its sum.
 VECTOR_FLOPS = {"layernorm": 8, "rmsnorm": 4, "softmax": 5, "residual": 1,
-                "gelu": 8, "relu": 1, "silu": 4, "gate_multiply": 1}
+                "gelu": 8, "relu": 1, "silu": 4, "gate_multiply": 1,
+                "ssm_scan": 7}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -200,6 +207,18 @@ def normalize_batch(batch, seq_lens, key: str = "seq_lens") -> tuple[int, list[i
     return batch, [int(s) for s in seqs]
 
 
+def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Expected number of distinct experts a batch of ``tokens`` touches when each token
+    picks ``top_k`` of ``experts`` and, as an approximation, every expert is picked with
+    the same probability k/E independently per token: E x (1 - (1 - k/E)^tokens).
+    1 token gives k, many tokens approach E."""
+    if tokens <= 0 or experts <= 0:
+        return 0.0
+    if tokens == 1:
+        return float(top_k)  # exact: one token picks k distinct experts
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
 def _pairs(t: int, s: int) -> int:
     """Unmasked (query, key) pairs when the last ``t`` of ``s`` tokens are queries and
     each sees itself and every earlier token: t*(s-t) + t*(t+1)/2."""
@@ -242,6 +261,8 @@ class _Builder:
         self.pending_xfers: list[str] = []
         self.Nq = model.kv_heads
         self.Nf = model.heads
+        self.ssm = not model.is_attention_layer(0)  # a Mamba layer (see layer_model)
+        self.ch = model.ssm_d_inner // model.kv_heads if self.ssm else 0
 
     # ----- logical activation tensors, cut into unit ranges -----------------------
     def _shape(self, logical: str, lo: int, hi: int) -> tuple[tuple, int]:
@@ -249,6 +270,9 @@ class _Builder:
         m, T, db = self.m, self.T, self.db
         if logical in ("xn", "hn"):
             return (T, m.hidden), 0
+        if logical in ("xz", "attn_out") and self.ssm:
+            w = self.ch * (2 if logical == "xz" else 1)  # x and gate z / scan output
+            return (T, (hi - lo) * w), lo * w * db
         if logical in ("q", "attn_out"):
             w = m.group_size * m.head_dim
             return (T, (hi - lo) * w), lo * w * db
@@ -257,18 +281,30 @@ class _Builder:
         if logical in ("x", "o_out", "h1", "down", "y"):
             a, c = _cols(m.hidden, self.Nf, lo, hi)
             return (T, c), a * db
+        rows = T * m.moe_top_k if m.moe_experts else T  # MoE: one row per (token, expert)
         if logical == "up":
-            a, c = _cols(m.ffn_dim, self.Nf, lo, hi)
-            return (T, c * (2 if m.ffn_type == "gated" else 1)), a * db
+            a, c = _cols(m.moe_ffn_dim, self.Nf, lo, hi)
+            return (rows, c * (2 if m.ffn_type == "gated" else 1)), a * db
         if logical == "act":
-            a, c = _cols(m.ffn_dim, self.Nf, lo, hi)
+            a, c = _cols(m.moe_ffn_dim, self.Nf, lo, hi)
+            return (rows, c), a * db
+        if logical == "sup":
+            a, c = _cols(m.moe_shared_ffn_dim, self.Nf, lo, hi)
+            return (T, c * (2 if m.ffn_type == "gated" else 1)), a * db
+        if logical == "sact":
+            a, c = _cols(m.moe_shared_ffn_dim, self.Nf, lo, hi)
             return (T, c), a * db
+        if logical in ("sdown",):
+            a, c = _cols(m.hidden, self.Nf, lo, hi)
+            return (T, c), a * db
+        if logical == "route":
+            return (T, m.moe_experts + (1 if m.moe_shared_gate else 0)), 0
         raise KeyError(logical)
 
     def _units_total(self, logical: str) -> int:
-        if logical in ("xn", "hn"):
+        if logical in ("xn", "hn", "route"):
             return 1
-        if logical in ("q", "attn_out", "k_new", "v_new"):
+        if logical in ("q", "attn_out", "k_new", "v_new", "xz"):
             return self.Nq
         return self.Nf
 
@@ -388,9 +424,10 @@ class _Builder:
         return node, outs
 
     def _vector(self, name: str, op: str, side, lo: int, hi: int, cols: int, per_elem: int,
-                src, out_logical: str, preds=()) -> str:
-        """An element-wise fc kernel over ``cols`` columns of every token row."""
-        T = self.T
+                src, out_logical: str, preds=(), rows: int | None = None) -> str:
+        """An element-wise fc kernel over ``cols`` columns of ``rows`` rows (default every
+        token; MoE activations have one row per token and chosen expert)."""
+        T = rows or self.T
         out = self.ref(out_logical, lo, hi, True)
         k = Kernel(name + self._suffix(side), op, "fc", self._units(lo, hi, self.Nf), None, T,
                    0, cols, per_elem * T * cols, tuple(r for r, _ in src), (out,), side)
@@ -411,17 +448,26 @@ class _Builder:
         self._norm("qkv.ln1", "qkv", lead_q, self.need("x", lead_q, 0, self.Nf, "qkv"),
                    "xn", "ln1", [])
         for side, lo, hi in qparts:
+            if self.ssm:  # Mamba in_proj: x and gate z of the unit's channel groups
+                self._linear("qkv.in_proj", "qkv", side, lo, hi, self.Nq,
+                             self.need("xn", side, 0, 1, "qkv"), "W_in", "b_in", d,
+                             (hi - lo) * 2 * self.ch, m.ssm_proj_bias, ("xz",))
+                continue
             self._linear("qkv.proj", "qkv", side, lo, hi, self.Nq,
                          self.need("xn", side, 0, 1, "qkv"), "W_qkv", "b_qkv", d,
                          (hi - lo) * (G + 2) * hd, m.qkv_bias, ("q", "k_new", "v_new"))
 
         # attention: per side, gather q/k/v of its units first (transfers precede the barrier)
         aparts = parts["attention"]
+        names = ("xz",) if self.ssm else ("q", "k_new", "v_new")
         inputs = {side: {lg: self.need(lg, side, lo, hi, "attention")
-                         for lg in ("q", "k_new", "v_new")} for side, lo, hi in aparts}
+                         for lg in names} for side, lo, hi in aparts}
         bar = self.barrier("qkv", "attention")
         for side, lo, hi in aparts:
-            self._attention(side, lo, hi, inputs[side], bar)
+            if self.ssm:
+                self._mamba(side, lo, hi, inputs[side]["xz"], bar)
+            else:
+                self._attention(side, lo, hi, inputs[side], bar)
 
         # fc: output projection and FFN split by column slices
         fparts = parts["fc"]
@@ -432,35 +478,166 @@ class _Builder:
         Nf = self.Nf
         for side, lo, hi in fparts:
             _, c = _cols(d, Nf, lo, hi)
-            n_o, (o,) = self._linear("fc.o_proj", "fc", side, lo, hi, Nf, ao[side], "W_o", "b_o",
-                                     m.q_dim, c, m.out_bias, ("o_out",), bar_l)
+            if self.ssm:  # Mamba out_proj: d_inner -> hidden
+                n_o, (o,) = self._linear("fc.out_proj", "fc", side, lo, hi, Nf, ao[side],
+                                         "W_out", "b_out", m.ssm_d_inner, c, m.ssm_proj_bias,
+                                         ("o_out",), bar_l)
+            else:
+                n_o, (o,) = self._linear("fc.o_proj", "fc", side, lo, hi, Nf, ao[side], "W_o",
+                                         "b_o", m.q_dim, c, m.out_bias, ("o_out",), bar_l)
             xs = self.need("x", side, lo, hi, "fc")
             self._vector("fc.residual1", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
                          [(o, [n_o])] + xs, "h1", bar_l)
         self._norm("fc.ln2", "fc", lead_f, self.need("h1", lead_f, 0, Nf, "fc"), "hn", "ln2",
                    bar_l)
-        gated = m.ffn_type == "gated"
-        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
-        for side, lo, hi in fparts:
-            _, cf = _cols(m.ffn_dim, Nf, lo, hi)
-            n_u, (up,) = self._linear("fc.ffn_up", "fc", side, lo, hi, Nf,
-                                      self.need("hn", side, 0, 1, "fc"),
-                                      "W_gate_up" if gated else "W_up", "b_up", d,
-                                      (2 if gated else 1) * cf, m.ffn_bias, ("up",))
-            self._vector("fc.act", "activation", side, lo, hi, cf, per, [(up, [n_u])], "act")
-        for side, lo, hi in fparts:
-            _, c = _cols(d, Nf, lo, hi)
-            n_d, (dn,) = self._linear("fc.ffn_down", "fc", side, lo, hi, Nf,
-                                      self.need("act", side, 0, Nf, "fc"), "W_down", "b_down",
-                                      m.ffn_dim, c, m.ffn_bias, ("down",))
-            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
-                         [(dn, [n_d])] + self.need("h1", side, lo, hi, "fc"), "y")
+        if m.moe_experts:
+            self._moe_ffn(fparts, lead_f, bar_l)
+        else:
+            self._dense_ffn(fparts, "", m.ffn_dim, ["h1"])
         if self.partitioned:
             # steady state with the same split in every layer: the next layer's ln1 needs
             # the whole output on the qkv lead side; each fc side already holds its columns
             self.need("y", lead_q, 0, Nf, "next_layer")
             self.barrier("fc", "next_layer")
         return self.G
+
+    def _dense_ffn(self, fparts, pre: str, f: int, residual_in: list) -> None:
+        """Column-sliced dense FFN (``pre`` '' for the layer's FFN, 's' for MoE shared
+        experts); ``residual_in`` logicals are added to its output in fc.residual2."""
+        m, d, Nf = self.m, self.m.hidden, self.Nf
+        gated = m.ffn_type == "gated"
+        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
+        tag = "shared_" if pre else ""
+        for side, lo, hi in fparts:
+            _, cf = _cols(f, Nf, lo, hi)
+            n_u, (up,) = self._linear(f"fc.{tag}ffn_up", "fc", side, lo, hi, Nf,
+                                      self.need("hn", side, 0, 1, "fc"),
+                                      f"W_{tag}gate_up" if gated else f"W_{tag}up",
+                                      f"b_{tag}up", d, (2 if gated else 1) * cf, m.ffn_bias,
+                                      (pre + "up",))
+            self._vector(f"fc.{tag}act", "activation", side, lo, hi, cf, per, [(up, [n_u])],
+                         pre + "act")
+        for side, lo, hi in fparts:
+            _, c = _cols(d, Nf, lo, hi)
+            n_d, (dn,) = self._linear(f"fc.{tag}ffn_down", "fc", side, lo, hi, Nf,
+                                      self.need(pre + "act", side, 0, Nf, "fc"),
+                                      f"W_{tag}down", f"b_{tag}down", f, c, m.ffn_bias,
+                                      (pre + "down",))
+            if pre:
+                continue
+            extra = [x for lg in residual_in for x in self.need(lg, side, lo, hi, "fc")]
+            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
+                         [(dn, [n_d])] + extra, "y")
+
+    def _moe_ffn(self, fparts, lead_f, bar_l) -> None:
+        """Router GEMV/GEMM on the lead side, then per side the touched experts' column
+        slices (expected distinct experts of the batch, :func:`expected_experts`), the
+        shared experts if any, and the residual add of their sum."""
+        m, d, T, Nf = self.m, self.m.hidden, self.T, self.Nf
+        n_route = m.moe_experts + (1 if m.moe_shared_gate else 0)  # shared gate: one column
+        self._linear("fc.router", "fc", lead_f, 0, 1, 1, self.need("hn", lead_f, 0, 1, "fc"),
+                     "W_router", "b_router", d, n_route, False, ("route",), bar_l)
+        eu = expected_experts(m.moe_experts, m.moe_top_k, T)
+        pairs = T * m.moe_top_k
+        gated = m.ffn_type == "gated"
+        per = VECTOR_FLOPS[m.activation] + (VECTOR_FLOPS["gate_multiply"] if gated else 0)
+        for side, lo, hi in fparts:
+            _, cf = _cols(m.moe_ffn_dim, Nf, lo, hi)
+            src = self.need("hn", side, 0, 1, "fc") + self.need("route", side, 0, 1, "fc")
+            n_u, (up,) = self._expert_mm("fc.expert_up", side, lo, hi, src,
+                                         "W_experts_gate_up" if gated else "W_experts_up",
+                                         d, (2 if gated else 1) * cf, eu, pairs, "up", 0)
+            self._vector("fc.expert_act", "activation", side, lo, hi, cf, per,
+                         [(up, [n_u])], "act", rows=pairs)
+        if m.moe_shared_ffn_dim:
+            self._dense_ffn(fparts, "s", m.moe_shared_ffn_dim, [])
+        for side, lo, hi in fparts:
+            _, c = _cols(d, Nf, lo, hi)
+            n_d, (dn,) = self._expert_mm("fc.expert_down", side, lo, hi,
+                                         self.need("act", side, 0, Nf, "fc"), "W_experts_down",
+                                         m.moe_ffn_dim, c, eu, pairs, "down", 1)
+            extra = self.need("h1", side, lo, hi, "fc")
+            if m.moe_shared_ffn_dim:
+                extra += self.need("sdown", side, lo, hi, "fc")
+            self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
+                         [(dn, [n_d])] + extra, "y")
+
+    def _expert_mm(self, name, side, lo, hi, src, wname, k_dim, n_dim, eu, pairs, out, axis):
+        """Expert GEMM over units [lo, hi): the weight read is the touched experts' slices,
+        ``eu`` x [k_dim x n_dim] (rounded to whole rows/columns along ``axis``), and each
+        touched expert multiplies its share of the ``pairs`` (token, expert) rows."""
+        Nf = self.Nf
+        shape = (round(eu * k_dim), n_dim) if axis else (k_dim, round(eu * n_dim))
+        w = _tensor(self._wname(wname, lo, hi, Nf), "weight", shape, self.db)
+        o = self.ref(out, lo, hi, True)
+        rows = max(1, -(-pairs // max(1, round(eu))))  # tokens per touched expert, rounded up
+        k = Kernel(name + self._suffix(side), self._mm_op(rows), "fc", self._units(lo, hi, Nf),
+                   None, rows, shape[0], shape[1], 2 * pairs * k_dim * n_dim,
+                   tuple(r for r, _ in src) + (w,), (o,), side)
+        node = self.add(k, [p for _, ps in src for p in ps])
+        self.produce(out, side, lo, hi, o, [node], "fc")
+        return node, (o,)
+
+    def _mamba(self, side, lo: int, hi: int, xz_in: list, bar) -> None:
+        """The Mamba mixer of channel groups [lo, hi) (one group per KV-head unit,
+        d_inner / kv_heads channels): causal depthwise conv1d with SiLU, x_proj (dt, B, C),
+        dt_proj, and the selective scan with the D skip and the SiLU(z) gate. Each request's
+        conv state (channels x d_conv-1) and SSM state (channels x d_state) are read and
+        written back in place; their bytes do not depend on the sequence length. The
+        kernels are batched over the requests (one launch each). Split over two sides,
+        x_proj yields partial sums over each side's channels; their cross-side reduction
+        (tokens x (dt_rank + 2 d_state) elements) is not modeled."""
+        m, db, B, T = self.m, self.db, self.B, self.T
+        c = (hi - lo) * self.ch
+        n, r, K = m.ssm_d_state, m.ssm_dt_rank, m.ssm_d_conv
+        units = self._units(lo, hi, self.Nq)
+        sfx = self._suffix(side)
+        rng = "" if units is None else f"[{lo}:{hi}]"
+        preds = ([bar] if bar else []) + [p for _, ps in xz_in for p in ps]
+        xz = tuple(t for t, _ in xz_in)
+
+        def w(name, shape):
+            return _tensor(self._wname(name, lo, hi, self.Nq), "weight", shape, db)
+
+        def states(kind, cols):
+            old = tuple(_tensor(f"{kind}[r{q}]{rng}", "kv", (c, cols), db, request=q)
+                        for q in range(B))
+            new = tuple(_tensor(f"{kind}_new[r{q}]{rng}", "kv", (c, cols), db, True, q,
+                                view_of=t.name) for q, t in enumerate(old))
+            return old, new
+
+        # conv1d over the x half (K taps per channel, the last K-1 inputs from the state)
+        cs_old, cs_new = states("conv_state", K - 1)
+        wc = (w("W_conv", (c, K)),) + ((w("b_conv", (c,)),) if m.ssm_conv_bias else ())
+        xc = _tensor(f"xc{rng}", "activation", (T, c), db, True)
+        per = 2 * K + VECTOR_FLOPS["silu"] + (1 if m.ssm_conv_bias else 0)
+        n_c = self.add(Kernel("attention.conv1d" + sfx, "elementwise", "attention", units,
+                              None, T, 0, c, per * T * c, xz + wc + cs_old, (xc,) + cs_new,
+                              side), preds)
+        # x_proj: channels -> dt (rank r), B and C (d_state each); the dt/B/C norms once
+        wx = (w("W_x", (c, r + 2 * n)),)
+        if m.ssm_inner_norms and lo == 0:
+            wx += (_tensor("ssm_norms", "weight", (r + 2 * n,), db),)
+        dbc = _tensor(f"dbc{rng}", "activation", (T, r + 2 * n), db, True)
+        n_x = self.add(Kernel("attention.x_proj" + sfx, self._mm_op(T), "attention", units,
+                              None, T, c, r + 2 * n, 2 * T * c * (r + 2 * n), (xc,) + wx,
+                              (dbc,), side), [n_c])
+        dtv = _tensor(f"dbc{rng}.dt", "activation", (T, r), db, view_of=dbc.name)
+        dt = _tensor(f"dt{rng}", "activation", (T, c), db, True)
+        n_d = self.add(Kernel("attention.dt_proj" + sfx, self._mm_op(T), "attention", units,
+                              None, T, r, c, 2 * T * r * c + T * c,
+                              (dtv, w("W_dt", (r, c)), w("b_dt", (c,))), (dt,), side), [n_x])
+        # selective scan, D skip and gate: per token over channels x d_state
+        ss_old, ss_new = states("ssm_state", n)
+        bc = _tensor(f"dbc{rng}.bc", "activation", (T, 2 * n), db, view_of=dbc.name,
+                     offset=r * db)
+        ao = self.ref("attn_out", lo, hi, True)
+        flops = T * c * (VECTOR_FLOPS["ssm_scan"] * n + 2 + VECTOR_FLOPS["silu"] + 1)
+        n_s = self.add(Kernel("attention.scan" + sfx, "elementwise", "attention", units, None,
+                              T, 0, c * n, flops,
+                              (xc, dt, bc) + xz + (w("A_log", (c, n)), w("D", (c,))) + ss_old,
+                              (ao,) + ss_new, side), [n_d])
+        self.produce("attn_out", side, lo, hi, ao, [n_s], "attention")
 
     def _attention(self, side, lo: int, hi: int, inputs: dict, bar) -> None:
         m, db, B = self.m, self.db, self.B
@@ -513,8 +690,20 @@ class _Builder:
         self.produce("attn_out", side, lo, hi, ao, values, "attention")
 
 
-def _prepare(model, batch, seq_lens, phase, dtype):
+def layer_model(model, layer: int | None = None) -> ModelSpec:
+    """The homogeneous model whose layer graph is that of layer ``layer`` (default 0) of
+    ``model``: a hybrid or interleaved-MoE stack's layers differ, one graph is one kind."""
     model = load_model(model)
+    if model.homogeneous and layer is None:
+        return model
+    i = 0 if layer is None else layer
+    if not isinstance(i, int) or not 0 <= i < model.layers:
+        raise ConfigError("layer", f"must be in 0..{model.layers - 1}, got {layer!r}")
+    return model.layer_view(model.layer_kind(i), model.layers)
+
+
+def _prepare(model, batch, seq_lens, phase, dtype, layer=None):
+    model = layer_model(model, layer)
     if phase not in ("decode", "prefill"):
         raise ConfigError("phase", f"must be 'decode' or 'prefill', got {phase!r}")
     batch, seqs = normalize_batch(batch, seq_lens)
@@ -523,14 +712,15 @@ def _prepare(model, batch, seq_lens, phase, dtype):
 
 
 def build_layer_graph(model, batch, seq_lens, phase: str = "decode",
-                      dtype: str | None = None) -> nx.DiGraph:
+                      dtype: str | None = None, layer: int | None = None) -> nx.DiGraph:
     """DAG of one decoder layer (unpartitioned; every kernel has ``side`` None).
 
     ``model``: a :class:`ModelSpec` or zoo name; ``seq_lens``: int or one length per
     request (decode: tokens attended including the new one; prefill: prompt length);
-    ``dtype`` defaults to the model's.
+    ``dtype`` defaults to the model's; ``layer`` picks the layer of a hybrid stack
+    (default: layer 0, see :func:`layer_model`).
     """
-    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype)
+    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype, layer)
     parts = {s: [(None, 0, split_units(model, s))] for s in SUBLAYERS}
     return _Builder(model, batch, seqs, phase, db, False).build(parts)
 
@@ -565,7 +755,8 @@ def _split_parts(model: ModelSpec, split, sides) -> dict[str, list[tuple]]:
 
 
 def partition_layer(model, batch, seq_lens, split, phase: str = "decode",
-                    dtype: str | None = None, sides=("hbm", "lpddr")) -> nx.DiGraph:
+                    dtype: str | None = None, sides=("hbm", "lpddr"),
+                    layer: int | None = None) -> nx.DiGraph:
     """Head-aware partition of one decoder layer over two memory sides (H2M2 Fig. 5b).
 
     ``split = {'qkv': n, 'attention': n, 'fc': n}``: units ``[0, n)`` of each sublayer
@@ -576,7 +767,7 @@ def partition_layer(model, batch, seq_lens, split, phase: str = "decode",
     request). Row-wide normalizations run once, on the side holding the larger share of
     their sublayer (ties: ``sides[0]``).
     """
-    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype)
+    model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype, layer)
     parts = _split_parts(model, split, sides)
     return _Builder(model, batch, seqs, phase, db, True).build(parts)
 
@@ -623,3 +814,17 @@ def unique_bytes(G: nx.DiGraph) -> dict[str, int]:
     for t in seen.values():
         out[t.kind] += t.bytes
     return out
+
+
+def state_bytes(G: nx.DiGraph) -> int:
+    """Bytes of the Mamba recurrent state (:data:`STATE_TENSORS`) among the distinct
+    stored 'kv' tensors of ``G``; the rest of :func:`unique_bytes` ['kv'] is KV cache."""
+    seen: dict[str, int] = {}
+    for _, a in G.nodes(data=True):
+        if a["type"] != "kernel":
+            continue
+        k = a["kernel"]
+        for t in k.operands + k.outputs:
+            if t.view_of is None and t.kind == "kv" and t.name.startswith(STATE_TENSORS):
+                seen[t.name] = t.bytes
+    return sum(seen.values())

@@ -24,7 +24,8 @@ from dram_models.schema import load, param, suggest, to_dict
 from h2m2sim.registry import Registry
 from workloads import MODELS_DIR
 
-__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes"]
+__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes",
+           "refuse_ssm"]
 
 #: bytes per element of each supported data type
 DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
@@ -83,6 +84,30 @@ class ModelSpec:
                                      "hidden (OPT-350M: 512, with bias-free in/out projections)",
                                      gt=0)
     final_norm: bool = param(True, doc="a normalization after the last decoder layer")
+    # mixture of experts (0 experts: every FFN is dense)
+    moe_experts: int = param(0, doc="routed experts of an MoE FFN layer (0: no MoE)", ge=0)
+    moe_top_k: int = param(0, doc="experts each token is routed to", ge=0)
+    moe_ffn_dim: Optional[int] = param(None, doc="inner size of one routed expert; default "
+                                       "ffn_dim", unit="elements", gt=0)
+    moe_layer_period: int = param(1, doc="layer i has an MoE FFN when i % period == offset "
+                                  "(HF expert_layer_period / decoder_sparse_step)", gt=0)
+    moe_layer_offset: int = param(0, doc="see moe_layer_period (HF expert_layer_offset)", ge=0)
+    moe_shared_ffn_dim: int = param(0, doc="inner size of the always-active shared experts, "
+                                    "all of them together (0: none)", unit="elements", ge=0)
+    moe_shared_gate: bool = param(False, doc="a hidden x 1 sigmoid gate scales the shared "
+                                  "experts' output (Qwen-MoE)")
+    # state-space (Mamba) mixers in place of attention (ssm_d_state 0: attention only)
+    attn_layer_period: int = param(1, doc="with SSM layers: layer i is attention when i % "
+                                   "period == offset, else Mamba (0: no attention layer)", ge=0)
+    attn_layer_offset: int = param(0, doc="see attn_layer_period", ge=0)
+    ssm_d_state: int = param(0, doc="Mamba state size per channel (0: no SSM layers)", ge=0)
+    ssm_d_conv: int = param(4, doc="Mamba causal conv1d width", gt=0)
+    ssm_expand: int = param(2, doc="Mamba inner width = expand x hidden", gt=0)
+    ssm_dt_rank: Optional[int] = param(None, doc="rank of the dt projection; default "
+                                       "ceil(hidden / 16)", gt=0)
+    ssm_conv_bias: bool = param(True, doc="the conv1d has a bias")
+    ssm_proj_bias: bool = param(False, doc="in/out projections have biases")
+    ssm_inner_norms: bool = param(False, doc="RMSNorms on dt, B and C (Jamba)")
     dtype: DType = param("fp16", doc="default data type of weights, KV cache and activations")
     source: str = param("", doc="where the numbers come from (paper / model card)")
 
@@ -97,6 +122,10 @@ class ModelSpec:
         if self.pos_embed_rows is None:
             object.__setattr__(self, "pos_embed_rows",
                                self.max_context if self.position == "learned" else 0)
+        if self.moe_ffn_dim is None:
+            object.__setattr__(self, "moe_ffn_dim", self.ffn_dim)
+        if self.ssm_dt_rank is None:
+            object.__setattr__(self, "ssm_dt_rank", -(-self.hidden // 16))
         self._check()
 
     def _check(self) -> None:
@@ -123,7 +152,25 @@ class ModelSpec:
             pass  # ReGLU exists; allowed
         if self.dtype not in DTYPE_BYTES:
             dtype_bytes(self.dtype)
+        self._check_moe_ssm()
 
+    def _check_moe_ssm(self) -> None:
+        if self.moe_experts and not 0 < self.moe_top_k <= self.moe_experts:
+            raise ConfigError("moe_top_k", f"must be in 1..moe_experts ({self.moe_experts}), "
+                              f"got {self.moe_top_k}")
+        if not self.moe_experts and (self.moe_top_k or self.moe_shared_ffn_dim):
+            raise ConfigError("moe_experts", "MoE fields are set but moe_experts is 0")
+        if self.moe_layer_offset >= self.moe_layer_period:
+            raise ConfigError("moe_layer_offset", f"must be < moe_layer_period "
+                              f"({self.moe_layer_period})")
+        if self.attn_layer_period and self.attn_layer_offset >= self.attn_layer_period:
+            raise ConfigError("attn_layer_offset", f"must be < attn_layer_period "
+                              f"({self.attn_layer_period})")
+        if not self.ssm_d_state and (self.attn_layer_period, self.attn_layer_offset) != (1, 0):
+            raise ConfigError("attn_layer_period", "non-attention layers need ssm_d_state > 0")
+        if self.ssm_d_state and self.ssm_d_inner % self.kv_heads:
+            raise ConfigError("ssm_expand", f"Mamba inner width {self.ssm_d_inner} must split "
+                              f"into kv_heads ({self.kv_heads}) equal channel groups")
     # ----- shapes -----------------------------------------------------------------
     @property
     def group_size(self) -> int:
@@ -150,6 +197,56 @@ class ModelSpec:
         """Parameters of one normalization (scale, plus shift for layernorm)."""
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
+    @property
+    def ssm_d_inner(self) -> int:
+        """Mamba inner width (expand x hidden), elements."""
+        return self.ssm_expand * self.hidden
+
+    # ----- layer kinds (hybrid and mixture-of-experts stacks) -------------------------
+    def is_attention_layer(self, i: int) -> bool:
+        """Layer ``i`` (0-based) mixes tokens with attention (else with a Mamba SSM)."""
+        if not self.ssm_d_state:
+            return True
+        p = self.attn_layer_period
+        return bool(p) and i % p == self.attn_layer_offset
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer ``i`` (0-based) has a routed mixture-of-experts FFN."""
+        return bool(self.moe_experts) and i % self.moe_layer_period == self.moe_layer_offset
+
+    def layer_kind(self, i: int) -> tuple[str, str]:
+        """(mixer, ffn) of layer ``i``: ('attention' | 'ssm', 'dense' | 'moe')."""
+        return ("attention" if self.is_attention_layer(i) else "ssm",
+                "moe" if self.is_moe_layer(i) else "dense")
+
+    def layer_groups(self) -> dict[tuple[str, str], int]:
+        """Layer count per (mixer, ffn) kind, in order of first appearance."""
+        out: dict[tuple[str, str], int] = {}
+        for i in range(self.layers):
+            kind = self.layer_kind(i)
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    @property
+    def ssm_layers(self) -> int:
+        """Number of layers whose mixer is a Mamba SSM (0 for attention-only models)."""
+        return sum(n for (mixer, _), n in self.layer_groups().items() if mixer == "ssm")
+
+    @property
+    def homogeneous(self) -> bool:
+        """Every decoder layer has the same kind (one layer graph describes them all)."""
+        return len(self.layer_groups()) == 1
+
+    def layer_view(self, kind: tuple[str, str], count: int) -> "ModelSpec":
+        """A homogeneous model of ``count`` layers of ``kind``, sharing every other field:
+        a hybrid stack is simulated as the sum of its homogeneous groups."""
+        mixer, ffn = kind
+        return dataclasses.replace(
+            self, layers=count, attn_layer_period=1 if mixer == "attention" else 0,
+            attn_layer_offset=0, moe_layer_period=1, moe_layer_offset=0,
+            **({} if ffn == "moe" else {"moe_experts": 0, "moe_top_k": 0,
+                                        "moe_shared_ffn_dim": 0, "moe_shared_gate": False}))
+
     # ----- parameter counts (closed form from the shape) ----------------------------
     @property
     def attn_params_per_layer(self) -> int:
@@ -172,9 +269,51 @@ class ModelSpec:
         return p
 
     @property
+    def ssm_params_per_layer(self) -> int:
+        """One Mamba mixer: in_proj (x and gate), conv1d, x_proj (dt, B, C), dt_proj (with
+        bias), A_log, D, out_proj (and the optional biases and dt/B/C norms)."""
+        d, di, n, r = self.hidden, self.ssm_d_inner, self.ssm_d_state, self.ssm_dt_rank
+        p = 2 * d * di + di * self.ssm_d_conv + di * (r + 2 * n) + r * di + di
+        p += di * n + di + di * d
+        p += di if self.ssm_conv_bias else 0
+        p += 2 * di + d if self.ssm_proj_bias else 0
+        p += r + 2 * n if self.ssm_inner_norms else 0
+        return p
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert (same matrices as the dense FFN, inner size moe_ffn_dim)."""
+        return self.ffn_matrices * self.hidden * self.moe_ffn_dim
+
+    @property
+    def moe_always_params(self) -> int:
+        """Parameters of an MoE FFN read by every token: router, shared experts, gate."""
+        d = self.hidden
+        return d * self.moe_experts + self.ffn_matrices * d * self.moe_shared_ffn_dim + \
+            (d if self.moe_shared_gate else 0)
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        """An MoE FFN with all its experts."""
+        return self.moe_experts * self.expert_params + self.moe_always_params
+
+    def params_of_layer(self, i: int, active: bool = False) -> int:
+        """Parameters of layer ``i``; ``active``: only the top-k experts one token uses."""
+        mixer, ffn = self.layer_kind(i)
+        p = self.attn_params_per_layer if mixer == "attention" else self.ssm_params_per_layer
+        if ffn == "dense":
+            p += self.ffn_params_per_layer
+        elif active:
+            p += self.moe_top_k * self.expert_params + self.moe_always_params
+        else:
+            p += self.moe_params_per_layer
+        return p + 2 * self.norm_params
+
+    @property
     def params_per_layer(self) -> int:
-        """Parameters of one decoder layer: attention + FFN + its two normalizations."""
-        return self.attn_params_per_layer + self.ffn_params_per_layer + 2 * self.norm_params
+        """Parameters of one decoder layer: mixer + FFN + its two normalizations (the
+        first layer's kind in a hybrid stack; see :meth:`params_of_layer`)."""
+        return self.params_of_layer(0)
 
     @property
     def embedding_params(self) -> int:
@@ -192,7 +331,16 @@ class ModelSpec:
     @property
     def total_params(self) -> int:
         """All parameters, decoder layers plus :attr:`embedding_params`."""
-        return self.layers * self.params_per_layer + self.embedding_params
+        if self.homogeneous:
+            return self.layers * self.params_per_layer + self.embedding_params
+        return sum(self.params_of_layer(i) for i in range(self.layers)) + \
+            self.embedding_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (top-k of the routed experts in MoE layers)."""
+        return sum(self.params_of_layer(i, True) for i in range(self.layers)) + \
+            self.embedding_params
 
     # ----- bytes -----------------------------------------------------------------
     def dtype_bytes(self, dtype: str | None = None) -> int:
@@ -203,6 +351,12 @@ class ModelSpec:
         """Bytes of K and V of one token in one layer: 2 x kv_heads x head_dim x bytes."""
         return 2 * self.kv_heads * self.head_dim * self.dtype_bytes(dtype)
 
+    def ssm_state_bytes_per_layer(self, dtype: str | None = None) -> int:
+        """Bytes of one request's recurrent state in one Mamba layer, independent of the
+        sequence length: SSM state d_inner x d_state plus conv state d_inner x (d_conv-1)."""
+        di = self.ssm_d_inner
+        return di * (self.ssm_d_state + self.ssm_d_conv - 1) * self.dtype_bytes(dtype)
+
     def weight_bytes_per_layer(self, dtype: str | None = None) -> int:
         """Bytes of the weights of one decoder layer."""
         return self.params_per_layer * self.dtype_bytes(dtype)
@@ -210,6 +364,17 @@ class ModelSpec:
     def total_weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes of all weights (:attr:`total_params`)."""
         return self.total_params * self.dtype_bytes(dtype)
+
+
+def refuse_ssm(model: ModelSpec, what: str, key: str = "model.layers") -> None:
+    """Raise a one-line :class:`ConfigError` when ``model`` has Mamba (SSM) layers and
+    ``what`` (a simulation) cannot represent them: building every layer with attention
+    kernels would give a silently wrong answer."""
+    n = model.ssm_layers
+    if n:
+        raise ConfigError(key, f"Mamba (SSM) layers are not simulated yet by {what}: "
+                          f"{model.name} has {n} of {model.layers} layers with an SSM mixer; "
+                          "use an attention-only model")
 
 
 # ----- zoo ------------------------------------------------------------------------

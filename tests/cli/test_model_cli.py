@@ -116,3 +116,22 @@ def test_fig3_script(tmp_path):
     assert len({r["fc_bytes"] for r in rows}) == 1 and len({r["qkv_bytes"] for r in rows}) == 1
     kv = [int(r["attention_kv_bytes"]) for r in rows]
     assert kv[1] == 2 * kv[0] and kv[3] == 8 * kv[0]
+
+
+def test_hybrid_footprint_separates_ssm_state_from_kv(capsys):
+    """jamba-mini: 4 attention layers hold KV growing with seq; 28 Mamba layers hold a
+    fixed recurrent state per request (d_inner x (d_state + d_conv - 1) x 2 B)."""
+    o1, o2 = (run_json(capsys, "jamba-mini", "--batch", "1", "--seq", s) for s in ("1024", "8192"))
+    kinds = {(k["mixer"], k["ffn"]): k for k in o2["layer_kinds"]}
+    assert {k: v["layers"] for k, v in kinds.items()} == {
+        ("ssm", "dense"): 12, ("ssm", "moe"): 16, ("attention", "dense"): 4}
+    state = 8192 * (16 + 3) * 2
+    assert o1["ssm_state_bytes_per_layer"] == o2["ssm_state_bytes_per_layer"] == state
+    assert kinds[("ssm", "moe")]["ssm_state_bytes_per_layer"] == state
+    assert kinds[("ssm", "moe")]["kv_bytes_per_layer"] == 0
+    assert kinds[("attention", "dense")]["ssm_state_bytes_per_layer"] == 0
+    assert kinds[("attention", "dense")]["kv_bytes_per_layer"] == 8192 * 2 * 8 * 128 * 2
+    assert o1["total_ssm_state_bytes"] == o2["total_ssm_state_bytes"] == 28 * state
+    assert o2["total_kv_bytes"] == 8 * o1["total_kv_bytes"] == 4 * 8192 * 4096
+    main(["model", "jamba-mini", "--batch", "1", "--seq", "8192"])
+    assert "ssm+moe" in capsys.readouterr().out

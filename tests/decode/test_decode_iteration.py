@@ -169,3 +169,23 @@ def test_fused_attention_moves_the_same_bytes_and_saves_launch_overhead(system, 
     assert b.time_ns >= b.bytes / peak
     with pytest.raises(Exception, match="attention"):
         run_piece(system, side, att, cache=NOCACHE, attention="batched")
+
+
+def test_hybrid_layer_is_count_weighted_mean_of_kinds(system):
+    """A small Jamba-shaped stack (Mamba and attention mixers, dense and MoE FFNs),
+    partitioned over both sides at cycle level: the layer run_iteration scales is the
+    layer-count-weighted mean of one simulated layer per kind, every kind finite."""
+    from h2m2sim.decode.iteration import layer_kinds
+    m = load_model({"base": "jamba-mini", "layers": 8, "hidden": 1024, "heads": 8,
+                    "kv_heads": 2, "head_dim": 128, "ffn_dim": 2048, "vocab": 1000,
+                    "moe_experts": 4, "ssm_dt_rank": 64})
+    assert len(m.layer_groups()) == 3
+    split = {"qkv": 1, "attention": 1, "fc": 4}
+    lay = run_layer(system, m, 2, 256, split, cache=NOCACHE)
+    parts = [(n, run_layer(system, v, 2, 256, split, cache=NOCACHE))
+             for _, v, n in layer_kinds(m)]
+    assert all(np.isfinite(p.time_ns) and p.time_ns > 0 for _, p in parts)
+    assert lay.time_ns == pytest.approx(sum(n * p.time_ns for n, p in parts) / 8)
+    it = run_iteration(system, m, 2, 256, Mapping(split=split, mapper="fixed"), cache=NOCACHE)
+    assert it.iteration_ns == pytest.approx(8 * lay.time_ns)
+    assert "per kind" in it.note

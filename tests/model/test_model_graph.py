@@ -252,3 +252,70 @@ def test_graph_build_scales_linearly_in_batch():
         P = partition_layer(m, B, 1024, {"qkv": 48, "attention": 48, "fc": 48})
         n[B] = (P.number_of_nodes(), P.number_of_edges())
     assert n[128][0] < 4.2 * n[32][0] and n[128][1] < 4.2 * n[32][1]
+
+
+# ----- mixture of experts ---------------------------------------------------------------
+def test_expected_experts_known_cases():
+    from h2m2sim.model import expected_experts
+    assert expected_experts(8, 2, 1) == 2
+    assert expected_experts(8, 2, 10_000) == pytest.approx(8)
+    assert expected_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
+    assert expected_experts(64, 8, 0) == 0
+
+
+@pytest.mark.parametrize("batch", [1, 4, 32])
+def test_moe_weights_read_are_touched_experts(batch):
+    from h2m2sim.model import expected_experts
+    m = load_model("mixtral-8x7b")
+    G = build_layer_graph(m, batch, 64, dtype="int8")
+    eu = expected_experts(8, 2, batch)
+    dense = m.params_per_layer - m.moe_params_per_layer
+    expert = m.expert_params
+    assert unique_bytes(G)["weight"] == pytest.approx(dense + m.moe_always_params
+                                                      + eu * expert, rel=1e-4)
+    mm = sum(k.flops for k in kernels(G) if k.name in ("fc.expert_up", "fc.expert_down"))
+    assert mm == 2 * batch * m.moe_top_k * m.expert_params
+    P = partition_layer(m, batch, 64, {"qkv": 3, "attention": 5, "fc": 17}, dtype="int8")
+    assert total_flops(P) == total_flops(G)
+    assert unique_bytes(P)["weight"] == unique_bytes(G)["weight"]
+
+
+def test_shared_experts_and_router_kernels():
+    ks = {k.name: k for k in kernels(build_layer_graph("qwen1.5-moe-a2.7b", 2, 16))}
+    assert ks["fc.router"].n == 61   # 60 experts + the shared-expert gate
+    assert {"fc.shared_ffn_up", "fc.shared_ffn_down", "fc.expert_up"} <= set(ks)
+
+
+def test_mamba_layer_kernels_weights_and_fixed_state():
+    """A Jamba Mamba layer: in_proj, conv1d, x_proj, dt_proj, scan, out_proj; its weights
+    are the layer's parameters and each request's recurrent state does not grow with seq."""
+    from h2m2sim.model import build_layer_graph, kernels, layer_model, load_model, unique_bytes
+    m = load_model("jamba-mini")
+    assert m.layer_kind(0) == ("ssm", "dense")
+    db = m.dtype_bytes()
+    names = [k.name for k in kernels(build_layer_graph(m, 1, 64, layer=0))]
+    for k in ("qkv.in_proj", "attention.conv1d", "attention.x_proj", "attention.dt_proj",
+              "attention.scan", "fc.out_proj"):
+        assert k in names
+    assert not any("score" in n or "kv_append" in n for n in names)
+    by_seq = [unique_bytes(build_layer_graph(m, 3, s, layer=0)) for s in (64, 8192)]
+    assert by_seq[0]["weight"] == layer_model(m, 0).params_per_layer * db
+    assert by_seq[0]["kv"] == by_seq[1]["kv"] == 3 * m.ssm_state_bytes_per_layer()
+    # the attention layer's KV still grows with seq
+    att = [unique_bytes(build_layer_graph(m, 3, s, layer=4))["kv"] for s in (64, 8192)]
+    assert att[1] == 128 * att[0]
+
+
+def test_mamba_layer_trace_writes_state_in_place_independent_of_seq():
+    """The DRAM trace of a Mamba layer reads and writes each request's recurrent state as
+    one block (no KV), the same at any context length."""
+    from h2m2sim.memory.layer_traffic import layer_traffic
+    from h2m2sim.model import load_model
+    m = load_model({"base": "jamba-mini", "layers": 8, "hidden": 512, "heads": 8,
+                    "kv_heads": 2, "head_dim": 64, "ffn_dim": 1024, "vocab": 1000,
+                    "moe_experts": 4, "ssm_dt_rank": 32})
+    state = m.ssm_state_bytes_per_layer()
+    traces = [layer_traffic(m, 3, s, activations=False, request_bytes=32) for s in (16, 4096)]
+    for tr in traces:
+        assert int(tr.is_write.sum()) * 32 == 3 * state
+    assert len(traces[0]) == len(traces[1])

@@ -27,6 +27,31 @@ def llama_like(L, d, heads, kv, f, V, qkv_bias=False):
     return L * per + 2 * V * d + d
 
 
+def moe_like(L, d, heads, kv, f, E, V, shared=0, gate=False, qkv_bias=False):
+    """Mixtral/Qwen-MoE-style: every layer has E SwiGLU experts of inner size f, a
+    d x E router, optional shared SwiGLU experts (inner size ``shared``) and their
+    d x 1 gate, plus the Llama-style attention, norms and untied embeddings."""
+    hd = d // heads
+    per = 2 * d * d + 2 * d * kv * hd + E * 3 * d * f + d * E + 3 * d * shared + 2 * d
+    per += d if gate else 0
+    per += d + 2 * kv * hd if qkv_bias else 0
+    return L * per + 2 * V * d + d
+
+
+def jamba_like():
+    """Jamba v0.1 from its config.json, term by term (HF JambaMambaMixer's tensors)."""
+    d, di, n, r, conv = 4096, 8192, 16, 256, 4
+    mamba = (2 * d * di + di * conv + di + di * (r + 2 * n) + r * di + di + di * n + di
+             + di * d + r + 2 * n)
+    attn = 2 * d * d + 2 * d * 1024
+    mlp = 3 * d * 14336
+    moe = 16 * mlp + d * 16
+    attn_layers = 4                       # layers 4, 12, 20, 28
+    moe_layers = 16                       # odd layers
+    return (attn_layers * attn + (32 - attn_layers) * mamba + moe_layers * moe
+            + (32 - moe_layers) * mlp + 32 * 2 * d + 2 * 65536 * d + d)
+
+
 # expected totals, computed here from the published shapes (independently of the code);
 # the Hugging Face parameter counts where we know them are pinned as literals
 EXPECTED = {
@@ -45,7 +70,12 @@ EXPECTED = {
     "deepseek-r1-distill-qwen-7b": llama_like(28, 3584, 28, 4, 18944, 152064, qkv_bias=True),
     # published shape (Hoffmann et al. Table 4), RMSNorm, no biases, untied embeddings
     "chinchilla-70b": 80 * (12 * 8192 ** 2 + 2 * 8192) + 2 * 32000 * 8192 + 8192,
+    "mixtral-8x7b": moe_like(32, 4096, 32, 8, 14336, 8, 32000),
+    "qwen1.5-moe-a2.7b": moe_like(24, 2048, 16, 16, 1408, 60, 151936, shared=5632,
+                                  gate=True, qkv_bias=True),
+    "jamba-mini": jamba_like(),
 }
+HYBRID = {"jamba-mini"}
 
 
 def test_zoo_lists_all_models():
@@ -56,7 +86,8 @@ def test_zoo_lists_all_models():
 def test_parameter_count_matches_published_shape(name):
     m = load_model(name)
     assert m.total_params == EXPECTED[name]
-    assert m.total_params == m.layers * m.params_per_layer + m.embedding_params
+    if name not in HYBRID:
+        assert m.total_params == m.layers * m.params_per_layer + m.embedding_params
 
 
 def test_independent_formulas_agree_with_pinned_counts():
@@ -74,7 +105,36 @@ NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
     "opt-6.7b": (6.7e9, 0.01), "opt-13b": (13e9, 0.02), "opt-30b": (30e9, 0.01),
     "opt-66b": (66e9, 0.01), "qwen2-7b": (7.6e9, 0.01),
     "deepseek-r1-distill-qwen-7b": (7.6e9, 0.01),
+    # published totals: Mixtral paper 46.7B, Jamba model card 52B, Qwen1.5-MoE card 14.3B
+    "mixtral-8x7b": (46.7e9, 0.01), "jamba-mini": (52e9, 0.01),
+    "qwen1.5-moe-a2.7b": (14.3e9, 0.01),
 }
+
+ACTIVE = {"mixtral-8x7b": 12.9e9, "jamba-mini": 12e9, "qwen1.5-moe-a2.7b": 2.7e9}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVE))
+def test_active_parameters_match_published(name):
+    # active = attention/SSM + top-k experts + router/shared experts + embeddings
+    assert abs(load_model(name).active_params / ACTIVE[name] - 1) < 0.02
+
+
+def test_layer_kinds_of_hybrid_and_moe_stacks():
+    j = load_model("jamba-mini")
+    assert [i for i in range(32) if j.is_attention_layer(i)] == [4, 12, 20, 28]
+    assert [i for i in range(32) if j.is_moe_layer(i)] == list(range(1, 32, 2))
+    assert j.layer_groups() == {("ssm", "dense"): 12, ("ssm", "moe"): 16,
+                                ("attention", "dense"): 4}
+    assert not j.homogeneous and load_model("mixtral-8x7b").homogeneous
+    views = [j.layer_view(k, n) for k, n in j.layer_groups().items()]
+    assert sum(v.total_params - v.embedding_params for v in views) == \
+        j.total_params - j.embedding_params
+
+
+def test_ssm_state_is_fixed_size():
+    j = load_model("jamba-mini")
+    # d_inner x (d_state + d_conv - 1) elements: 8192 x 19 x 2 bytes (bf16)
+    assert j.ssm_state_bytes_per_layer() == 8192 * 19 * 2
 
 
 @pytest.mark.parametrize("name", sorted(NOMINAL))
