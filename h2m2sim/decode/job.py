@@ -81,7 +81,8 @@ def _fits(system, model, batch: int, seq_lens) -> None:
     if weights + kv > have:
         raise OutOfMemoryError(f"{system.name} (all sides)", weights + kv, have,
                                f"the weights ({format_bytes(weights)}) and KV cache "
-                               f"(and SSM state) of {total_tokens:,} tokens "
+                               f"{'(and SSM state) ' if model.ssm_layers else ''}"
+                               f"of {total_tokens:,} tokens "
                                f"({format_bytes(kv)}; {batch} requests) of {model.name}")
 
 

@@ -799,19 +799,23 @@ def transfer_bytes(G: nx.DiGraph) -> int:
     return sum(t.bytes for t in transfers(G))
 
 
+def _stored_tensors(G: nx.DiGraph) -> dict[str, TensorRef]:
+    """The distinct stored tensors the kernels touch (views excluded), by name."""
+    seen: dict[str, TensorRef] = {}
+    for _, a in G.nodes(data=True):
+        if a["type"] == "kernel":
+            k = a["kernel"]
+            for t in k.operands + k.outputs:
+                if t.view_of is None:
+                    seen.setdefault(t.name, t)
+    return seen
+
+
 def unique_bytes(G: nx.DiGraph) -> dict[str, int]:
     """Bytes per kind of the distinct stored tensors the kernels touch (views excluded,
     each tensor once however many kernels or sides use it)."""
-    seen: dict[str, TensorRef] = {}
-    for _, a in G.nodes(data=True):
-        if a["type"] != "kernel":
-            continue
-        k = a["kernel"]
-        for t in k.operands + k.outputs:
-            if t.view_of is None and t.name not in seen:
-                seen[t.name] = t
     out = {kind: 0 for kind in KINDS}
-    for t in seen.values():
+    for t in _stored_tensors(G).values():
         out[t.kind] += t.bytes
     return out
 
@@ -819,12 +823,5 @@ def unique_bytes(G: nx.DiGraph) -> dict[str, int]:
 def state_bytes(G: nx.DiGraph) -> int:
     """Bytes of the Mamba recurrent state (:data:`STATE_TENSORS`) among the distinct
     stored 'kv' tensors of ``G``; the rest of :func:`unique_bytes` ['kv'] is KV cache."""
-    seen: dict[str, int] = {}
-    for _, a in G.nodes(data=True):
-        if a["type"] != "kernel":
-            continue
-        k = a["kernel"]
-        for t in k.operands + k.outputs:
-            if t.view_of is None and t.kind == "kv" and t.name.startswith(STATE_TENSORS):
-                seen[t.name] = t.bytes
-    return sum(seen.values())
+    return sum(t.bytes for t in _stored_tensors(G).values()
+               if t.kind == "kv" and t.name.startswith(STATE_TENSORS))
