@@ -36,8 +36,29 @@ from .spec import DramSpec, Power, Rail
 from .stats import DramStats
 
 
+class Additive:
+    """Base of frozen dataclasses whose every field adds and scales: numbers, or values
+    that themselves define ``+`` and ``scaled``. Results of parts of a run (energy,
+    activity, time) combine field by field."""
+
+    def __add__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return type(self)(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                             for f in dataclasses.fields(self)})
+
+    def scaled(self, k: float):
+        """Every field times ``k``."""
+        return type(self)(**{f.name: _scaled(getattr(self, f.name), k)
+                             for f in dataclasses.fields(self)})
+
+
+def _scaled(v, k: float):
+    return v * k if isinstance(v, (int, float)) else v.scaled(k)
+
+
 @dataclasses.dataclass(frozen=True)
-class DramEnergy:
+class DramEnergy(Additive):
     """Energy of a run by component, nJ."""
 
     act_nj: float
@@ -65,16 +86,6 @@ class DramEnergy:
             out["pj_per_bit"] = self.pj_per_bit(nbytes) if nbytes > 0 else None
         out.update(dataclasses.asdict(self))
         return out
-
-    def scaled(self, factor: float) -> "DramEnergy":
-        """Every component times ``factor`` (e.g. a sampled run scaled to the whole)."""
-        return DramEnergy(*(v * factor for v in dataclasses.astuple(self)))
-
-    def __add__(self, other: "DramEnergy") -> "DramEnergy":
-        if not isinstance(other, DramEnergy):
-            return NotImplemented
-        return DramEnergy(*(a + b for a, b in zip(dataclasses.astuple(self),
-                                                   dataclasses.astuple(other))))
 
 
 def devices_per_rank(spec: DramSpec) -> int:

@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dram_models.energy import Additive
 from dram_models.schema import to_dict
 from dram_models.stats import DramStats
 from h2m2sim.cache import cached
@@ -49,7 +50,7 @@ PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
 
 
 @dataclasses.dataclass(frozen=True)
-class Piece:
+class Piece(Additive):
     """Time and breakdown of kernels run back to back on one side (ns, bytes), and the
     side's :class:`~h2m2sim.npu.energy.Activity` for its energy."""
 
@@ -63,14 +64,6 @@ class Piece:
     tlb_misses: float = 0.0
     flops: float = 0.0
     activity: Activity = Activity()
-
-    def __add__(self, other: "Piece") -> "Piece":
-        return Piece(*(getattr(self, f) + getattr(other, f) for f in PIECE_FIELDS),
-                     activity=self.activity + other.activity)
-
-    def scale(self, k: float) -> "Piece":
-        return Piece(*(getattr(self, f) * k for f in PIECE_FIELDS),
-                     activity=self.activity.scaled(k))
 
 
 def _tensor_sig(t) -> tuple:
@@ -200,7 +193,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 def _sum_piece(results, counts) -> Piece:
     total = Piece()
     for piece, count in zip(results, counts):
-        total = total + piece.scale(count)
+        total = total + piece.scaled(count)
     return total
 
 

@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from dram_models.commands import CMDS
-from dram_models.energy import DramEnergy, dram_energy
+from dram_models.energy import Additive, DramEnergy, dram_energy
 from dram_models.spec import DramSpec
 from dram_models.stats import DramStats
 
@@ -46,9 +46,10 @@ MV_OPS = ("gemv", "attention", "attn_score", "attn_value")
 
 
 @dataclasses.dataclass(frozen=True)
-class Activity:
-    """What one side did. ``dram`` is its DRAM energy (nJ); ``unpriced_dram_bytes`` the
-    DRAM bytes of runs whose standard has no power parameters (priced 0)."""
+class Activity(Additive):
+    """What one side did (adds and scales field by field). ``dram`` is its DRAM energy
+    (nJ); ``unpriced_dram_bytes`` the DRAM bytes of runs whose standard has no power
+    parameters (priced 0)."""
 
     mm_macs: float = 0.0
     mv_macs: float = 0.0
@@ -59,17 +60,6 @@ class Activity:
     walks: float = 0.0
     dram: DramEnergy = ZERO_DRAM
     unpriced_dram_bytes: float = 0.0
-
-    def __add__(self, other: "Activity") -> "Activity":
-        counts = [getattr(self, f) + getattr(other, f) for f in COUNT_FIELDS]
-        return Activity(*counts, dram=self.dram + other.dram,
-                        unpriced_dram_bytes=self.unpriced_dram_bytes
-                        + other.unpriced_dram_bytes)
-
-    def scaled(self, k: float) -> "Activity":
-        counts = [getattr(self, f) * k for f in COUNT_FIELDS]
-        return Activity(*counts, dram=self.dram.scaled(k),
-                        unpriced_dram_bytes=self.unpriced_dram_bytes * k)
 
 
 def _macs(units_flops: Iterable[tuple[str, str, float]]) -> dict[str, float]:

@@ -73,10 +73,11 @@ import dataclasses
 import hashlib
 import json
 import threading
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from dram_models.energy import Additive
 from dram_models.schema import to_dict
 from dram_models.stats import DramStats
 from h2m2sim.allocators.traffic import steady_state_layout
@@ -139,18 +140,13 @@ def shard_model(model, cards: int):
         decoupled_head_dim=True)
 
 
-class Piece(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Piece(Additive):
     """Simulated work: ``ns`` nanoseconds and its :class:`~h2m2sim.npu.energy.Activity`
     (what the energy is priced from); adds and scales as one."""
 
     ns: float
     act: Activity
-
-    def __add__(self, other: "Piece") -> "Piece":
-        return Piece(self.ns + other.ns, self.act + other.act)
-
-    def scaled(self, k: float) -> "Piece":
-        return Piece(self.ns * k, self.act.scaled(k))
 
 
 ZERO_PIECE = Piece(0.0, Activity())
