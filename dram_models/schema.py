@@ -34,7 +34,8 @@ from typing import Any, Literal, Union
 from .errors import ConfigError, join_key
 
 __all__ = [
-    "param", "load", "to_dict", "deep_merge", "set_path", "parse_size", "MAX_INT",
+    "param", "load", "to_dict", "deep_merge", "set_path", "key_paths", "parse_size",
+    "MAX_INT",
     "suggest", "fields_reference", "ConfigError",
 ]
 
@@ -383,6 +384,19 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 _PATH_RE = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 _FULL_PATH_RE = re.compile(r"^[^.\[\]\s]+(\[\d+\])*(\.[^.\[\]\s]+(\[\d+\])*)*$")
+
+
+def key_paths(data: Any, prefix: str = ""):
+    """(path, value) of every scalar leaf of nested ``data``, paths in the syntax
+    :func:`set_path` takes (``a.b[1].c``)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from key_paths(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            yield from key_paths(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, data
 
 
 def set_path(data: dict, path: str, value: Any) -> dict:

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dram_models.memory import MemorySystem  # noqa: E402
-from dram_models.schema import set_path  # noqa: E402
+from dram_models.schema import key_paths, set_path  # noqa: E402
 from dram_models.trace import Trace  # noqa: E402
 from h2m2sim import runner  # noqa: E402
 from h2m2sim.config import ConfigError, dump_yaml, load_config, load_file  # noqa: E402
@@ -50,17 +50,6 @@ CLASSES = {
     "tiny (1e-300)": [1e-300],
     "wrong type (bool, string, list, null)": [True, "12", [], None, "1 GB"],
 }
-
-
-def leaves(node, path=""):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from leaves(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from leaves(v, f"{path}[{i}]")
-    else:
-        yield path, node
 
 
 def engine_ok(cfg, path: str, seconds: float = 60.0) -> bool | None:
@@ -104,7 +93,8 @@ def outcome(raw: dict, path: str, value) -> str:
         return "refused at load" if "\n" not in str(err) else "BUG: multi-line error"
     try:
         m = runner.run(cfg).metrics
-        ok = engine_ok(cfg, path) if ".dram." in path else True
+        # power parameters price a run's commands, they do not change its timing
+        ok = engine_ok(cfg, path) if ".dram." in path and ".power." not in path else True
         if ok is None:
             return "BUG: engine still running after a minute"
         if not ok:
@@ -113,9 +103,10 @@ def outcome(raw: dict, path: str, value) -> str:
         return "refused before running" if "\n" not in str(err) else "BUG: multi-line error"
     except Exception as err:  # noqa: BLE001 -- what this tool looks for
         return f"BUG: {type(err).__name__}: {err}"
-    t = m.get("iteration_time_ns")
-    return "ran, finite" if t is not None and math.isfinite(t) and t > 0 else \
-        "BUG: non-finite result"
+    t, e = m.get("iteration_time_ns"), m.get("energy_per_token_j", 1.0)
+    finite = t is not None and math.isfinite(t) and t > 0 and e is not None \
+        and math.isfinite(e) and e >= 0
+    return "ran, finite" if finite else "BUG: non-finite result"
 
 
 def main(argv=None) -> int:
@@ -129,7 +120,7 @@ def main(argv=None) -> int:
     cfg = load_file(args.config, ["policy.baseline=null", "simulation.cache=false",
                                   f"simulation.fidelity={args.fidelity}", *args.sets])
     raw = yaml.safe_load(dump_yaml(cfg))
-    paths = [p for p, v in leaves(raw) if isinstance(v, (int, float))
+    paths = [p for p, v in key_paths(raw) if isinstance(v, (int, float))
              and not isinstance(v, bool) and not p.startswith("simulation.")]
     table: dict[str, Counter] = {}
     bugs = []

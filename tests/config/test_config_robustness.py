@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dram_models.memory import MemorySystem
-from dram_models.schema import set_path
+from dram_models.schema import key_paths, set_path
 from dram_models.trace import Trace
 from h2m2sim import runner
 from h2m2sim.cli import main
@@ -228,19 +228,7 @@ def _resolved_default() -> dict:
 RESOLVED = _resolved_default()
 
 
-def _leaves(node, path=""):
-    """(key path, value) of every scalar leaf."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _leaves(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _leaves(v, f"{path}[{i}]")
-    else:
-        yield path, node
-
-
-NUMERIC = sorted(p for p, v in _leaves(RESOLVED)
+NUMERIC = sorted(p for p, v in key_paths(RESOLVED)
                  if isinstance(v, (int, float)) and not isinstance(v, bool)
                  and not p.startswith("simulation."))
 DRAM = [p for p in NUMERIC if ".dram." in p]
