@@ -258,11 +258,16 @@ class Rail:
     idd3p: Optional[float] = _current("active power-down (not modelled)", None)
 
     def _check(self):
+        # every command's energy is a current above standby: with the currents in this
+        # order none of them is negative (DRAMPower's inputs obey it)
+        if self.idd3n < self.idd2n:
+            raise ConfigError("idd3n", f"must be >= idd2n ({self.idd2n} mA: a bank open "
+                              f"draws at least the closed standby), got {self.idd3n}")
         for name in ("idd0", "idd4r", "idd4w", "idd5b", "idd5pb"):
             v = getattr(self, name)
-            if v is not None and v < self.idd3n and v < self.idd2n:
-                raise ConfigError(name, f"must be >= the standby current (idd2n "
-                                  f"{self.idd2n} mA), got {v}")
+            if v is not None and v < self.idd3n:
+                raise ConfigError(name, f"must be >= the active standby current (idd3n "
+                                  f"{self.idd3n} mA), got {v}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

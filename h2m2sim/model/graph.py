@@ -614,7 +614,7 @@ class _Builder:
         n_c = self.add(Kernel("attention.conv1d" + sfx, "elementwise", "attention", units,
                               None, T, 0, c, per * T * c, xz + wc + cs_old, (xc,) + cs_new,
                               side), preds)
-        # x_proj: channels -> dt (rank r), B and C (d_state each); the dt/B/C norms once
+        # x_proj: channels -> dt (rank r), B and C (d_state each); the norms of dt, B and C once
         wx = (w("W_x", (c, r + 2 * n)),)
         if m.ssm_inner_norms and lo == 0:
             wx += (_tensor("ssm_norms", "weight", (r + 2 * n,), db),)

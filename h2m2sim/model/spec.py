@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Optional
@@ -40,6 +41,11 @@ def dtype_bytes(dtype: str, key: str = "dtype") -> int:
     except (KeyError, TypeError):
         raise ConfigError(key, f"unknown dtype {dtype!r}{suggest(str(dtype), list(DTYPE_BYTES))}"
                           f"; allowed: {', '.join(DTYPE_BYTES)}") from None
+
+
+#: Bound of the layer patterns' periods: a hybrid or MoE stack is described by one
+#: period of layer kinds (real stacks repeat every 1-8 layers).
+MAX_LAYER_PERIOD = 256
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -90,7 +96,8 @@ class ModelSpec:
     moe_ffn_dim: Optional[int] = param(None, doc="inner size of one routed expert; default "
                                        "ffn_dim", unit="elements", gt=0)
     moe_layer_period: int = param(1, doc="layer i has an MoE FFN when i % period == offset "
-                                  "(HF expert_layer_period / decoder_sparse_step)", gt=0)
+                                  "(HF expert_layer_period / decoder_sparse_step)", gt=0,
+                                  le=MAX_LAYER_PERIOD)
     moe_layer_offset: int = param(0, doc="see moe_layer_period (HF expert_layer_offset)", ge=0)
     moe_shared_ffn_dim: int = param(0, doc="inner size of the always-active shared experts, "
                                     "all of them together (0: none)", unit="elements", ge=0)
@@ -98,7 +105,8 @@ class ModelSpec:
                                   "experts' output (Qwen-MoE)")
     # state-space (Mamba) mixers in place of attention (ssm_d_state 0: attention only)
     attn_layer_period: int = param(1, doc="with SSM layers: layer i is attention when i % "
-                                   "period == offset, else Mamba (0: no attention layer)", ge=0)
+                                   "period == offset, else Mamba (0: no attention layer)", ge=0,
+                                   le=MAX_LAYER_PERIOD)
     attn_layer_offset: int = param(0, doc="see attn_layer_period", ge=0)
     ssm_d_state: int = param(0, doc="Mamba state size per channel (0: no SSM layers)", ge=0)
     ssm_d_conv: int = param(4, doc="Mamba causal conv1d width", gt=0)
@@ -158,7 +166,8 @@ class ModelSpec:
         if self.moe_experts and not 0 < self.moe_top_k <= self.moe_experts:
             raise ConfigError("moe_top_k", f"must be in 1..moe_experts ({self.moe_experts}), "
                               f"got {self.moe_top_k}")
-        if not self.moe_experts and (self.moe_top_k or self.moe_shared_ffn_dim):
+        if not self.moe_experts and (self.moe_top_k or self.moe_shared_ffn_dim
+                                     or self.moe_ffn_dim != self.ffn_dim):
             raise ConfigError("moe_experts", "MoE fields are set but moe_experts is 0")
         if self.moe_layer_offset >= self.moe_layer_period:
             raise ConfigError("moe_layer_offset", f"must be < moe_layer_period "
@@ -220,11 +229,15 @@ class ModelSpec:
                 "moe" if self.is_moe_layer(i) else "dense")
 
     def layer_groups(self) -> dict[tuple[str, str], int]:
-        """Layer count per (mixer, ffn) kind, in order of first appearance."""
+        """Layer count per (mixer, ffn) kind, in order of first appearance. The kinds
+        repeat with the period of the two layer patterns, so one period is counted (the
+        work does not grow with the layer count)."""
+        period = math.lcm(self.attn_layer_period or 1, self.moe_layer_period)
+        full, rest = divmod(self.layers, period)
         out: dict[tuple[str, str], int] = {}
-        for i in range(self.layers):
+        for i in range(min(self.layers, period)):
             kind = self.layer_kind(i)
-            out[kind] = out.get(kind, 0) + 1
+            out[kind] = out.get(kind, 0) + full + (1 if i < rest else 0)
         return out
 
     @property
@@ -244,7 +257,7 @@ class ModelSpec:
         return dataclasses.replace(
             self, layers=count, attn_layer_period=1 if mixer == "attention" else 0,
             attn_layer_offset=0, moe_layer_period=1, moe_layer_offset=0,
-            **({} if ffn == "moe" else {"moe_experts": 0, "moe_top_k": 0,
+            **({} if ffn == "moe" else {"moe_experts": 0, "moe_top_k": 0, "moe_ffn_dim": None,
                                         "moe_shared_ffn_dim": 0, "moe_shared_gate": False}))
 
     # ----- parameter counts (closed form from the shape) ----------------------------
@@ -299,7 +312,11 @@ class ModelSpec:
 
     def params_of_layer(self, i: int, active: bool = False) -> int:
         """Parameters of layer ``i``; ``active``: only the top-k experts one token uses."""
-        mixer, ffn = self.layer_kind(i)
+        return self.params_of_kind(self.layer_kind(i), active)
+
+    def params_of_kind(self, kind: tuple[str, str], active: bool = False) -> int:
+        """Parameters of a layer of ``kind`` (:meth:`layer_kind`); ``active`` as above."""
+        mixer, ffn = kind
         p = self.attn_params_per_layer if mixer == "attention" else self.ssm_params_per_layer
         if ffn == "dense":
             p += self.ffn_params_per_layer
@@ -331,16 +348,16 @@ class ModelSpec:
     @property
     def total_params(self) -> int:
         """All parameters, decoder layers plus :attr:`embedding_params`."""
-        if self.homogeneous:
-            return self.layers * self.params_per_layer + self.embedding_params
-        return sum(self.params_of_layer(i) for i in range(self.layers)) + \
-            self.embedding_params
+        return self._decoder_params(False) + self.embedding_params
 
     @property
     def active_params(self) -> int:
         """Parameters one token uses (top-k of the routed experts in MoE layers)."""
-        return sum(self.params_of_layer(i, True) for i in range(self.layers)) + \
-            self.embedding_params
+        return self._decoder_params(True) + self.embedding_params
+
+    def _decoder_params(self, active: bool) -> int:
+        return sum(n * self.params_of_kind(kind, active)
+                   for kind, n in self.layer_groups().items())
 
     # ----- bytes -----------------------------------------------------------------
     def dtype_bytes(self, dtype: str | None = None) -> int:

@@ -46,6 +46,19 @@ def test_every_preset_has_sourced_power_parameters(name):
         assert r.voltage > 0 and r.idd0 >= r.idd3n >= 0
 
 
+@pytest.mark.parametrize("field,value", [("idd3n", 1e5), ("idd2n", 1e5), ("idd4r", 1.0)])
+def test_currents_out_of_order_are_refused(field, value):
+    """Each command's energy is a current above standby: idd2n <= idd3n <= the active
+    currents, else an energy would come out negative."""
+    from dram_models.errors import ConfigError
+    from dram_models.spec import load_standard as load
+    base = load("lpddr5-6400").power
+    rails = [dataclasses.asdict(r) for r in base.rails]
+    rails[1][field] = value
+    with pytest.raises(ConfigError, match=r"must be >= "):
+        load({"preset": "lpddr5-6400", "power": {**dataclasses.asdict(base), "rails": rails}})
+
+
 def test_a_standard_without_power_reports_no_energy():
     spec = load_standard({"preset": "lpddr5-6400", "power": None})
     assert spec.power is None

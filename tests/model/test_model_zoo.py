@@ -131,6 +131,33 @@ def test_layer_kinds_of_hybrid_and_moe_stacks():
         j.total_params - j.embedding_params
 
 
+@pytest.mark.parametrize("layers", [1, 5, 8, 33, 2**40])
+def test_layer_groups_count_every_layer_by_pattern(layers):
+    """Counts follow the layer patterns exactly (checked against a layer-by-layer count
+    where that is affordable) and need no pass over 2**40 layers."""
+    import dataclasses
+    j = dataclasses.replace(load_model("jamba-mini"), layers=layers)
+    groups = j.layer_groups()
+    assert sum(groups.values()) == layers
+    if layers < 100:
+        by_layer: dict = {}
+        for i in range(layers):
+            by_layer[j.layer_kind(i)] = by_layer.get(j.layer_kind(i), 0) + 1
+        assert groups == by_layer and list(groups) == list(by_layer)
+    else:
+        assert groups[("attention", "dense")] == layers // 8
+        assert j.total_params > layers * j.params_of_kind(("ssm", "dense"))
+
+
+def test_expert_width_without_experts_is_refused():
+    """A dense model has no expert width other than its FFN's."""
+    import dataclasses
+
+    from h2m2sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="MoE fields are set but moe_experts is 0"):
+        dataclasses.replace(load_model("gpt3-175b"), moe_ffn_dim=1024)
+
+
 def test_ssm_state_is_fixed_size():
     j = load_model("jamba-mini")
     # d_inner x (d_state + d_conv - 1) elements: 8192 x 19 x 2 bytes (bf16)
