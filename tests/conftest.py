@@ -7,8 +7,26 @@ them) to hunt for new counterexamples; add any it finds with `@example`.
 """
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("default", derandomize=True, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def fake_layers(monkeypatch):
+    """The physics layers replaced by the fakes of tests/fakes.py, which implement the
+    same interfaces (for tests of the framework: config, CLI, sweeps, store, plots)."""
+    import fakes
+    fakes.install(monkeypatch.setitem)
+
+
+@pytest.fixture
+def cfg_path(tmp_path):
+    """The example run configuration, written to a file."""
+    from h2m2sim.config import EXAMPLE_YAML
+    p = tmp_path / "run.yaml"
+    p.write_text(EXAMPLE_YAML)
+    return p

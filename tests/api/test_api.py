@@ -8,12 +8,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import fakes
 import pytest
 
 import h2m2sim
 from h2m2sim.cli import main
-from h2m2sim.config import EXAMPLE_YAML
 from h2m2sim.errors import ConfigError, SimError
 from h2m2sim.store import read_csv
 
@@ -25,16 +23,7 @@ SPEC = {"name": "tiny",
         "grid": {"workload.seq": [64, 128, 256]}}
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
-
-
-@pytest.fixture
-def cfg_path(tmp_path):
-    p = tmp_path / "run.yaml"
-    p.write_text(EXAMPLE_YAML)
-    return p
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def test_run_is_a_read_only_mapping_of_metrics(cfg_path):

@@ -11,7 +11,6 @@ import types
 import zipfile
 from pathlib import Path
 
-import fakes
 import pytest
 
 import h2m2sim
@@ -22,9 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV_KEYS = {"python", "numpy", "numba", "cpu", "platform"}
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 @pytest.fixture

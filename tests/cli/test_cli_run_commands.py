@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import fakes
 import pytest
 import yaml
 
@@ -17,16 +16,7 @@ TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subp
 CONFIG = EXAMPLE_YAML
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
-
-
-@pytest.fixture
-def cfg_path(tmp_path):
-    p = tmp_path / "run.yaml"
-    p.write_text(CONFIG)
-    return p
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def test_run_summary(cfg_path, capsys):

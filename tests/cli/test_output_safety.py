@@ -12,7 +12,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import fakes
 import pytest
 import yaml
 
@@ -27,11 +26,6 @@ SWEEP = {"base": {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 
 CLI = (f"import sys\nsys.path.insert(0, {TESTS!r})\nimport fakes\nfakes.install()\n"
        "from h2m2sim.cli import main\n"
        "if __name__ == '__main__':\n    raise SystemExit(main(sys.argv[1:]))\n")
-
-
-@pytest.fixture
-def fake_layers(monkeypatch):
-    fakes.install(monkeypatch.setitem)
 
 
 def one_error(capsys, argv) -> str:

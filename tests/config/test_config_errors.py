@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import textwrap
 
-import fakes
 import pytest
 
 from h2m2sim.cli import main
@@ -20,9 +19,7 @@ GOOD = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def write(tmp_path, text, name="run.yaml"):

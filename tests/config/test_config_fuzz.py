@@ -2,7 +2,6 @@
 ConfigError (one line, with a key) — never any other exception."""
 from __future__ import annotations
 
-import fakes
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -47,9 +46,7 @@ def config_like():
     return st.lists(st.tuples(paths, values), max_size=4).map(lambda edits: (good, edits))
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def _only_config_errors(fn, *args):

@@ -26,9 +26,7 @@ MINIMAL = EXAMPLE_YAML
 TESTS = str(Path(__file__).resolve().parents[1])
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def test_minimal_example_config_validates(tmp_path):

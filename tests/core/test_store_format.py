@@ -5,7 +5,6 @@ import json
 import multiprocessing
 import os
 
-import fakes
 import pytest
 
 from h2m2sim import __version__
@@ -22,9 +21,7 @@ from h2m2sim.store import (
 from h2m2sim.sweep import build_sweep, run_sweep
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def test_atomic_write_leaves_no_temporaries_and_replaces(tmp_path):

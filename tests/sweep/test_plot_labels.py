@@ -14,9 +14,7 @@ from h2m2sim.sweep import build_sweep, run_sweep
 BASE = {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2}}
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def _sweep(out, spec):

@@ -18,9 +18,7 @@ SPEC = {"base": {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2
 MAGIC = {".png": b"\x89PNG", ".pdf": b"%PDF", ".svg": b"<?xml"}
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 counts (in-process, 2-process pool) and on a Dask distributed cluster."""
 from __future__ import annotations
 
-import fakes
 import pytest
 import yaml
 
@@ -20,9 +19,7 @@ SPEC = {"base": BASE,
                 "policy.baseline": ["lpddr-only", "hbm-8"]}}
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def test_same_config_and_seed_same_metrics():

@@ -28,8 +28,7 @@ N = 2 * 4 * 2
 
 
 @pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+def _fakes(fake_layers, monkeypatch):
     monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ", raising=False)
     monkeypatch.delenv("H2M2SIM_FAKE_SLEEP", raising=False)
 

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import fakes
 import pytest
 import yaml
 
@@ -25,8 +24,7 @@ SPEC = {"name": "safety",
 
 
 @pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+def _fakes(fake_layers, monkeypatch):
     monkeypatch.delenv("H2M2SIM_FAKE_FAIL_SEQ", raising=False)
     monkeypatch.delenv("H2M2SIM_FAKE_SLEEP", raising=False)
 

@@ -1,7 +1,6 @@
 """Sweep files: grid/zip expansion, point order, base handling, validation up front."""
 from __future__ import annotations
 
-import fakes
 import pytest
 import yaml
 
@@ -11,9 +10,7 @@ from h2m2sim.sweep import build_sweep, read_sweep
 BASE = {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2, "seq": 64}}
 
 
-@pytest.fixture(autouse=True)
-def _fakes(monkeypatch):
-    fakes.install(monkeypatch.setitem)
+pytestmark = pytest.mark.usefixtures("fake_layers")
 
 
 def test_grid_is_cartesian_first_axis_outermost_zip_innermost():
