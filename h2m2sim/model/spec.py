@@ -130,7 +130,9 @@ class ModelSpec:
         if self.pos_embed_rows is None:
             object.__setattr__(self, "pos_embed_rows",
                                self.max_context if self.position == "learned" else 0)
-        if self.moe_ffn_dim is None:
+        if self.moe_ffn_dim is None or not self.moe_experts:
+            # a dense model's (or a dense view's) FFN width is ffn_dim, however it was
+            # sharded: the expert width follows it
             object.__setattr__(self, "moe_ffn_dim", self.ffn_dim)
         if self.ssm_dt_rank is None:
             object.__setattr__(self, "ssm_dt_rank", -(-self.hidden // 16))
@@ -166,8 +168,7 @@ class ModelSpec:
         if self.moe_experts and not 0 < self.moe_top_k <= self.moe_experts:
             raise ConfigError("moe_top_k", f"must be in 1..moe_experts ({self.moe_experts}), "
                               f"got {self.moe_top_k}")
-        if not self.moe_experts and (self.moe_top_k or self.moe_shared_ffn_dim
-                                     or self.moe_ffn_dim != self.ffn_dim):
+        if not self.moe_experts and (self.moe_top_k or self.moe_shared_ffn_dim):
             raise ConfigError("moe_experts", "MoE fields are set but moe_experts is 0")
         if self.moe_layer_offset >= self.moe_layer_period:
             raise ConfigError("moe_layer_offset", f"must be < moe_layer_period "
@@ -257,7 +258,7 @@ class ModelSpec:
         return dataclasses.replace(
             self, layers=count, attn_layer_period=1 if mixer == "attention" else 0,
             attn_layer_offset=0, moe_layer_period=1, moe_layer_offset=0,
-            **({} if ffn == "moe" else {"moe_experts": 0, "moe_top_k": 0, "moe_ffn_dim": None,
+            **({} if ffn == "moe" else {"moe_experts": 0, "moe_top_k": 0,
                                         "moe_shared_ffn_dim": 0, "moe_shared_gate": False}))
 
     # ----- parameter counts (closed form from the shape) ----------------------------

@@ -149,13 +149,13 @@ def test_layer_groups_count_every_layer_by_pattern(layers):
         assert j.total_params > layers * j.params_of_kind(("ssm", "dense"))
 
 
-def test_expert_width_without_experts_is_refused():
-    """A dense model has no expert width other than its FFN's."""
+def test_a_dense_models_expert_width_follows_its_ffn():
+    """A dense model (or a dense view of a hybrid stack) has no expert width but its
+    FFN's: the graph's FFN activations then match its weights."""
     import dataclasses
-
-    from h2m2sim.errors import ConfigError
-    with pytest.raises(ConfigError, match="MoE fields are set but moe_experts is 0"):
-        dataclasses.replace(load_model("gpt3-175b"), moe_ffn_dim=1024)
+    gpt = load_model("gpt3-175b")
+    assert dataclasses.replace(gpt, moe_ffn_dim=2**53).moe_ffn_dim == gpt.ffn_dim
+    assert dataclasses.replace(gpt, ffn_dim=1024).moe_ffn_dim == 1024
 
 
 def test_ssm_state_is_fixed_size():
