@@ -125,23 +125,29 @@ def apply_sets(raw: Any, sets: Iterable[str] = ()) -> Any:
     return raw
 
 
+#: Section -> the key under which a mapping names the preset (or zoo model) it overrides.
+_OVERRIDE_KEY = {"system": "preset", "policy.baseline": "preset", "model": "base"}
+
+
 def set_key(raw: dict, path: str, value: Any) -> dict:
     """``raw`` with key path ``path`` set to ``value`` (``--set`` and sweep axes). Inside
     ``system`` or ``policy.baseline`` a preset name is first written as ``{preset: NAME}``
-    (so ``system.sides.hbm.channels`` overrides a side of the preset), and a path that
+    and a zoo model name as ``{base: NAME}`` (so ``system.sides.hbm.channels`` overrides
+    a side of the preset, ``model.layers`` a field of the zoo model), and a path that
     indexes one of the preset's lists (``system.sides[1].capacity_bytes``) first expands
     the preset into its fields (:data:`schema.EXPANDERS`)."""
     try:
         return set_path(raw, path, value)
     except ConfigError:
-        section = next((s for s in ("system", "policy.baseline")
+        section = next((s for s in _OVERRIDE_KEY
                         if path.startswith((s + "[", s + "."))), None)
         sub = None if section is None else _get(raw, section)
         if sub is None:
             raise
         if isinstance(sub, str) and "[" not in path:
-            return set_path(set_path(raw, section, {"preset": sub}), path, value)
-        if "[" not in path:
+            wrapped = {_OVERRIDE_KEY[section]: sub}
+            return set_path(set_path(raw, section, wrapped), path, value)
+        if section == "model" or "[" not in path:
             raise
         expanded = schema.EXPANDERS["system"](sub, section)
         return set_path(set_path(raw, section, expanded), path, value)

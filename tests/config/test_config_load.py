@@ -20,6 +20,7 @@ from h2m2sim.config import (
     load_config,
     load_file,
     parse_yaml,
+    set_key,
 )
 
 MINIMAL = EXAMPLE_YAML
@@ -144,3 +145,15 @@ def test_keys_with_line_breaks_keep_errors_on_one_line():
     with pytest.raises(ConfigError) as e:
         apply_sets({}, ["a\nb=1"])
     assert "\n" not in str(e.value)
+
+
+def test_set_inside_a_zoo_model_name_overrides_that_field():
+    """``--set model.layers=4`` on ``model: gpt3-175b`` keeps the zoo model and changes one
+    field, as ``--set system.sides.hbm.channels`` does for a system preset."""
+    from h2m2sim.model.spec import load_model
+    raw = set_key({"model": "gpt3-175b", "workload": {"batch": 1}}, "model.layers", 4)
+    assert raw["model"] == {"base": "gpt3-175b", "layers": 4}
+    base, m = load_model("gpt3-175b"), load_model(raw["model"])
+    assert m.layers == 4 and m.hidden == base.hidden and m.name == base.name
+    with pytest.raises(ConfigError, match="model.layerz"):
+        load_model(set_key({"model": "gpt3-175b"}, "model.layerz", 4)["model"], "model")
