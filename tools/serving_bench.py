@@ -5,7 +5,10 @@ Two workloads built from the bundled traces, deterministic:
 * ``conv-tiled``: ``azure2023_conv`` repeated end to end (each copy shifted by the trace's
   duration) up to N requests, replayed with its own arrival times (about 5 h of traffic);
 * ``alpaca-poisson``: ``alpaca`` lengths repeated up to N requests with Poisson arrivals
-  fast enough to keep the batch full (a throughput-bound run).
+  fast enough to keep the batch full (a throughput-bound run);
+* ``prefix-reuse``: a synthetic trace with prefix block hashes (half of every 4-block,
+  2,048-token prompt is one of 64 shared prefixes; Alpaca's output lengths; Poisson
+  arrivals at 20 req/s), for prefix caching (``--prefix-caching``).
 
 For each allocator it times the serving loop alone (``simulate``: trace, predictions and
 tables prepared beforehand, Numba already compiled by a warm-up run) and reports
@@ -33,7 +36,12 @@ from h2m2sim.serving.deployment import (
 )
 from h2m2sim.serving.run import analytic_evaluator, simulate
 from h2m2sim.serving.timing import TableGrid, build_tables
-from h2m2sim.serving.traces import RequestTrace, load_trace, poisson_arrivals
+from h2m2sim.serving.traces import (
+    RequestTrace,
+    load_trace,
+    poisson_arrivals,
+    prefix_reuse_trace,
+)
 
 
 def tiled(trace: RequestTrace, n: int, name: str, rate: float | None = None,
@@ -49,21 +57,33 @@ def tiled(trace: RequestTrace, n: int, name: str, rate: float | None = None,
                         trace.output_tokens[idx], None, name)
 
 
+def prefix_workload(n: int) -> RequestTrace:
+    """Half of every 2,048-token prompt shared (64 prefixes), Alpaca's outputs."""
+    alpaca = load_trace("alpaca", keep_text=False)
+    out = np.tile(alpaca.output_tokens, -(-n // len(alpaca)))[:n]
+    return prefix_reuse_trace(n, 0.5, prompt_blocks=4, block_tokens=512, prefixes=64,
+                              arrival_rate=20.0).with_outputs(out)
+
+
 def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
           model_name: str = "deepseek-r1-distill-qwen-7b", system: str = "mlu370-x4",
-          only=None) -> list:
+          only=None, prefix_caching: bool = False) -> list:
     model, device = resolve_model(model_name), resolve_device(system)
     workloads = {
-        "conv-tiled": tiled(load_trace("azure2023_conv"), n, "conv-tiled"),
-        "alpaca-poisson": tiled(load_trace("alpaca", keep_text=False), n, "alpaca-poisson",
-                                rate=60.0),
+        "conv-tiled": lambda: tiled(load_trace("azure2023_conv"), n, "conv-tiled"),
+        "alpaca-poisson": lambda: tiled(load_trace("alpaca", keep_text=False), n,
+                                        "alpaca-poisson", rate=60.0),
+        "prefix-reuse": lambda: prefix_workload(n),
     }
     rows = []
-    for wname, trace in workloads.items():
-        if only and wname not in only:
+    for wname, make in workloads.items():
+        if (only and wname not in only) or (not only and wname == "prefix-reuse"):
             continue
+        trace = make()
         for alloc in allocators:
-            cfg = ServingConfig(max_context_tokens=16384 if wname == "conv-tiled" else 2048)
+            cfg = ServingConfig(max_context_tokens=16384 if wname == "conv-tiled" else
+                                4096 if wname == "prefix-reuse" else 2048,
+                                prefix_caching=prefix_caching)
             sizes = model_sizes(model, cfg.kv_dtype)
             cap = kv_capacity_bytes(device, sizes, cfg.memory_fraction)
             tables = build_tables(analytic_evaluator(model, device, cfg),
@@ -87,6 +107,7 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
                          "simulated_s": round(m["duration_s"], 1),
                          "mean_decode_batch": round(m["mean_decode_batch"], 1),
                          "migrations": m["migrations"], "preemptions": m["preemptions"],
+                         "prefix_hit_rate": m["prefix_hit_rate"],
                          "completed": m["requests_completed"]})
     return rows
 
@@ -96,10 +117,13 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--allocators", nargs="+", default=["static", "paged", "odma"])
     ap.add_argument("--workloads", nargs="+", default=None,
-                    help="conv-tiled and/or alpaca-poisson (default both)")
+                    help="conv-tiled, alpaca-poisson, prefix-reuse (default the first two)")
+    ap.add_argument("--prefix-caching", action="store_true",
+                    help="serve with prefix caching (only traces with hashes use it)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = bench(args.requests, tuple(args.allocators), only=args.workloads)
+    rows = bench(args.requests, tuple(args.allocators), only=args.workloads,
+                 prefix_caching=args.prefix_caching)
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(),
                           "python": platform.python_version(), "rows": rows}))

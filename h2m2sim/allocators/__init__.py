@@ -18,7 +18,7 @@ from __future__ import annotations
 from h2m2sim.errors import ConfigError
 from h2m2sim.registry import Registry
 
-from .base import AllocEvent, ContiguousAllocator, ExtentHeap, KVAllocator
+from .base import AllocEvent, ContiguousAllocator, ExtentHeap, KVAllocator, PrefixSharing
 from .bmc import BMCAllocator
 from .ellm import ElasticAllocator
 from .odma import BucketManager, ODMAAllocator
@@ -27,7 +27,7 @@ from .static import StaticAllocator
 
 __all__ = ["ALLOCATORS", "make_allocator", "KVAllocator", "ContiguousAllocator",
            "ExtentHeap", "AllocEvent", "StaticAllocator", "PagedAllocator", "ODMAAllocator",
-           "BucketManager", "BMCAllocator", "ElasticAllocator"]
+           "BucketManager", "BMCAllocator", "ElasticAllocator", "PrefixSharing"]
 
 ALLOCATORS: Registry[type[KVAllocator]] = Registry("allocator", key="allocator")
 for _cls, _what in (

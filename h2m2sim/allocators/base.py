@@ -24,6 +24,15 @@ its pieces, in logical token order — one extent for contiguous allocators, one
 for paged ones. :mod:`h2m2sim.allocators.traffic` turns extents into the DRAM read
 stream of attention.
 
+Shared prefixes (prefix caching): an allocator declares how it can hold KV shared between
+requests as :attr:`KVAllocator.prefix_sharing` (a :class:`PrefixSharing`). One that can
+share holds each cached prefix block with ``hold_shared(tokens) -> handle`` (or None)
+and frees it with ``drop_shared(handle)``; a request that reuses ``shared_tokens`` of
+cached prefix passes them to ``reserve`` and then holds only the rest privately
+(``capacity_of`` and ``grow`` still count its whole context). When a reservation or a
+growth does not fit, the allocator asks its ``reclaim`` callback (set by the prefix
+cache: evict one unreferenced block, True if it did) and retries.
+
 A Mamba layer's per-request recurrent state (fixed size, independent of the tokens) is not
 allocated here: serving workloads, the only users of these allocators, refuse models with
 Mamba layers (see docs/validation/model.md).
@@ -33,14 +42,29 @@ from __future__ import annotations
 import abc
 import bisect
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+import enum
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 
-__all__ = ["KVAllocator", "AllocEvent", "ExtentHeap", "ContiguousAllocator"]
+__all__ = ["KVAllocator", "AllocEvent", "ExtentHeap", "ContiguousAllocator", "PrefixSharing"]
+
+
+class PrefixSharing(enum.Enum):
+    """How an allocator holds KV shared by several requests (cached prefix blocks).
+
+    ``NONE``: it cannot; every request holds its whole context. ``SHARED_BLOCKS``: a
+    cached block is a set of the allocator's own blocks that several requests' block
+    tables point to (vLLM's prefix caching). ``CONTIGUOUS_REGION``: a cached block is one
+    contiguous extent of its own, so a request's KV is its prefix regions plus one
+    private extent."""
+
+    NONE = "none"
+    SHARED_BLOCKS = "shared-blocks"
+    CONTIGUOUS_REGION = "contiguous-region"
 
 
 class AllocEvent(NamedTuple):
@@ -67,6 +91,7 @@ class _Req:
     used: int          # tokens the request has asked for so far (its KV footprint)
     cap: int           # tokens it can hold without calling grow()
     peak_cap: int      # largest capacity it has held (for utilization)
+    shared: int = 0    # tokens of its context held as shared prefix blocks (not in cap)
 
 
 class KVAllocator(abc.ABC):
@@ -83,9 +108,11 @@ class KVAllocator(abc.ABC):
     :meth:`grow_blocks`), ``manages_activations`` (it also holds the activations, so
     the loop sizes them: the eLLM pool) and ``bounded_by_max_new_tokens`` (its worst
     case per request shrinks when the server caps the output: it takes
-    ``max_new_tokens``)."""
+    ``max_new_tokens``) and ``prefix_sharing`` (how it holds cached prefix blocks shared
+    by requests, :class:`PrefixSharing`)."""
 
     name: ClassVar[str] = "abstract"
+    prefix_sharing: ClassVar[PrefixSharing] = PrefixSharing.NONE
     uses_prediction: ClassVar[bool] = False
     tags_buckets: ClassVar[bool] = False
     grows_in_blocks: ClassVar[bool] = False
@@ -122,6 +149,9 @@ class KVAllocator(abc.ABC):
         self.migrated_bytes = 0
         self.util_actual_tokens = 0    # sums over completed requests
         self.util_reserved_tokens = 0
+        self.shared_tokens = 0         # tokens held by shared prefix blocks (in reserved)
+        self._reserving_shared = 0     # shared tokens of the reservation in progress
+        self.reclaim: Callable[[], bool] | None = None
 
     # ---------------------------------------------------------------- public API
     @property
@@ -131,9 +161,12 @@ class KVAllocator(abc.ABC):
         the iteration-time model prices."""
 
     def reserve(self, req_id: int, prompt_tokens: int, *, predicted_output: float | None = None,
-                uncertainty: float = 0.0, need_tokens: int | None = None) -> bool:
+                uncertainty: float = 0.0, need_tokens: int | None = None,
+                shared_tokens: int = 0) -> bool:
         """Grant KV memory to a new (or resumed) request; False (and no change) if it does
-        not fit. ``need_tokens`` (default ``prompt_tokens + 1``) must be granted at once."""
+        not fit. ``need_tokens`` (default ``prompt_tokens + 1``) must be granted at once.
+        ``shared_tokens`` of its context (its leading tokens) are already held as shared
+        prefix blocks: only the rest is allocated for it."""
         req_id = int(req_id)
         if req_id in self._reqs:
             raise ValueError(f"request {req_id} already holds KV memory")
@@ -142,13 +175,23 @@ class KVAllocator(abc.ABC):
         if need > self.max_context_tokens:
             raise ValueError(f"request {req_id} needs {need} tokens, more than "
                              f"max_context_tokens={self.max_context_tokens}")
-        cap = self._reserve(req_id, prompt_tokens, need, predicted_output, float(uncertainty))
+        shared = int(shared_tokens)
+        if shared and self.prefix_sharing is PrefixSharing.NONE:
+            raise ValueError(f"the {self.name} allocator holds no shared prefixes")
+        if not 0 <= shared < need:
+            raise ValueError(f"request {req_id}: {shared} shared tokens of {need}")
+        self._reserving_shared = shared   # for _reserve: worst cases count the whole context
+        cap = self._reserve(req_id, prompt_tokens - shared, need - shared, predicted_output,
+                            float(uncertainty))
+        while cap is None and self.reclaim is not None and self.reclaim():
+            cap = self._reserve(req_id, prompt_tokens - shared, need - shared,
+                                predicted_output, float(uncertainty))
         if cap is None:
             self.counts["deny"] += 1
             if self.log_all_events:
                 self._log("deny", req_id, need)
             return False
-        self._reqs[req_id] = _Req(prompt_tokens, need, cap, cap)
+        self._reqs[req_id] = _Req(prompt_tokens - shared, need - shared, cap, cap, shared)
         self._add_reserved(cap)
         self.counts["reserve"] += 1
         if self.log_all_events:
@@ -159,12 +202,16 @@ class KVAllocator(abc.ABC):
         """Make room for ``new_tokens`` tokens in total; False (and no change) if impossible
         now."""
         r = self._reqs[int(req_id)]
-        new_tokens = int(new_tokens)
+        total = int(new_tokens)
+        new_tokens = total - r.shared       # the private part
         if new_tokens <= r.cap:
             r.used = max(r.used, new_tokens)
             return True
-        new_cap = None if new_tokens > self.max_context_tokens else \
-            self._grow(int(req_id), r, new_tokens)
+        new_cap = None
+        if total <= self.max_context_tokens:
+            new_cap = self._grow(int(req_id), r, new_tokens)
+            while new_cap is None and self.reclaim is not None and self.reclaim():
+                new_cap = self._grow(int(req_id), r, new_tokens)
         if new_cap is None:
             self.counts["grow_fail"] += 1
             if self.log_all_events:
@@ -199,18 +246,55 @@ class KVAllocator(abc.ABC):
         self._add_reserved(-r.cap)
         if completed:
             self.counts["release"] += 1
-            actual = r.prompt + (int(generated_tokens) if generated_tokens is not None
-                                 else r.used - r.prompt)
+            # utilization sees the request's whole context, shared prefix included
+            actual = r.shared + r.prompt + (int(generated_tokens) if generated_tokens
+                                            is not None else r.used - r.prompt)
             self.util_actual_tokens += actual
-            self.util_reserved_tokens += r.peak_cap
+            self.util_reserved_tokens += r.peak_cap + r.shared
         else:
             self.counts["preempted_release"] += 1
         if self.log_all_events:
             self._log("release", req_id, r.cap)
 
     def capacity_of(self, req_id: int) -> int:
-        """Tokens the request can hold without calling :meth:`grow`."""
-        return self._reqs[int(req_id)].cap
+        """Tokens the request can hold without calling :meth:`grow` (its shared prefix
+        included)."""
+        r = self._reqs[int(req_id)]
+        return r.cap + r.shared
+
+    def shared_of(self, req_id: int) -> int:
+        """Tokens of the request's context held as shared prefix blocks."""
+        return self._reqs[int(req_id)].shared
+
+    def hold_shared(self, tokens: int) -> Any:
+        """Memory for one shared prefix block of ``tokens`` tokens: a handle for
+        :meth:`drop_shared`, or None when it does not fit (nothing changed). Counted in
+        ``reserved_tokens`` and ``shared_tokens`` (as the tokens it occupies)."""
+        if self.prefix_sharing is PrefixSharing.NONE:
+            raise NotImplementedError(f"the {self.name} allocator holds no shared prefixes")
+        got = self._hold_shared(int(tokens))
+        while got is None and self.reclaim is not None and self.reclaim():
+            got = self._hold_shared(int(tokens))
+        if got is None:
+            return None
+        handle, held = got
+        self._add_reserved(held)
+        self.shared_tokens += held
+        return handle
+
+    def drop_shared(self, handle: Any) -> None:
+        """Free a shared prefix block held by :meth:`hold_shared`."""
+        held = self._drop_shared(handle)
+        self._add_reserved(-held)
+        self.shared_tokens -= held
+
+    def _hold_shared(self, tokens: int) -> tuple[Any, int] | None:
+        """(handle, tokens occupied) of a new shared block, or None (sharing allocators)."""
+        raise NotImplementedError
+
+    def _drop_shared(self, handle: Any) -> int:
+        """Free the shared block; return the tokens it occupied (sharing allocators)."""
+        raise NotImplementedError
 
     def holds(self, req_id: int) -> bool:
         return int(req_id) in self._reqs
@@ -292,6 +376,8 @@ class KVAllocator(abc.ABC):
             assert int(ln.sum()) == r.cap * self.bytes_per_token, (rid, ln.sum(), r.cap)
             total += r.cap
             spans.extend(zip(b.tolist(), (b + ln).tolist()))
+        spans.extend(self._shared_spans())
+        total += self.shared_tokens
         assert total == self.reserved_tokens, (total, self.reserved_tokens)
         assert self.reserved_tokens <= self.capacity_tokens
         spans.sort()
@@ -300,6 +386,10 @@ class KVAllocator(abc.ABC):
             assert lo <= s < e <= hi, (s, e, lo, hi)
             if i:
                 assert spans[i - 1][1] <= s, ("overlap", spans[i - 1], (s, e))
+
+    def _shared_spans(self) -> list[tuple[int, int]]:
+        """(start, end) bytes of the shared prefix blocks held (for the overlap check)."""
+        return []
 
     # ---------------------------------------------------------------- for subclasses
     @abc.abstractmethod
@@ -408,6 +498,7 @@ class ContiguousAllocator(KVAllocator):
         self._cache: dict[int, list[int]] = {}
         self._cached_tokens = 0
         self._slot: dict[int, tuple[int, int]] = {}   # req -> (offset, tokens)
+        self._shared_slots: dict[int, int] = {}      # shared prefix block: offset -> tokens
         self.counts.update({"carve": 0, "cache_hit": 0, "flush": 0, "deny_fragmented": 0})
 
     @property
@@ -476,6 +567,25 @@ class ContiguousAllocator(KVAllocator):
     def _release(self, req_id, r, generated, completed) -> None:
         off, tokens = self._slot.pop(req_id)
         self._put(off, tokens)
+
+    def _hold_shared(self, tokens):
+        """A shared prefix block is one extent of its own (aligned), like a slot."""
+        tokens = self._round(tokens)
+        off = self._take(tokens)
+        if off is None:
+            return None
+        self._shared_slots[off] = tokens
+        return off, tokens
+
+    def _drop_shared(self, handle) -> int:
+        tokens = self._shared_slots.pop(handle)
+        self._put(handle, tokens)
+        return tokens
+
+    def _shared_spans(self):
+        bpt = self.bytes_per_token
+        return [(self._addr(off), self._addr(off) + n * bpt)
+                for off, n in self._shared_slots.items()]
 
     def check_invariants(self) -> None:
         super().check_invariants()

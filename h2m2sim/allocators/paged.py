@@ -10,7 +10,7 @@ from dram_models.schema import param
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 
-from .base import KVAllocator
+from .base import KVAllocator, PrefixSharing
 
 __all__ = ["PagedAllocator"]
 
@@ -23,10 +23,15 @@ class PagedAllocator(KVAllocator):
     most recently freed block is reused first). Admission keeps ``watermark`` (fraction of
     all blocks, vLLM default 0.01) free so that running requests can still grow; growth may
     use the watermark. Addresses are deterministic for a given call sequence.
+
+    Shared prefixes (vLLM's prefix caching): a cached prefix block is a run of this
+    allocator's blocks (taken from the free list under the admission watermark) that the
+    block tables of every request reusing it point to.
     """
 
     name = "paged"
     grows_in_blocks = True
+    prefix_sharing = PrefixSharing.SHARED_BLOCKS
 
     @dataclass(frozen=True)
     class Params:
@@ -56,6 +61,8 @@ class PagedAllocator(KVAllocator):
         # 0..N-1 pop in address order (vLLM's deque popleft/appendleft, as a stack)
         self._free = list(range(self.n_blocks - 1, -1, -1))
         self._blocks: dict[int, list[int]] = {}
+        self._shared_blocks: dict[int, list[int]] = {}    # handle -> blocks
+        self._next_handle = 0
         self.block_bytes = self.block_tokens * self.bytes_per_token
 
     @property
@@ -86,6 +93,25 @@ class PagedAllocator(KVAllocator):
             return None
         self._blocks[req_id].extend(self._take(n))
         return len(self._blocks[req_id]) * self.block_tokens
+
+    def _hold_shared(self, tokens):
+        n = self._nblocks(tokens)
+        if len(self._free) - n < self.watermark_blocks:
+            return None
+        handle = self._next_handle
+        self._next_handle += 1
+        self._shared_blocks[handle] = self._take(n)
+        return handle, n * self.block_tokens
+
+    def _drop_shared(self, handle) -> int:
+        blocks = self._shared_blocks.pop(handle)
+        self._free.extend(reversed(blocks))
+        return len(blocks) * self.block_tokens
+
+    def _shared_spans(self):
+        bb, base = self.block_bytes, self.base_address
+        return [(base + b * bb, base + (b + 1) * bb)
+                for bl in self._shared_blocks.values() for b in bl]
 
     @property
     def free_blocks(self) -> int:
@@ -132,7 +158,8 @@ class PagedAllocator(KVAllocator):
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        used = [b for bl in self._blocks.values() for b in bl]
+        used = [b for bl in (*self._blocks.values(), *self._shared_blocks.values())
+                for b in bl]
         assert len(set(used)) == len(used), "block owned twice"
         assert not set(used) & set(self._free), "block both free and used"
         assert len(used) + len(self._free) == self.n_blocks

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dram_models.schema import param
 from h2m2sim.errors import ConfigError
 
-from .base import ContiguousAllocator
+from .base import ContiguousAllocator, PrefixSharing
 
 __all__ = ["StaticAllocator"]
 
@@ -16,10 +16,15 @@ class StaticAllocator(ContiguousAllocator):
     """Reserve ``max_context_tokens`` per request (or, with ``max_new_tokens``, the
     request's own worst case ``min(max_context_tokens, prompt + max_new_tokens)``), rounded
     up to ``align_tokens``. The extent never grows: a request is cut off by the server
-    before it exceeds the worst case, so ``grow`` beyond it fails."""
+    before it exceeds the worst case, so ``grow`` beyond it fails.
+
+    Shared prefixes: each cached prefix block is a contiguous region of its own, and a
+    request that reuses ``s`` tokens of them reserves its worst case minus ``s`` as its
+    private extent (its KV is then its prefix regions plus that extent)."""
 
     name = "static"
     bounded_by_max_new_tokens = True
+    prefix_sharing = PrefixSharing.CONTIGUOUS_REGION
 
     @dataclass(frozen=True)
     class Params:
@@ -45,7 +50,8 @@ class StaticAllocator(ContiguousAllocator):
         return min(self.max_context_tokens, int(prompt_tokens) + self.max_new_tokens)
 
     def _reserve(self, req_id, prompt, need, predicted, uncertainty):
-        tokens = self._round(max(need, self.worst_case_tokens(prompt)))
+        shared = self._reserving_shared        # prompt and need are the private part
+        tokens = self._round(max(need, self.worst_case_tokens(prompt + shared) - shared))
         off = self._take(tokens)
         if off is None:
             return None

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 #: Metrics always present in --json output (null where not applicable).
 JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
              "requests_completed", "predictor_accuracy", "migration_rate", "energy_j",
-             "energy_per_output_token_j")
+             "energy_per_output_token_j", "prefix_hit_rate", "prefill_tokens_computed",
+             "prefill_tokens_total")
 
 
 def _kv(items, what):
@@ -85,6 +86,10 @@ def register(subparsers) -> None:
                    help="fcfs, or bucket (ODMA's bucket-aware co-batching)")
     p.add_argument("--preemption", choices=("recompute", "swap"), default=None,
                    help="what happens to a preempted request's KV")
+    p.add_argument("--prefix-caching", action="store_true", default=None,
+                   help="cache shared prompt prefixes (the trace's prefix_block_hashes)")
+    p.add_argument("--prefix-block-tokens", type=int, default=None, metavar="TOKENS",
+                   help="prompt tokens per hashed block of the trace (default 512)")
     p.add_argument("--kv-capacity", default=None, metavar="SIZE",
                    help="KV memory of all devices together (e.g. '40 GB'); default: "
                         "memory fraction x device memory - weights")
@@ -127,7 +132,9 @@ def run(args) -> int:
                        ("max_batch", args.max_batch), ("max_context_tokens", args.max_context),
                        ("max_new_tokens", args.max_new_tokens), ("scheduler", args.scheduler),
                        ("preemption", args.preemption),
-                       ("history_fraction", args.history_fraction)):
+                       ("history_fraction", args.history_fraction),
+                       ("prefix_caching", args.prefix_caching),
+                       ("prefix_block_tokens", args.prefix_block_tokens)):
         if value is not None:
             data[key] = value
     dep = {k: v for k, v in (("replicas", args.replicas),
@@ -191,6 +198,9 @@ def _print_table(m) -> None:
                                     f"{_fmt(m['kv_capacity_bytes'] / 1e9, ' GB')}"),
         ("mean decode batch", _fmt(m["mean_decode_batch"])),
         ("preemptions", _fmt(m["preemptions"])),
+        ("prefill tokens computed / total", f"{m['prefill_tokens_computed']} / "
+                                            f"{m['prefill_tokens_total']} (prefix hit rate "
+                                            f"{_fmt(m['prefix_hit_rate'])})"),
         ("migrations (rate)", f"{m['migrations']} ({_fmt(m['migration_rate'])})"),
         ("predictor accuracy", _fmt(m["predictor_accuracy"])),
         ("energy (per output token)", f"{_fmt(m['energy_j'], ' J')} "

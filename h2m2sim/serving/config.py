@@ -97,6 +97,17 @@ class ServingConfig:
     deployment: DeploymentConfig = param(default_factory=DeploymentConfig,
                                          doc="Replicas and tensor parallelism over the "
                                              "system's cards, and the router.")
+    prefix_caching: bool = param(
+        False, doc="Cache the KV of prompt prefixes shared between requests (the trace's "
+                   "prefix_block_hashes column): a request's prefill computes only its "
+                   "uncached suffix; cached blocks are reference-counted and evicted LRU. "
+                   "Needs an allocator that can share KV (its prefix_sharing).")
+    prefix_block_tokens: int = param(
+        512, ge=1, le=1 << 20, unit="tokens",
+        doc="Prompt tokens per hashed block of the trace's prefix_block_hashes: the block "
+            "size the trace was hashed at, and the cache's unit.",
+        source="Mooncake trace hash_ids, 512 tokens per block (Qin et al., Mooncake, "
+               "FAST 2025)")
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "

@@ -37,10 +37,11 @@ from collections import deque
 import numpy as np
 
 from dram_models.console import progress
-from h2m2sim.allocators import KVAllocator
+from h2m2sim.allocators import KVAllocator, PrefixSharing
 from h2m2sim.errors import OutOfMemoryError
 
 from .config import ServingConfig
+from .prefix_cache import PrefixCache, cached_prefill_cost, check_hash_counts
 from .timing import IterationTables, advance_blocks, advance_running
 
 __all__ = ["ServingResult", "ServingLoop", "percentiles", "energy_metrics"]
@@ -162,6 +163,20 @@ class ServingLoop:
         self.need_growth = False
         self.na = 0
         self.t = float(self.arr[0]) if n else 0.0
+        self.prefix = self._prefix_cache(trace, cfg, allocator)
+
+    def _prefix_cache(self, trace, cfg: ServingConfig, allocator) -> PrefixCache | None:
+        """The prefix cache when caching is on, the trace has hashes and the allocator
+        can share KV (``prefix_sharing``); None otherwise."""
+        self.st.update(prefill_tokens_total=0, prefill_tokens_computed=0)
+        if not (cfg.prefix_caching and trace.has_prefix_hashes):
+            return None
+        if allocator.prefix_sharing is PrefixSharing.NONE:
+            return None
+        check_hash_counts(trace, cfg.prefix_block_tokens)
+        hv, off = trace.prefix_hashes.tolist(), trace.prefix_offsets.tolist()
+        return PrefixCache(allocator, [hv[off[i]:off[i + 1]] for i in range(self.n)],
+                           cfg.prefix_block_tokens)
 
     def _limit_requests(self, trace, cfg: ServingConfig, maxctx: int) -> None:
         """Outputs cut to ``max_new_tokens`` and to the context; prompts that do not fit
@@ -267,9 +282,18 @@ class ServingLoop:
 
     def try_reserve(self, r: int) -> bool:
         g = self.gen[r]
+        if self.prefix is not None and not self.swapped[r]:
+            return self.prefix.admit(r, self.prompt_l[r], self.prompt_l[r] + g,
+                                     lambda shared: self._reserve(r, shared))
+        return self._reserve(r, 0)
+
+    def _reserve(self, r: int, shared: int) -> bool:
+        """The allocator's reservation for request ``r``, ``shared`` tokens of whose
+        context are held as cached prefix blocks."""
         return self.allocator.reserve(r, self.prompt_l[r], predicted_output=self.pred_len_l[r],
                                       uncertainty=self.pred_u_l[r],
-                                      need_tokens=self.prompt_l[r] + g + 1)
+                                      need_tokens=self.prompt_l[r] + self.gen[r] + 1,
+                                      shared_tokens=shared)
 
     def admit(self) -> tuple[list[int], list[int]]:
         """Requests admitted now (KV granted), as (prefill list, swap-in list). The oldest
@@ -343,7 +367,7 @@ class ServingLoop:
         st, prompt_l, gen, out_l, bpt = self.st, self.prompt_l, self.gen, self.out_l, self.bpt
         run, admit_t, first_t = self.running, self.admit_t, self.first_t
         both = pre + swin
-        dt_pre, de_pre = self.tables.prefill_cost([prompt_l[r] + gen[r] for r in pre])
+        dt_pre, de_pre = self.prefill_price(pre)
         st["prefill_energy_j"] += de_pre
         dt_swap = sum((prompt_l[r] + gen[r]) * bpt for r in swin) / self.host_bps
         dt = dt_pre + dt_swap
@@ -371,6 +395,21 @@ class ServingLoop:
             run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r))
         self.finish_done()
 
+    def prefill_price(self, pre: list[int]) -> tuple[float, float]:
+        """(seconds, joules) of the prefill iteration of ``pre``, each computing its prompt
+        and generated tokens but those served by the prefix cache; counts the tokens."""
+        tokens = [self.prompt_l[r] + self.gen[r] for r in pre]
+        total = sum(tokens)
+        self.st["prefill_tokens_total"] += total
+        if self.prefix is None:
+            self.st["prefill_tokens_computed"] += total
+            return self.tables.prefill_cost(tokens)
+        cached = [self.prefix.cached_tokens(r) for r in pre]
+        self.st["prefill_tokens_computed"] += total - sum(cached)
+        for r in pre:
+            self.prefix.computed(r)
+        return cached_prefill_cost(self.tables, tokens, cached)
+
     def finish_done(self) -> None:
         """Finish every running request with nothing left to generate (from the highest
         position down: a finish moves the last request into its place)."""
@@ -386,6 +425,8 @@ class ServingLoop:
         self.finish_t[r] = self.t
         self.gen[r] = self.out_l[r]
         self.allocator.release(r, generated_tokens=self.out_l[r], completed=True)
+        if self.prefix is not None:
+            self.prefix.release(r)
         self.running.remove(j)
         self.done += 1
 
@@ -404,6 +445,8 @@ class ServingLoop:
             self.st["swap_time_s"] += dt
             self.swapped[r] = True
         self.allocator.release(r, completed=False)
+        if self.prefix is not None:
+            self.prefix.release(r)
         self.running.remove(j)
         self.npre[r] += 1
         self.st["preemptions"] += 1
@@ -553,6 +596,7 @@ class ServingLoop:
             "energy_interpolation_error": self.tables.energy_error_summary(),
             "energy_breakdown_j": self.energy_breakdown_j(),
         }
+        m.update(self.prefix_metrics())
         if "n_regular" in s:   # ODMA-style routing statistics
             routed = s["n_regular"] + s["n_large_uncertain"] + s["n_large_no_bucket"]
             m["large_bucket_fraction"] = ((s["n_large_uncertain"] + s["n_large_no_bucket"]) /
@@ -561,6 +605,25 @@ class ServingLoop:
             m["bucket_boundaries"] = s.get("boundaries")
             m["large_bucket_bound"] = s.get("large_bound")
             m["bucket_refreshes"] = s.get("n_boundary_refreshes")
+        return m
+
+    def prefix_metrics(self) -> dict:
+        """Prefill tokens computed of those asked for, and the prefix cache's hit rates
+        and memory (null when no cache ran: caching off, no hashes, or an allocator that
+        cannot share, which ``prefix_sharing`` says)."""
+        st, allocator = self.st, self.allocator
+        total, computed = st["prefill_tokens_total"], st["prefill_tokens_computed"]
+        m = {"prefix_caching": self.prefix is not None,
+             "prefix_sharing": allocator.prefix_sharing is not PrefixSharing.NONE,
+             "prefix_sharing_mode": allocator.prefix_sharing.value,
+             "prefill_tokens_total": int(total), "prefill_tokens_computed": int(computed),
+             "prefill_tokens_saved": int(total - computed),
+             "prefix_hit_rate": None, "prefix_hit_rate_blocks": None,
+             "prefix_cache_peak_bytes": None, "prefix_cache_bytes": None,
+             "prefix_cache_evictions": None, "prefix_cache_blocks": None}
+        if self.prefix is not None:
+            m.update(self.prefix.metrics(self.bpt))
+            m["prefix_hit_rate"] = (total - computed) / total if total else None
         return m
 
     def energy_breakdown_j(self) -> dict | None:

@@ -1,9 +1,10 @@
 """Request traces: loading, validation and arrival processes.
 
 A :class:`RequestTrace` is a request stream held in NumPy arrays: arrival time (seconds),
-prompt length and output length (tokens), and optionally the prompt text. It is read from
-a CSV (plain or ``.gz``) whose header names at least ``prompt_tokens`` and
-``output_tokens``; ``arrival_s`` and ``prompt`` are optional, other columns are ignored.
+prompt length and output length (tokens), and optionally the prompt text and the prompt's
+prefix block hashes. It is read from a CSV (plain or ``.gz``) whose header names at least
+``prompt_tokens`` and ``output_tokens``; ``arrival_s``, ``prompt`` and
+``prefix_block_hashes`` are optional, other columns are ignored.
 The bundled traces (``workloads/traces``) can be named without a path: ``azure2023_conv``,
 ``azure2023_code``, ``alpaca``.
 
@@ -11,11 +12,15 @@ Every file follows the same rules (:func:`_to_numbers` checks every column): the
 names each column once; at least one data row; ``prompt_tokens`` and ``output_tokens`` are
 whole numbers in 0..2**40; ``arrival_s`` is a finite number of seconds in 0..1e9 that never
 decreases from row to row (a trace is replayed in file order: unsorted arrivals are
-refused, not sorted). Files of output lengths (:func:`read_lengths`) hold whole numbers in
-1..2**40. Every problem with a file (missing, a directory, unreadable, not UTF-8 text, a
-damaged gzip stream, a bad value) is a :class:`~h2m2sim.errors.ConfigError` whose key
-names the file and the data row (1-based, header excluded) and whose message names the
-column and line.
+refused, not sorted). ``prefix_block_hashes`` holds space-separated whole numbers in
+0..2**62, one per block of the prompt (an empty field: none), with chain semantics (the
+hash of block i names the whole prefix up to block i, as vLLM's block hashes and the
+Mooncake trace's ``hash_ids``): no hash repeats within a request, and a hash appears at
+one block position only and always after the same parent hash. Files of output lengths
+(:func:`read_lengths`) hold whole numbers in 1..2**40. Every problem with a file (missing,
+a directory, unreadable, not UTF-8 text, a damaged gzip stream, a bad value) is a
+:class:`~h2m2sim.errors.ConfigError` whose key names the file and the data row (1-based,
+header excluded) and whose message names the column and line.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ import numpy as np
 from h2m2sim.errors import ConfigError
 
 __all__ = ["RequestTrace", "load_trace", "poisson_arrivals", "bundled_trace_path",
-           "read_lengths", "BUNDLED_TRACES"]
+           "read_lengths", "prefix_reuse_trace", "BUNDLED_TRACES"]
 
 #: Names of the traces shipped in ``workloads/traces`` (resolved by :func:`bundled_trace_path`).
 BUNDLED_TRACES = {"azure2023_conv": "azure2023_conv.csv",
@@ -47,6 +52,9 @@ MAX_TOKENS = 2**40
 #: Latest arrival a trace may give, seconds (32 years: float64 times then still resolve
 #: better than a microsecond, so latencies computed from them stay exact).
 MAX_ARRIVAL_S = 1e9
+#: Largest prefix block hash (whole numbers 0..2**62 stay exact in int64 and in parsing).
+MAX_HASH = 2**62
+PREFIX_COLUMN = "prefix_block_hashes"
 # what reading a damaged file may raise (gzip: truncated or corrupt streams)
 _UNREADABLE = (OSError, EOFError, UnicodeDecodeError, zlib.error)
 
@@ -58,7 +66,10 @@ class RequestTrace:
     ``arrival_s`` float64 seconds (non-decreasing); ``prompt_tokens`` and ``output_tokens``
     int64 tokens; ``prompt_text`` a tuple of strings or ``None``; ``has_arrivals`` is
     False when the source had no arrival column (then ``arrival_s`` came from an arrival
-    process, see ``arrival_note``).
+    process, see ``arrival_note``). ``prefix_hashes`` (int64) and ``prefix_offsets``
+    (int64, one more than requests) hold the prompts' prefix block hashes in CSR form:
+    request i's are ``prefix_hashes[prefix_offsets[i]:prefix_offsets[i + 1]]``, or both
+    are ``None`` when the trace has none.
     """
 
     arrival_s: np.ndarray
@@ -68,12 +79,29 @@ class RequestTrace:
     name: str = "trace"
     has_arrivals: bool = True
     arrival_note: str = ""
+    prefix_hashes: np.ndarray | None = None
+    prefix_offsets: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.prompt_tokens)
         if len(self.arrival_s) != n or len(self.output_tokens) != n or \
                 (self.prompt_text is not None and len(self.prompt_text) != n):
             raise ValueError("RequestTrace arrays must have equal lengths")
+        if (self.prefix_hashes is None) != (self.prefix_offsets is None) or (
+                self.prefix_offsets is not None and (
+                    len(self.prefix_offsets) != n + 1 or
+                    int(self.prefix_offsets[-1]) != len(self.prefix_hashes))):
+            raise ValueError("RequestTrace prefix hashes need one offset per request plus one")
+
+    @property
+    def has_prefix_hashes(self) -> bool:
+        return self.prefix_hashes is not None
+
+    def block_hashes(self, i: int) -> np.ndarray:
+        """Prefix block hashes of request ``i`` (int64; empty without hashes)."""
+        if self.prefix_hashes is None:
+            return np.zeros(0, dtype=np.int64)
+        return self.prefix_hashes[self.prefix_offsets[i]:self.prefix_offsets[i + 1]]
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -87,9 +115,19 @@ class RequestTrace:
         given order (arrival order is the caller's business)."""
         idx = np.arange(len(self))[index]
         text = tuple(self.prompt_text[i] for i in idx) if self.prompt_text is not None else None
+        hashes, offsets = None, None
+        if self.prefix_hashes is not None:
+            lo, hi = self.prefix_offsets[idx], self.prefix_offsets[idx + 1]
+            counts = hi - lo
+            offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            # gather every selected row's range at once: its start, then +1 within the row
+            take = np.repeat(lo - offsets[:-1], counts) + np.arange(int(offsets[-1]))
+            hashes = self.prefix_hashes[take]
         return dataclasses.replace(self, arrival_s=self.arrival_s[idx],
                                    prompt_tokens=self.prompt_tokens[idx],
-                                   output_tokens=self.output_tokens[idx], prompt_text=text)
+                                   output_tokens=self.output_tokens[idx], prompt_text=text,
+                                   prefix_hashes=hashes, prefix_offsets=offsets)
 
     def with_arrivals(self, arrival_s: np.ndarray, note: str = "") -> "RequestTrace":
         """A copy with new arrival times (sorted; one per request)."""
@@ -262,8 +300,9 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
         i_p, i_o = col["prompt_tokens"], col["output_tokens"]
         i_a = col.get("arrival_s")
         i_t = col.get("prompt") if keep_text else None
-        need = max(i for i in (i_p, i_o, i_a, i_t) if i is not None) + 1
-        prompts, outputs, arrivals, texts, lines = [], [], [], [], []
+        i_h = col.get(PREFIX_COLUMN)
+        need = max(i for i in (i_p, i_o, i_a, i_t, i_h) if i is not None) + 1
+        prompts, outputs, arrivals, texts, lines, hashes = [], [], [], [], [], []
         row = 0
         try:
             for rec in reader:
@@ -281,6 +320,8 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
                     arrivals.append(rec[i_a])
                 if i_t is not None:
                     texts.append(rec[i_t])
+                if i_h is not None:
+                    hashes.append(rec[i_h])
                 if max_requests is not None and row >= max_requests:
                     break
         except csv.Error as err:
@@ -294,6 +335,7 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
     output_tokens = _to_numbers(shown, "output_tokens", outputs, lines, integer=True)
     name = p.name.split(".")[0]
     text = tuple(texts) if i_t is not None else None
+    csr = _prefix_hashes(shown, hashes, lines) if i_h is not None else (None, None)
     if i_a is not None:
         arrival = _to_numbers(shown, "arrival_s", arrivals, lines, integer=False,
                               hi=MAX_ARRIVAL_S)
@@ -303,14 +345,90 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
             raise _bad(shown, i + 1, lines[i], "arrival_s",
                        f"arrivals must be sorted (non-decreasing): {arrivals[i]} comes after "
                        f"{arrivals[i - 1]}")
-        trace = RequestTrace(arrival, prompt_tokens, output_tokens, text, name, True, "")
+        trace = RequestTrace(arrival, prompt_tokens, output_tokens, text, name, True, "", *csr)
     else:
         trace = RequestTrace(np.zeros(row), prompt_tokens, output_tokens, text, name, False,
                              "no arrival times in the file: every request arrives at t = 0 "
-                             "(offline run); give a Poisson rate for an online run")
+                             "(offline run); give a Poisson rate for an online run", *csr)
     if arrival_rate is not None:
         trace = trace.with_poisson_arrivals(arrival_rate, seed)
     return trace
+
+
+def _prefix_hashes(path: str, fields: list[str], lines: list[int]):
+    """The ``prefix_block_hashes`` column (one text field per row) as (hashes, offsets) in
+    CSR form, checked: whole numbers in 0..MAX_HASH with chain semantics (see the module
+    docstring). Errors name the row, the line and the column."""
+    words: list[str] = []
+    counts = np.zeros(len(fields), dtype=np.int64)
+    for i, text in enumerate(fields):
+        parts = text.split()
+        counts[i] = len(parts)
+        words.extend(parts)
+    offsets = np.zeros(len(fields) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    row_of = np.repeat(np.arange(len(fields)), counts)
+    try:
+        hashes = np.array(words, dtype=np.int64)
+    except (ValueError, OverflowError):
+        hashes = None
+    if hashes is None or (hashes.size and (hashes.min() < 0 or hashes.max() > MAX_HASH)):
+        for k, w in enumerate(words):
+            if not (w.isascii() and w.isdigit() and int(w) <= MAX_HASH):
+                r = int(row_of[k])
+                raise _bad(path, r + 1, lines[r], PREFIX_COLUMN,
+                           f"hash {w!r} is not a whole number in 0..{MAX_HASH}")
+    if hashes.size == 0:
+        return hashes, offsets
+    pos = np.arange(hashes.size) - np.repeat(offsets[:-1], counts)   # block index in its row
+    parent = np.where(pos > 0, np.roll(hashes, 1), -1)
+    # one position and one parent per hash (chain semantics); sorting by hash puts every
+    # use of a hash side by side, the first use first
+    order = np.lexsort((np.arange(hashes.size), hashes))
+    h, p, par = hashes[order], pos[order], parent[order]
+    same = h[1:] == h[:-1]
+    clash = np.flatnonzero(same & ((p[1:] != p[:-1]) | (par[1:] != par[:-1])))
+    if clash.size:
+        k, first = int(order[clash[0] + 1]), int(order[clash[0]])
+        r, r0 = int(row_of[k]), int(row_of[first])
+        what = "repeats within the request" if r == r0 else \
+            f"follows another prefix than in row {r0 + 1} (line {lines[r0]})"
+        raise _bad(path, r + 1, lines[r], PREFIX_COLUMN,
+                   f"hash {int(hashes[k])} at block {int(pos[k])} {what}: a block hash names "
+                   "the whole prefix up to its block")
+    return hashes, offsets
+
+
+def prefix_reuse_trace(n: int, reuse_ratio: float, *, prompt_blocks: int = 8,
+                       block_tokens: int = 512, prefixes: int = 4, output_tokens: int = 64,
+                       arrival_rate: float | None = None, seed: int = 0) -> RequestTrace:
+    """A synthetic trace with a controlled prefix-reuse ratio: ``n`` requests whose prompts
+    are ``prompt_blocks`` blocks of ``block_tokens`` tokens; the first ``k =
+    round(reuse_ratio * prompt_blocks)`` blocks are one of ``prefixes`` shared prefixes
+    (chosen uniformly with ``seed``), the rest are the request's own. So ``k /
+    prompt_blocks`` of every prompt can be served from a cache that has seen its prefix.
+    Outputs are ``output_tokens`` each; arrivals Poisson at ``arrival_rate`` (all at
+    t = 0 when None)."""
+    if not 0.0 <= reuse_ratio <= 1.0:
+        raise ConfigError("reuse_ratio", f"must be in [0, 1], got {reuse_ratio}")
+    if n <= 0 or prompt_blocks <= 0 or block_tokens <= 0 or prefixes <= 0 \
+            or output_tokens <= 0:
+        raise ConfigError("prefix_reuse_trace", "n, prompt_blocks, block_tokens, prefixes "
+                          "and output_tokens must be > 0")
+    k = int(round(reuse_ratio * prompt_blocks))
+    rng = np.random.default_rng(seed)
+    which = rng.integers(0, prefixes, n)
+    shared = which[:, None] * prompt_blocks + np.arange(k)[None, :]
+    own = prefixes * prompt_blocks + np.arange(n * (prompt_blocks - k)).reshape(
+        n, prompt_blocks - k)
+    hashes = np.concatenate([shared, own], axis=1).reshape(-1).astype(np.int64)
+    offsets = np.arange(n + 1, dtype=np.int64) * prompt_blocks
+    arrival = poisson_arrivals(n, arrival_rate, seed) if arrival_rate else np.zeros(n)
+    note = f"Poisson arrivals at {arrival_rate:g} req/s (seed {seed})" if arrival_rate \
+        else "every request at t = 0"
+    return RequestTrace(arrival, np.full(n, prompt_blocks * block_tokens, dtype=np.int64),
+                        np.full(n, output_tokens, dtype=np.int64), None,
+                        f"prefix-reuse-{k}of{prompt_blocks}", True, note, hashes, offsets)
 
 
 def read_lengths(path) -> np.ndarray:
