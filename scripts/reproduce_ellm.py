@@ -14,9 +14,11 @@ vLLM+inter (CPU buffer only). vLLM-CP (chunked prefill) is not modelled.
 Writes DIR/ellm_offline.csv, DIR/ellm_offline_ablation.csv, DIR/ellm_online.csv,
 DIR/ellm_summary.json, DIR/ellm_offline.png and DIR/ellm_online.png; with --json prints
 one JSON object with ``decode_throughput_gain_longest_llama3_8b`` (eLLM / static decode
-throughput at 128K/8K; ``decode_throughput_gain_longest_jamba`` too once the zoo has
-``jamba-mini``), ``table`` (= ``offline``), ``offline_ablation``, ``online``,
-``goodput`` (workload -> mode -> req/s and bracket), ``goodput_gain`` per workload,
+throughput at 128K/8K), ``decode_throughput_gain_longest_jamba`` (the same for
+Jamba-Mini on two a100-80gb cards, tensor parallel, at a 200K server context, with its
+total-throughput and max-batch gains and both runs under ``jamba``), ``table``
+(= ``offline``), ``offline_ablation``, ``online``, ``goodput`` (workload -> mode ->
+req/s and bracket), ``goodput_gain`` per workload,
 ``goodput_gain_max``, ``activation_share`` (of the memory left after the weights, at 2K
 and 200K tokens), ``memory_composition``, ``paper`` and the settings.
 Settings and gaps: docs/validation/ellm.md.
@@ -73,8 +75,16 @@ PAPER = {"decode_throughput_gain_128k_8k_jamba": 2.32,
          "kv_share_2k": 0.896, "kv_share_200k": 0.591}
 #: Fig. 3's lengths; "2K" = 2,048 tokens, so "200K" is read with the same K = 1,024
 SHARE_TOKENS = {"2k": 2048, "200k": 200 * 1024}
-#: Jamba-Mini on two A100s (paper Fig. 11 left); run only if the zoo has the model
+#: Jamba-Mini on two A100-80GB, tensor parallel (paper Fig. 11 left, Sec. 6.4)
 JAMBA, JAMBA_CARDS = "jamba-mini", 2
+#: Jamba's server context (tokens): the paper serves Jamba-52B on 2 GPUs "with a context
+#: of 200k" (Sec. 3.1), read with K = 1,024 as in ``SHARE_TOKENS``. vLLM profiles the
+#: activations of a prefill of this many tokens; the model's own 262,144 would leave the
+#: static split no KV (sensitivity to it: docs/validation/ellm.md)
+JAMBA_CONTEXT = 200 * 1024
+#: offline requests of a Jamba run: this many times what eLLM's whole pool could hold
+#: at once (enough to keep the batch at its memory limit until the end)
+JAMBA_FILL = 2
 #: online workloads of paper Fig. 9 (Llama3-8B-262K, one A100): (input, output) tokens,
 #: or None for ShareGPT lengths (:func:`sharegpt_lengths`)
 WORKLOADS = {"2k/2k": (2048, 2048), "32k/2k": (32768, 2048), "sharegpt": None}
@@ -93,8 +103,10 @@ ALONE_REQUESTS = {"2k/2k": 1, "32k/2k": 1, "sharegpt": 50}
 ALONE_RATE = 0.01                # the paper's uncontended run: rate 0.01 req/s
 
 
-def setup(model=MODEL, cards=1, cache_dir=None):
-    """Model, device (``cards`` x the ``SYSTEM`` preset), pool, iteration-time tables."""
+def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT):
+    """Model, device (``cards`` x the ``SYSTEM`` preset, tensor parallel), pool,
+    iteration-time tables, the per-request state of a hybrid model and the server's
+    ``context`` (tokens)."""
     import dataclasses
 
     from h2m2sim.compute.llm_roofline import RooflineEvaluator
@@ -102,6 +114,7 @@ def setup(model=MODEL, cards=1, cache_dir=None):
     from h2m2sim.model import load_model
     from h2m2sim.serving.deployment import ServingDevice, kv_capacity_bytes, model_sizes
     from h2m2sim.serving.ellm import activation_model
+    from h2m2sim.allocators import RequestState
     from h2m2sim.serving.timing import TableGrid, build_tables
     from h2m2sim.system.config import load_system_preset
     spec = load_model(model)
@@ -109,15 +122,16 @@ def setup(model=MODEL, cards=1, cache_dir=None):
         dataclasses.replace(load_system_preset(SYSTEM), cards=cards))
     sizes = model_sizes(spec, DTYPE, DTYPE)
     pool = kv_capacity_bytes(dev, sizes, MEMORY_FRACTION)
-    ev = RooflineEvaluator(spec, DTYPE, system=SYSTEM, cache_dir=cache_dir)
-    acts = activation_model(model, DTYPE)
+    ev = RooflineEvaluator(spec, DTYPE, system=SYSTEM, cache_dir=cache_dir, cards=cards)
+    acts = activation_model(model, DTYPE, cards)
     bpt = sizes["kv_bytes_per_token"]
     layout = KVLayout.paged(max(1, 2 * 2**20 // bpt))
-    grid = TableGrid(max_batch=MAX_BATCH, max_tokens=CONTEXT, token_points=20,
+    grid = TableGrid(max_batch=MAX_BATCH, max_tokens=context, token_points=20,
                      error_samples=12)
     tables = build_tables(ev, [layout], grid, cache=True, cache_dir=cache_dir)
     return dict(model=spec, device=dev, sizes=sizes, pool=pool, evaluator=ev, acts=acts,
-                bpt=bpt, tables=tables)
+                bpt=bpt, tables=tables, state=RequestState.of_model(spec, DTYPE),
+                context=context)
 
 
 def sharegpt_lengths(n, seed=0):
@@ -152,9 +166,12 @@ def run(env, mode, trace, slo=None):
     from h2m2sim.serving.config import ServingConfig
     from h2m2sim.serving.run import simulate
     elastic, buf = MODES[mode]
-    cfg = ServingConfig(max_batch=MAX_BATCH, max_prefill_tokens=CONTEXT,
-                        max_context_tokens=CONTEXT, memory_fraction=MEMORY_FRACTION)
-    opts = dict(max_context_tokens=CONTEXT, elastic=elastic, cpu_buffer_bytes=buf)
+    ctx = env["context"]
+    cfg = ServingConfig(max_batch=MAX_BATCH, max_prefill_tokens=ctx,
+                        max_context_tokens=ctx, memory_fraction=MEMORY_FRACTION)
+    opts = dict(max_context_tokens=ctx, elastic=elastic, cpu_buffer_bytes=buf)
+    if env["state"]:            # a hybrid model's Mamba state, one slot per sequence
+        opts.update(state=env["state"], state_slots=MAX_BATCH)
     if slo is not None:
         opts.update(slo_ttft_s=slo[0], slo_tpot_s=slo[1])
     alloc = make_allocator("ellm", env["pool"], env["bpt"], **opts)
@@ -172,10 +189,21 @@ def fixed_trace(prompt, output, n):
 _ENV: dict = {}     # this process's setup() per model (tables built once, shared)
 
 
-def env_of(model=MODEL) -> dict:
-    if model not in _ENV:
-        _ENV[model] = setup(model, JAMBA_CARDS if model == JAMBA else 1)
-    return _ENV[model]
+def env_of(model=MODEL, context=None) -> dict:
+    """The setup of ``model`` (Jamba: on ``JAMBA_CARDS`` cards) at server ``context``
+    (default: Llama3-8B's ``CONTEXT``, Jamba's ``JAMBA_CONTEXT``)."""
+    if context is None:
+        context = CONTEXT if model != JAMBA else JAMBA_CONTEXT
+    key = (model, context)
+    if key not in _ENV:
+        _ENV[key] = setup(model, JAMBA_CARDS if model == JAMBA else 1, context=context)
+    return _ENV[key]
+
+
+def pool_requests(env, prompt, output) -> int:
+    """Requests of ``prompt`` + ``output`` tokens (KV and state) eLLM's whole pool holds."""
+    per = (prompt + output) * env["bpt"] + env["state"].bytes_per_request
+    return -(-env["pool"] // per)
 
 
 #: what a serving run keeps: the offline, ablation and SLO rows are made of these
@@ -189,7 +217,7 @@ def serve_point(p: dict) -> dict:
     """One offline run (all requests at t = 0) of ``requests`` fixed-length requests in
     memory ``mode`` (a point of the result store); ``model`` defaults to Llama3-8B."""
     trace = fixed_trace(p["input"], p["output"], p["requests"])
-    m = run(env_of(p.get("model", MODEL)), p["mode"], trace).metrics
+    m = run(env_of(p.get("model", MODEL), p.get("context")), p["mode"], trace).metrics
     return {k: m[k] for k in SERVE_KEYS}
 
 
@@ -257,9 +285,13 @@ def settings_point(p: dict) -> dict:
                                          for k, t in SHARE_TOKENS.items()}}
 
 
-def serve(mode, prompt, output, n, model=MODEL) -> PointSpec:
+def serve(mode, prompt, output, n, model=MODEL, context=None) -> PointSpec:
     p = {"mode": mode, "input": prompt, "output": output, "requests": n}
-    return PointSpec(serve_point, p if model == MODEL else {**p, "model": model})
+    if model != MODEL:
+        p["model"] = model
+    if context is not None:
+        p["context"] = context
+    return PointSpec(serve_point, p)
 
 
 def offline_points(quick=False) -> list[PointSpec]:
@@ -268,20 +300,13 @@ def offline_points(quick=False) -> list[PointSpec]:
             for p, o in settings for mode in ("vllm", "ellm")]
 
 
-def jamba_points(quick=False) -> list[PointSpec]:
-    """vLLM and eLLM at 128K/8K on Jamba-Mini (paper Fig. 11 left), if the zoo has it."""
-    from h2m2sim.errors import ConfigError
-    from h2m2sim.model import load_model
-    from h2m2sim.model.spec import refuse_ssm
-    try:  # the serving loop's own check: it cannot simulate Mamba layers yet
-        refuse_ssm(load_model(JAMBA), "the serving loop")
-    except ConfigError as err:
-        print(f"{JAMBA}: decode_throughput_gain_longest_jamba omitted ({err})",
-              file=sys.stderr)
-        return []
+def jamba_points(quick=False, context=None) -> list[PointSpec]:
+    """vLLM and eLLM at 128K/8K on Jamba-Mini over two A100s (paper Fig. 11 left), with
+    ``JAMBA_FILL`` x the requests eLLM's pool holds (quick: half as many); ``context``:
+    the server's (default :data:`JAMBA_CONTEXT`)."""
     p, o = OFFLINE[-1]
-    n = max(OFFLINE_REQUESTS[p] // (4 if quick else 1), 4)
-    return [serve(mode, p, o, n, model=JAMBA) for mode in ("vllm", "ellm")]
+    n = JAMBA_FILL * pool_requests(env_of(JAMBA, context), p, o) // (2 if quick else 1)
+    return [serve(mode, p, o, n, model=JAMBA, context=context) for mode in ("vllm", "ellm")]
 
 
 def ablation_points(quick=False) -> list[PointSpec]:
@@ -502,10 +527,7 @@ def main(argv=None) -> int:
            for w, (t, d) in slos.items()}
     summary = summarize(off_rows, abl_rows, on_rows, good, slo,
                         got["settings"][0][1]["metrics"], a.quick)
-    if got["jamba"]:
-        jv, je = (rec["metrics"] for _, rec in got["jamba"])
-        summary["decode_throughput_gain_longest_jamba"] = \
-            je["decode_throughput_tps"] / jv["decode_throughput_tps"]
+    summary.update(jamba_summary(got["jamba"]))
     summary["wall_s"] = time.perf_counter() - t0
     tmp = os.path.join(a.out, "ellm_summary.json.tmp")
     with open(tmp, "w") as f:
@@ -517,6 +539,21 @@ def main(argv=None) -> int:
     else:
         report(off_rows, summary)
     return 0
+
+
+def jamba_summary(runs) -> dict:
+    """Jamba-Mini's 128K/8K gains of eLLM over the static split (paper Fig. 11 left) and
+    both runs' rows, from the stored (params, record) of :func:`jamba_points`."""
+    (pv, rv), (_, re_) = runs
+    jv, je = rv["metrics"], re_["metrics"]
+    return {"decode_throughput_gain_longest_jamba":
+            je["decode_throughput_tps"] / jv["decode_throughput_tps"],
+            "total_throughput_gain_longest_jamba":
+            je["total_throughput_tps"] / jv["total_throughput_tps"],
+            "max_batch_gain_longest_jamba": je["max_decode_batch"] / jv["max_decode_batch"],
+            "jamba": {"model": JAMBA, "cards": JAMBA_CARDS, "requests": pv["requests"],
+                      "context": pv.get("context") or JAMBA_CONTEXT,
+                      "vllm": jv, "ellm": je}}
 
 
 def report(off_rows, summary) -> None:
@@ -532,6 +569,10 @@ def report(off_rows, summary) -> None:
               + f" req/s; SLO {summary['slo'][w]['ttft_s']:.3g} s / "
               f"{summary['slo'][w]['tpot_s']:.3g} s")
     print("activation share of available memory:", summary["activation_share"])
+    print(f"jamba-mini 128K/8K on {JAMBA_CARDS} cards: decode gain "
+          f"{summary['decode_throughput_gain_longest_jamba']:.2f}, total "
+          f"{summary['total_throughput_gain_longest_jamba']:.2f}, max batch "
+          f"{summary['max_batch_gain_longest_jamba']:.2f}")
     print(f"wall {summary['wall_s']:.1f} s")
 
 

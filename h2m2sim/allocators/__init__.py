@@ -23,11 +23,13 @@ from .bmc import BMCAllocator
 from .ellm import ElasticAllocator
 from .odma import BucketManager, ODMAAllocator
 from .paged import PagedAllocator
+from .state import NO_STATE, RequestState, StateSlots
 from .static import StaticAllocator
 
 __all__ = ["ALLOCATORS", "make_allocator", "KVAllocator", "ContiguousAllocator",
            "ExtentHeap", "AllocEvent", "StaticAllocator", "PagedAllocator", "ODMAAllocator",
-           "BucketManager", "BMCAllocator", "ElasticAllocator", "PrefixSharing"]
+           "BucketManager", "BMCAllocator", "ElasticAllocator", "PrefixSharing",
+           "RequestState", "NO_STATE", "StateSlots"]
 
 ALLOCATORS: Registry[type[KVAllocator]] = Registry("allocator", key="allocator")
 for _cls, _what in (

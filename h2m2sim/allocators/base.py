@@ -33,9 +33,13 @@ cached prefix passes them to ``reserve`` and then holds only the rest privately
 growth does not fit, the allocator asks its ``reclaim`` callback (set by the prefix
 cache: evict one unreferenced block, True if it did) and retries.
 
-A Mamba layer's per-request recurrent state (fixed size, independent of the tokens) is not
-allocated here: serving workloads, the only users of these allocators, refuse models with
-Mamba layers (see docs/validation/model.md).
+A hybrid model's per-request recurrent state (Mamba layers: fixed size, independent of
+the tokens; :mod:`.state`) is granted by ``reserve`` with the KV and freed by ``release``:
+``state`` (a :class:`~.state.RequestState`) says how many bytes. By default it lives in a
+slab of ``state_slots`` slots at the top of the region (the KV region shrinks by it); an
+allocator that pools it with KV sets ``pools_state`` and overrides ``_take_state`` /
+``_return_state``. Held memory is always ``reserved_tokens x bytes_per_token +
+requests holding state x state bytes`` (:attr:`KVAllocator.held_bytes`).
 """
 from __future__ import annotations
 
@@ -49,6 +53,8 @@ import numpy as np
 
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
+
+from .state import NO_STATE, RequestState, StateSlots
 
 __all__ = ["KVAllocator", "AllocEvent", "ExtentHeap", "ContiguousAllocator", "PrefixSharing"]
 
@@ -118,11 +124,27 @@ class KVAllocator(abc.ABC):
     grows_in_blocks: ClassVar[bool] = False
     manages_activations: ClassVar[bool] = False
     bounded_by_max_new_tokens: ClassVar[bool] = False
+    #: the requests' recurrent state comes out of the KV memory (not a slot slab)
+    pools_state: bool = False
 
     def __init__(self, capacity_bytes: int, bytes_per_token: int, *, base_address: int = 0,
-                 max_context_tokens: int | None = None, log_all_events: bool = False):
+                 max_context_tokens: int | None = None, log_all_events: bool = False,
+                 state: RequestState = NO_STATE, state_slots: int | None = None):
         if int(bytes_per_token) <= 0:
             raise ConfigError("allocator.bytes_per_token", f"must be > 0, got {bytes_per_token}")
+        if not isinstance(state, RequestState):
+            raise ConfigError("allocator.state", f"must be a RequestState, got "
+                              f"{type(state).__name__}")
+        self.state = state
+        slab = 0
+        if state and not self.pools_state:
+            if state_slots is None or int(state_slots) <= 0:
+                raise ConfigError("allocator.state_slots", f"a model with a per-request "
+                                  f"state ({state.bytes_per_request} bytes) needs state_slots "
+                                  f"> 0 (the most requests holding state at once), got "
+                                  f"{state_slots}")
+            slab = int(state_slots) * state.bytes_per_request
+            capacity_bytes = int(capacity_bytes) - slab
         if int(capacity_bytes) < int(bytes_per_token):
             raise ConfigError("allocator.capacity_bytes",
                               f"must hold at least one token ({bytes_per_token} bytes), "
@@ -152,6 +174,11 @@ class KVAllocator(abc.ABC):
         self.shared_tokens = 0         # tokens held by shared prefix blocks (in reserved)
         self._reserving_shared = 0     # shared tokens of the reservation in progress
         self.reclaim: Callable[[], bool] | None = None
+        # the slab of state slots sits right above the KV region
+        self.state_slab = StateSlots(int(state_slots), state.bytes_per_request,
+                                     self.base_address + self.capacity_bytes) if slab else None
+        self._state_of: set[int] = set()
+        self.peak_state_requests = 0
 
     # ---------------------------------------------------------------- public API
     @property
@@ -181,17 +208,25 @@ class KVAllocator(abc.ABC):
         if not 0 <= shared < need:
             raise ValueError(f"request {req_id}: {shared} shared tokens of {need}")
         self._reserving_shared = shared   # for _reserve: worst cases count the whole context
-        cap = self._reserve(req_id, prompt_tokens - shared, need - shared, predicted_output,
-                            float(uncertainty))
-        while cap is None and self.reclaim is not None and self.reclaim():
+        if self.state and not self._take_state(req_id):
+            cap = None
+        else:
             cap = self._reserve(req_id, prompt_tokens - shared, need - shared,
                                 predicted_output, float(uncertainty))
+            while cap is None and self.reclaim is not None and self.reclaim():
+                cap = self._reserve(req_id, prompt_tokens - shared, need - shared,
+                                    predicted_output, float(uncertainty))
+            if cap is None and self.state:
+                self._return_state(req_id)      # no state without KV
         if cap is None:
             self.counts["deny"] += 1
             if self.log_all_events:
                 self._log("deny", req_id, need)
             return False
         self._reqs[req_id] = _Req(prompt_tokens - shared, need - shared, cap, cap, shared)
+        if self.state:
+            self._state_of.add(req_id)
+            self.peak_state_requests = max(self.peak_state_requests, len(self._state_of))
         self._add_reserved(cap)
         self.counts["reserve"] += 1
         if self.log_all_events:
@@ -243,6 +278,9 @@ class KVAllocator(abc.ABC):
         req_id = int(req_id)
         r = self._reqs.pop(req_id)
         self._release(req_id, r, generated_tokens, completed)
+        if self.state:
+            self._state_of.remove(req_id)
+            self._return_state(req_id)
         self._add_reserved(-r.cap)
         if completed:
             self.counts["release"] += 1
@@ -315,6 +353,26 @@ class KVAllocator(abc.ABC):
     def free_tokens(self) -> int:
         return self.capacity_tokens - self.reserved_tokens
 
+    @property
+    def state_held_bytes(self) -> int:
+        """Bytes of recurrent state the live requests hold (requests x state bytes)."""
+        return len(self._state_of) * self.state.bytes_per_request
+
+    @property
+    def held_bytes(self) -> int:
+        """Memory the live requests hold: their KV tokens x bytes per token plus their
+        recurrent state."""
+        return self.reserved_tokens * self.bytes_per_token + self.state_held_bytes
+
+    def _take_state(self, req_id: int) -> bool:
+        """Allocate request ``req_id``'s state (a slot of the slab); False, no change, if
+        there is no room."""
+        return self.state_slab.take(req_id)
+
+    def _return_state(self, req_id: int) -> None:
+        """Free request ``req_id``'s state."""
+        self.state_slab.give_back(req_id)
+
     def kv_utilization(self) -> float | None:
         """sum(actual KV) / sum(reserved KV) over completed requests (None before any)."""
         if self.util_reserved_tokens == 0:
@@ -363,6 +421,12 @@ class KVAllocator(abc.ABC):
                "live_requests": len(self._reqs), "kv_utilization": self.kv_utilization(),
                "migrated_bytes": self.migrated_bytes}
         out.update({f"n_{k}": v for k, v in self.counts.items()})
+        if self.state:
+            out.update(state_bytes_per_request=self.state.bytes_per_request,
+                       state_held_bytes=self.state_held_bytes,
+                       peak_state_bytes=self.peak_state_requests * self.state.bytes_per_request,
+                       state_slab_bytes=(self.state_slab.region_bytes
+                                         if self.state_slab is not None else 0))
         return out
 
     def check_invariants(self) -> None:
@@ -380,6 +444,13 @@ class KVAllocator(abc.ABC):
         total += self.shared_tokens
         assert total == self.reserved_tokens, (total, self.reserved_tokens)
         assert self.reserved_tokens <= self.capacity_tokens
+        # a request holds state exactly while it holds KV
+        assert self._state_of == (set(self._reqs) if self.state else set())
+        if self.state_slab is not None:
+            self.state_slab.check()
+            assert self.state_slab.held == len(self._state_of)
+            slab = (self.state_slab.base, self.state_slab.base + self.state_slab.region_bytes)
+            assert slab[0] >= self.base_address + self.capacity_bytes, "slab overlaps KV"
         spans.sort()
         lo, hi = self.base_address, self.base_address + self.capacity_bytes
         for i, (s, e) in enumerate(spans):

@@ -23,6 +23,11 @@ Model (Sections 4.2-4.3 of the paper):
 * KV of a request is a list of KV blocks of ``block_tokens`` tokens (default: as many
   tokens as fit in one chunk, 16 for Llama3-8B FP16 -- the vLLM block size too); its
   layout class is ``paged:<block_tokens>``.
+* **Recurrent state** of a hybrid model's request (Mamba layers; :mod:`.state`): with
+  ``elastic=True`` it is one more dynamic tensor of the unified pool, whole chunks taken
+  from the KV side at admission and returned at release (the KV pool may inflate for
+  it); the static split keeps vLLM's preallocated slot per schedulable sequence
+  (``state_slots``, outside the pool, as the other allocators).
 * **CPU buffer**: KV of a request can live in a host buffer of ``cpu_buffer_bytes``
   (offloaded during its prefill and fetched back before it decodes). Only the *logical*
   size (Algorithm 2 scales it; see :mod:`h2m2sim.serving.ellm`) may be filled. Transfers
@@ -136,6 +141,7 @@ class ElasticAllocator(KVAllocator):
                  host_link: dict | HostLinkSpec | None = None, buffer_scaling: bool = True,
                  buffer_init_bytes: int | None = None, buffer_alpha: float = 2.0,
                  slo_ttft_s: float | None = None, slo_tpot_s: float | None = None, **kw):
+        self.elastic = bool(elastic)      # before the base: it decides where state lives
         super().__init__(capacity_bytes, bytes_per_token, **kw)
         if int(chunk_bytes) <= 0:
             raise ConfigError("allocator.chunk_bytes", f"must be > 0, got {chunk_bytes}")
@@ -146,7 +152,6 @@ class ElasticAllocator(KVAllocator):
                               f"must be >= 0, got {cpu_buffer_bytes}")
         if float(buffer_alpha) <= 1.0:
             raise ConfigError("allocator.buffer_alpha", f"must be > 1, got {buffer_alpha}")
-        self.elastic = bool(elastic)
         self.chunk_bytes = int(chunk_bytes)
         bpt = self.bytes_per_token
         self.block_tokens = int(block_tokens) if block_tokens else max(1, self.chunk_bytes // bpt)
@@ -181,6 +186,10 @@ class ElasticAllocator(KVAllocator):
         self._act_free: list[int] = []
         self._act_used: list[int] = []
         self._kv_chunks: dict[int, list[int]] = {}
+        self._state_chunks: dict[int, list[int]] = {}
+        #: chunks of one request's state when pooled (0 otherwise)
+        self.state_chunks = (-(-self.state.bytes_per_request // self.chunk_bytes)
+                             if self.pools_state else 0)
         self.activation_reserve_chunks: int | None = None
         self._offloaded: dict[int, int] = {}     # req -> bytes in the CPU buffer
         self.cpu_used_bytes = 0
@@ -224,7 +233,9 @@ class ElasticAllocator(KVAllocator):
 
     @property
     def kv_used_chunks(self) -> int:
-        return sum(len(c) for c in self._kv_chunks.values())
+        """Chunks of the KV side in use: KV blocks and pooled state."""
+        return sum(len(c) for c in self._kv_chunks.values()) + \
+            len(self._state_chunks) * self.state_chunks
 
     @property
     def kv_free_chunks(self) -> int:
@@ -268,6 +279,31 @@ class ElasticAllocator(KVAllocator):
     def kv_chunks_for(self, tokens: int) -> int:
         """Chunks of a KV reservation of ``tokens`` tokens (whole blocks)."""
         return -(-int(tokens) // self.block_tokens) * self.block_chunks
+
+    def admission_chunks(self, tokens: int) -> int:
+        """Chunks admitting a request with ``tokens`` KV tokens takes from the pool: its
+        KV blocks and, when pooled, its state."""
+        return self.kv_chunks_for(tokens) + self.state_chunks
+
+    @property
+    def pools_state(self) -> bool:
+        """The elastic pool holds the requests' state; the static split a slot slab."""
+        return self.elastic
+
+    def _take_state(self, req_id: int) -> bool:
+        if not self.pools_state:
+            return super()._take_state(req_id)
+        n = self.state_chunks
+        if self._kv_avail() - n < self.watermark_chunks:
+            return False
+        self._state_chunks[req_id] = self._take_kv(n)
+        self._note_kv_peak()
+        return True
+
+    def _return_state(self, req_id: int) -> None:
+        if not self.pools_state:
+            return super()._return_state(req_id)
+        self._kv_free.extend(reversed(self._state_chunks.pop(req_id)))
 
     def act_chunks_for(self, nbytes: int) -> int:
         return -(-int(nbytes) // self.chunk_bytes)
@@ -466,7 +502,9 @@ class ElasticAllocator(KVAllocator):
     def check_invariants(self) -> None:
         super().check_invariants()
         used = [c for cl in self._kv_chunks.values() for c in cl]
-        every = used + self._kv_free + self._act_free + self._act_used
+        state = [c for cl in self._state_chunks.values() for c in cl]
+        assert len(state) == len(self._state_chunks) * self.state_chunks
+        every = used + state + self._kv_free + self._act_free + self._act_used
         assert len(every) == self.total_chunks, (len(every), self.total_chunks)
         assert len(set(every)) == self.total_chunks, "a chunk is in two places"
         assert all(0 <= c < self.total_chunks for c in every)

@@ -18,6 +18,23 @@ bytes / measured bandwidth) + launch overhead`` (:meth:`RooflineDevice.kernel_ns
   chip); the prompt's K/V written;
 * LM head once per request (decode: every request; prefill: the last prompt token).
 
+Hybrid and MoE stacks (Jamba) are priced per layer kind (the model's layer pattern):
+
+* a Mamba mixer: in_proj (hidden -> 2 d_inner), x_proj (d_inner -> dt_rank + 2 d_state),
+  dt_proj (dt_rank -> d_inner) and out_proj (d_inner -> hidden) as projections; the
+  causal conv1d and the selective scan as one element-wise kernel over tokens x d_inner
+  x d_state (the kernel graph's FLOPs, at the vector rate) that reads and writes back
+  each request's conv and SSM state (decode), or writes it (prefill); no KV;
+* an MoE FFN: the router, then the expected number of distinct experts the iteration's
+  tokens touch (:func:`h2m2sim.model.expected_experts`) read once, and 2 x top-k x
+  expert parameters FLOPs per token;
+* attention only in the attention layers.
+
+``cards`` > 1: each card runs the tensor-parallel share of the model
+(:func:`h2m2sim.model.shard.shard_model`) and the cards join their partial sums
+with two ring all-reduces per layer over ``link_GBps`` / ``link_us`` (the eLLM testbed's
+A100s talk over NVLink: ``NVLINK_A100``).
+
 ``kv_copy`` is a DRAM-to-DRAM copy at the engine-measured copy rate. Compute figures
 are the A100's (``A100_ROOFLINE``); memory is the ``a100-80gb`` preset's HBM2E measured
 by the engine. It is a roofline (no cycle-level SM model): ``cycle_level`` is False.
@@ -34,9 +51,15 @@ from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.model import load_model
+from h2m2sim.model.shard import shard_model
 from h2m2sim.model.spec import dtype_bytes
 
-__all__ = ["A100_ROOFLINE", "RooflineEvaluator"]
+__all__ = ["A100_ROOFLINE", "RooflineEvaluator", "NVLINK_A100"]
+
+#: A100 SXM card-to-card link: (GB/s per direction, us per ring step). NVLink 3: 12 links
+#: x 25 GB/s per direction (NVIDIA A100 datasheet: 600 GB/s bidirectional); the per-step
+#: latency is assumed (NCCL small-message latency over NVLink, a few microseconds).
+NVLINK_A100 = (300.0, 5.0)
 
 #: FP16 roofline of an NVIDIA A100 (the eLLM testbed).
 A100_ROOFLINE = dict(
@@ -63,8 +86,11 @@ class RooflineEvaluator(PointEvaluator):
 
     def __init__(self, model, dtype: str = "fp16", *, system: str = "a100-80gb",
                  spec: dict | None = None, device=None, cache: bool = True,
-                 cache_dir=None):
-        self.model = load_model(model) if isinstance(model, str) else model
+                 cache_dir=None, cards: int = 1, link: tuple[float, float] = NVLINK_A100):
+        self.full_model = load_model(model) if isinstance(model, str) else model
+        self.cards = int(cards)
+        self.link_GBps, self.link_us = float(link[0]), float(link[1])
+        self.model = shard_model(self.full_model, self.cards)
         self.dtype = dtype
         self.db = dtype_bytes(dtype)
         if device is None:
@@ -86,6 +112,8 @@ class RooflineEvaluator(PointEvaluator):
                         ("down", f, d, f * d)]
         self.vocab = int(m.vocab)
         self.hidden = d
+        self.plain = m.homogeneous and not m.ssm_d_state and not m.moe_experts
+        self.attn_layers = int(m.attention_layers)
         self.label = (f"roofline {device.name} ({device.spec.peak_tflops:g} TFLOP/s x "
                       f"{device.spec.efficiency:g}, DRAM bandwidth measured by the engine); "
                       "not cycle-level")
@@ -106,6 +134,74 @@ class RooflineEvaluator(PointEvaluator):
                                tokens * kout * db)
         return t
 
+    def _proj_ns(self, tokens: float, kin: int, kout: int, params: float | None = None,
+                 read_params: float | None = None) -> float:
+        """A projection of ``tokens`` rows, kin -> kout (``params`` FLOP-weights per row,
+        default kin x kout; ``read_params`` weights read, default ``params``)."""
+        p = kin * kout if params is None else params
+        rp = p if read_params is None else read_params
+        db = self.db
+        return self.device.kernel_ns(2.0 * p * tokens, rp * db + tokens * kin * db,
+                                     tokens * kout * db)
+
+    def _mixer_ssm_ns(self, tokens: float, requests: float, phase: str) -> float:
+        """A Mamba mixer (projections, conv1d and scan) for ``tokens`` rows of
+        ``requests`` requests (module docstring)."""
+        from h2m2sim.model.graph import VECTOR_FLOPS
+        m, db = self.model, self.db
+        d, di, n, r, K = self.hidden, m.ssm_d_inner, m.ssm_d_state, m.ssm_dt_rank, m.ssm_d_conv
+        t = self._proj_ns(tokens, d, 2 * di) + self._proj_ns(tokens, di, r + 2 * n) + \
+            self._proj_ns(tokens, r, di) + self._proj_ns(tokens, di, d)
+        state = requests * di * (n + K - 1) * db
+        vec = tokens * di * (2 * K + VECTOR_FLOPS["silu"] + 1 +
+                             VECTOR_FLOPS["ssm_scan"] * n + 2 + VECTOR_FLOPS["silu"] + 1)
+        act = tokens * (2 * di + r + 2 * n + 2 * di) * db      # x, z, dt/B/C, dt in; y out
+        read = act + di * (K + 1 + n + 1) * db + (state if phase == "decode" else 0.0)
+        return t + self.device.kernel_ns(0.0, read, tokens * di * db + state,
+                                         vector_flops=vec)
+
+    def _ffn_ns(self, tokens: float, moe: bool) -> float:
+        """A dense or MoE FFN for ``tokens`` rows."""
+        m, d = self.model, self.hidden
+        if not moe:
+            return sum(self._proj_ns(tokens, kin, kout) for name, kin, kout, _ in self.linears
+                       if name in ("up", "down"))
+        from h2m2sim.model.graph import expected_experts
+        k, f = m.moe_top_k, m.moe_ffn_dim
+        eu = expected_experts(m.moe_experts, k, max(int(round(tokens)), 1))
+        up = (m.ffn_matrices - 1) * f
+        t = self._proj_ns(tokens, d, m.moe_experts)                       # router
+        t += self._proj_ns(tokens * k, d, up, read_params=eu * d * up)    # gate + up
+        t += self._proj_ns(tokens * k, f, d, read_params=eu * f * d)      # down
+        if m.moe_shared_ffn_dim:
+            sf = m.moe_shared_ffn_dim
+            t += self._proj_ns(tokens, d, (m.ffn_matrices - 1) * sf) + \
+                self._proj_ns(tokens, sf, d)
+        return t
+
+    def _allreduce_ns(self, rows: float) -> float:
+        """Ring all-reduce of ``rows`` x hidden activations over the cards."""
+        c = self.cards
+        if c <= 1:
+            return 0.0
+        nbytes = rows * self.hidden * self.db
+        return 2 * (c - 1) * (self.link_us * 1e3 + nbytes / c / self.link_GBps)
+
+    def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float) -> float:
+        """Every decoder layer of a hybrid or MoE stack, ``attn_ns`` per attention layer."""
+        m = self.model
+        qkv, o = self.linears[0], self.linears[1]
+        t = 0.0
+        for (mixer, ffn), n in m.layer_groups().items():
+            if mixer == "attention":
+                lay = self._proj_ns(tokens, qkv[1], qkv[2]) + \
+                    self._proj_ns(tokens, o[1], o[2]) + attn_ns
+            else:
+                lay = self._mixer_ssm_ns(tokens, requests, phase)
+            lay += self._ffn_ns(tokens, ffn == "moe") + 2 * self._allreduce_ns(tokens)
+            t += n * lay
+        return t
+
     def _lm_head_ns(self, rows: float) -> float:
         p = self.vocab * self.hidden
         return self.device.kernel_ns(2.0 * p * rows, p * self.db + rows * self.hidden * self.db,
@@ -118,13 +214,16 @@ class RooflineEvaluator(PointEvaluator):
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
         dev = self.device
         if phase == "kv_copy":
-            return float(dev.copy_ns(float(ctx.sum()) * self.kv_layer_token * self.layers)) * 1e-9
+            return float(dev.copy_ns(float(ctx.sum()) * self.kv_layer_token *
+                                     self.attn_layers)) * 1e-9
         b = float(batch)
         fl_tok = 4.0 * self.heads * self.hd          # attention FLOPs per (query, key) pair
         if phase == "decode":
             kv_read = float(ctx.sum()) * self.kv_layer_token
             attn = dev.kernel_ns(fl_tok * float(ctx.sum()), kv_read + b * self.heads * self.hd
                                  * self.db, b * self.kv_layer_token, self._kv_pattern(kv_layout))
+            if not self.plain:
+                return (self._stack_ns(b, b, phase, attn) + self._lm_head_ns(b)) * 1e-9
             layer = self._linears_ns(b) + attn
             return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
         if phase == "prefill":
@@ -133,12 +232,16 @@ class RooflineEvaluator(PointEvaluator):
             q_bytes = T * self.heads * self.hd * self.db
             attn = dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + T * self.kv_layer_token,
                                  T * self.kv_layer_token)
+            if not self.plain:
+                return (self._stack_ns(T, b, phase, attn) + self._lm_head_ns(b)) * 1e-9
             layer = self._linears_ns(T) + attn
             return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
         raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
 
     def cache_key(self) -> Any:
-        return {"roofline_eval": {"model": to_dict(self.model), "dtype": self.dtype,
+        tp = {} if self.cards == 1 else {"cards": self.cards,
+                                         "link": [self.link_GBps, self.link_us]}
+        return {"roofline_eval": {"model": to_dict(self.model), "dtype": self.dtype, **tp,
                                   "device": self.device.name,
                                   "spec": to_dict(self.device.spec),
                                   "dram": to_dict(self.device.side.dram_spec)}}

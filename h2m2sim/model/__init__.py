@@ -9,7 +9,7 @@
 The DRAM requests of one layer, once its tensors are placed, are the memory layer's
 (:func:`h2m2sim.memory.layer_traffic.layer_traffic`).
 """
-from .spec import DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model, refuse_ssm
+from .spec import DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model
 from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, TensorRef, Transfer,
                     barriers, build_layer_graph, kernels, normalize_batch, partition_layer,
                     split_units, total_flops, transfer_bytes, transfers, unique_bytes,
@@ -17,7 +17,6 @@ from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, Tensor
 from .footprint import footprint, graph_footprint
 
 __all__ = ["DTYPE_BYTES", "ModelSpec", "dtype_bytes", "list_models", "load_model",
-           "refuse_ssm",
            "KINDS", "OPS", "SUBLAYERS", "VECTOR_FLOPS", "Barrier", "Kernel", "TensorRef",
            "Transfer", "barriers", "build_layer_graph", "kernels", "normalize_batch",
            "partition_layer", "split_units", "total_flops", "transfer_bytes", "transfers",

@@ -25,8 +25,7 @@ from dram_models.schema import load, param, suggest, to_dict
 from h2m2sim.registry import Registry
 from workloads import MODELS_DIR
 
-__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes",
-           "refuse_ssm"]
+__all__ = ["ModelSpec", "DTYPE_BYTES", "load_model", "list_models", "dtype_bytes"]
 
 #: bytes per element of each supported data type
 DTYPE_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
@@ -111,6 +110,10 @@ class ModelSpec:
     ssm_d_state: int = param(0, doc="Mamba state size per channel (0: no SSM layers)", ge=0)
     ssm_d_conv: int = param(4, doc="Mamba causal conv1d width", gt=0)
     ssm_expand: int = param(2, doc="Mamba inner width = expand x hidden", gt=0)
+    ssm_inner_dim: Optional[int] = param(None, doc="Mamba inner width when it is not "
+                                         "expand x hidden (a tensor-parallel shard holds "
+                                         "1/cards of the channels); default expand x hidden",
+                                         unit="elements", gt=0)
     ssm_dt_rank: Optional[int] = param(None, doc="rank of the dt projection; default "
                                        "ceil(hidden / 16)", gt=0)
     ssm_conv_bias: bool = param(True, doc="the conv1d has a bias")
@@ -209,8 +212,8 @@ class ModelSpec:
 
     @property
     def ssm_d_inner(self) -> int:
-        """Mamba inner width (expand x hidden), elements."""
-        return self.ssm_expand * self.hidden
+        """Mamba inner width (``ssm_inner_dim``, default expand x hidden), elements."""
+        return self.ssm_inner_dim or self.ssm_expand * self.hidden
 
     # ----- layer kinds (hybrid and mixture-of-experts stacks) -------------------------
     def is_attention_layer(self, i: int) -> bool:
@@ -245,6 +248,11 @@ class ModelSpec:
     def ssm_layers(self) -> int:
         """Number of layers whose mixer is a Mamba SSM (0 for attention-only models)."""
         return sum(n for (mixer, _), n in self.layer_groups().items() if mixer == "ssm")
+
+    @property
+    def attention_layers(self) -> int:
+        """Number of layers whose mixer is attention (the layers that hold KV cache)."""
+        return self.layers - self.ssm_layers
 
     @property
     def homogeneous(self) -> bool:
@@ -375,6 +383,16 @@ class ModelSpec:
         di = self.ssm_d_inner
         return di * (self.ssm_d_state + self.ssm_d_conv - 1) * self.dtype_bytes(dtype)
 
+    def kv_bytes_per_token(self, dtype: str | None = None) -> int:
+        """Bytes of K and V of one token over the attention layers (Mamba layers hold
+        none)."""
+        return self.kv_bytes_per_token_per_layer(dtype) * self.attention_layers
+
+    def state_bytes_per_request(self, dtype: str | None = None) -> int:
+        """Bytes of one request's recurrent state over all Mamba layers (0 without them):
+        fixed for the request's life, whatever its length."""
+        return self.ssm_state_bytes_per_layer(dtype) * self.ssm_layers
+
     def weight_bytes_per_layer(self, dtype: str | None = None) -> int:
         """Bytes of the weights of one decoder layer."""
         return self.params_per_layer * self.dtype_bytes(dtype)
@@ -382,17 +400,6 @@ class ModelSpec:
     def total_weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes of all weights (:attr:`total_params`)."""
         return self.total_params * self.dtype_bytes(dtype)
-
-
-def refuse_ssm(model: ModelSpec, what: str, key: str = "model.layers") -> None:
-    """Raise a one-line :class:`ConfigError` when ``model`` has Mamba (SSM) layers and
-    ``what`` (a simulation) cannot represent them: building every layer with attention
-    kernels would give a silently wrong answer."""
-    n = model.ssm_layers
-    if n:
-        raise ConfigError(key, f"Mamba (SSM) layers are not simulated yet by {what}: "
-                          f"{model.name} has {n} of {model.layers} layers with an SSM mixer; "
-                          "use an attention-only model")
 
 
 # ----- zoo ------------------------------------------------------------------------

@@ -83,11 +83,12 @@ from dram_models.stats import DramStats
 from h2m2sim.allocators.traffic import steady_state_layout
 from h2m2sim.cache import cached, code_digest
 from h2m2sim.compute.evaluator import PointCost, PointEvaluator
-from h2m2sim.decode.iteration import layer_kernels
+from h2m2sim.decode.iteration import layer_kernels, layer_kinds
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.memory.system_memory import SystemMemory
 from h2m2sim.model import Kernel, TensorRef, dtype_bytes
+from h2m2sim.model.shard import shard_model
 from h2m2sim.npu import run_kernels, simulate_kernel
 from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.system.config import resolve_system
@@ -115,29 +116,6 @@ TABLE_TOKEN_POINTS = 8
 #: groups a batch of unequal lengths is split into for the decode attention
 MAX_GROUPS = 3
 _NS = "serving-cycle"
-
-
-def shard_model(model, cards: int):
-    """The per-card share of ``model`` under tensor parallelism over ``cards`` cards: 1/cards
-    of the query heads, KV heads (replicated if fewer KV heads than cards), FFN columns and
-    vocabulary (LM head); ``hidden`` stays (column- then row-parallel linears)."""
-    cards = int(cards)
-    if cards < 1:
-        raise ConfigError("cards", f"must be >= 1, got {cards}")
-    if cards == 1:
-        return model
-    h, kvh, ffn = int(model.heads), int(model.kv_heads), int(model.ffn_dim)
-    if h % cards or ffn % cards:
-        raise ConfigError("cards", f"{model.name}: heads ({h}) and ffn_dim ({ffn}) must be "
-                          f"divisible by cards ({cards}) for tensor parallelism")
-    if kvh % cards and cards % kvh:
-        raise ConfigError("cards", f"{model.name}: kv_heads ({kvh}) and cards ({cards}) must "
-                          "divide one another")
-    kv_card = max(1, kvh // cards)
-    return dataclasses.replace(
-        model, name=f"{model.name}/tp{cards}", heads=h // cards, kv_heads=kv_card,
-        ffn_dim=ffn // cards, vocab=-(-int(model.vocab) // cards), head_dim=model.head_dim,
-        decoupled_head_dim=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +261,9 @@ class CycleEvaluator(PointEvaluator):
         self.model = model
         self.cards = self.system.cards if cards is None else int(cards)
         self.shard = shard_model(model, self.cards)
+        # a hybrid or interleaved-MoE stack: one simulated layer per kind, weighted by
+        # its count (an attention-only homogeneous stack keeps the one-kind arithmetic)
+        self.kinds = [] if self._plain() else layer_kinds(self.shard)
         self.fidelity, self.translate = fidelity, translate
         self.link_GBps, self.link_us = float(link_GBps), float(link_us)
         self.pool_factor, self.seed = float(pool_factor), int(seed)
@@ -293,6 +274,9 @@ class CycleEvaluator(PointEvaluator):
         sname = self.system.name
         self.label = (f"cycle-level: NPU chip + DRAM engine ({fidelity}) on "
                       f"{sname}:{self.side}, {self.cards} card(s) tensor parallel")
+
+    def _plain(self) -> bool:
+        return self.shard.homogeneous and not self.shard.ssm_d_state
 
     # ---- identity ------------------------------------------------------------------
     def _side_key(self) -> str:
@@ -355,23 +339,33 @@ class CycleEvaluator(PointEvaluator):
             raise ConfigError("system", f"simulation of {kernels[0].name} deadlocked")
         return {**self._stored(r), "bytes": float(r.bytes)}
 
-    def _dense_sim(self, tokens: int, phase: str) -> Piece:
+    def _dense_sim(self, tokens: int, phase: str, kind: tuple | None = None) -> Piece:
+        """The batch-only sublayers of one layer of ``kind`` (default: the stack's one
+        kind): qkv-linear and fc, and for a Mamba layer its mixer too (conv, x/dt
+        projections and the scan with the state read and written back: their work
+        depends on the batch, not on the context)."""
+        view = self.shard if kind is None else self.shard.layer_view(kind, 1)
+        subls = ("qkv", "attention", "fc") if kind is not None and kind[0] == "ssm" \
+            else ("qkv", "fc")
+
         def fn():
             if phase == "decode":
-                per, _ = layer_kernels(self.shard, tokens, [1] * tokens, {}, (self.side,))
+                per, _ = layer_kernels(view, tokens, [1] * tokens, {}, (self.side,))
             else:
-                per, _ = layer_kernels(self.shard, 1, [tokens], {}, (self.side,),
-                                       phase="prefill")
-            return {sl: self._run(per[(self.side, sl)]) for sl in ("qkv", "fc")}
+                per, _ = layer_kernels(view, 1, [tokens], {}, (self.side,), phase="prefill")
+            return {sl: self._run(per[(self.side, sl)]) for sl in subls}
 
-        d = self._piece("dense", {"tokens": int(tokens), "phase": phase}, fn)
-        return self._as_piece(d["qkv"]) + self._as_piece(d["fc"])
+        key = {"tokens": int(tokens), "phase": phase}
+        if kind is not None:
+            key["kind"] = list(kind)
+        d = self._piece("dense", key, fn)
+        return _total(self._as_piece(d[sl]) for sl in subls)
 
     def dense_ns(self, tokens: int, phase: str = "decode") -> float:
         """Nanoseconds of :meth:`dense`."""
         return self.dense(tokens, phase).ns
 
-    def dense(self, tokens: int, phase: str = "decode") -> Piece:
+    def dense(self, tokens: int, phase: str = "decode", kind: tuple | None = None) -> Piece:
         """qkv-linear + fc sublayers of one layer for ``tokens`` rows (decode: one token
         each of ``tokens`` requests; prefill: prompts totalling ``tokens`` tokens).
         Simulated at powers of two and interpolated linearly in between (the weights make
@@ -379,8 +373,21 @@ class CycleEvaluator(PointEvaluator):
         ``PREFILL_DENSE_CAP`` rows scales linearly (compute-bound)."""
         tokens = max(int(tokens), 1)
         if phase == "prefill" and tokens > PREFILL_DENSE_CAP:
-            return self._dense_sim(PREFILL_DENSE_CAP, phase).scaled(tokens / PREFILL_DENSE_CAP)
-        return _pow2_interp(tokens, lambda t: self._dense_sim(t, phase))
+            return self._dense_sim(PREFILL_DENSE_CAP, phase, kind).scaled(
+                tokens / PREFILL_DENSE_CAP)
+        return _pow2_interp(tokens, lambda t: self._dense_sim(t, phase, kind))
+
+    def stack(self, rows: int, phase: str, attn: Piece) -> Piece:
+        """All decoder layers: the batch-only work of each layer kind times its count,
+        plus ``attn`` (one attention layer's context-dependent work) times the attention
+        layers."""
+        L = int(self.shard.layers)
+        if not self.kinds:
+            return (self.dense(rows, phase) + attn).scaled(L)
+        out = attn.scaled(int(self.shard.attention_layers))
+        for kind, _, n in self.kinds:
+            out = out + self.dense(rows, phase, kind).scaled(n)
+        return out
 
     def attention_ns(self, batch: int, n: int, kv_layout: KVLayout) -> float:
         """Decode attention of one layer for ``batch`` requests of ``n`` KV tokens."""
@@ -402,8 +409,11 @@ class CycleEvaluator(PointEvaluator):
                                                    sort_keys=True))])
 
     def _pattn_sim(self, p: int) -> Piece:
+        view = self.shard if not self.kinds else \
+            self.shard.layer_view(("attention", "dense"), 1)
+
         def fn():
-            per, _ = layer_kernels(self.shard, 1, [int(p)], {}, (self.side,), phase="prefill")
+            per, _ = layer_kernels(view, 1, [int(p)], {}, (self.side,), phase="prefill")
             return self._run(per[(self.side, "attention")])
         return self._as_piece(self._piece("pattn", {"p": int(p)}, fn))
 
@@ -447,7 +457,7 @@ class CycleEvaluator(PointEvaluator):
     def copy(self, tokens: int) -> Piece:
         """:meth:`copy_ns` with its activity."""
         def fn():
-            rows = 2 * int(self.shard.layers) * int(self.shard.kv_heads)
+            rows = 2 * int(self.shard.attention_layers) * int(self.shard.kv_heads)
             r = simulate_kernel(self.system, self.side, "elementwise", rows, 1,
                                 max(int(tokens), 1) * int(self.shard.head_dim),
                                 dtype=self.shard.dtype, fidelity=self.fidelity,
@@ -482,7 +492,7 @@ class CycleEvaluator(PointEvaluator):
         else:
             raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, "
                               "kv_copy")
-        work = (self.dense(rows, phase) + attn).scaled(L) + self.lm_head(batch)
+        work = self.stack(rows, phase, attn) + self.lm_head(batch)
         ar = self.allreduce_ns(rows * ar_row)
         return self._priced(work, 2 * L * ar,
                             2 * L * allreduce_link_bytes(self.cards, rows * ar_row), batch)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from h2m2sim.allocators import ALLOCATORS, KVAllocator, make_allocator
+from h2m2sim.allocators.state import NO_STATE, RequestState
 from h2m2sim.errors import OutOfMemoryError
 from h2m2sim.model import ModelSpec, load_model
 from h2m2sim.predictors import PREDICTORS, Prediction, train_and_predict
@@ -77,17 +78,22 @@ def resolve_model(name: str) -> ModelSpec:
 
 def model_sizes(model: ModelSpec, dtype: str = "fp16", weight_dtype: str | None = None) -> dict:
     """Bytes and FLOP counts the serving layer needs from a model: ``kv_bytes_per_token``
-    (all layers, K and V, in ``dtype``), ``params`` and ``weight_bytes`` (decoder layers,
-    embeddings and LM head, in ``weight_dtype``, default the model's), and
-    ``attn_flops_per_ctx_token``: 4 * layers * heads * head_dim (scores and weighted sum,
-    2 FLOPs per multiply-add)."""
+    (K and V of the attention layers, in ``dtype``), ``state_bytes_per_request`` (the
+    fixed recurrent state of the Mamba layers, in ``dtype``; 0 without them),
+    ``params`` and ``weight_bytes`` (decoder layers, embeddings and LM head, in
+    ``weight_dtype``, default the model's), ``active_params`` (what one token computes
+    with: top-k experts of MoE layers; = params for a dense model) and
+    ``attn_flops_per_ctx_token``: 4 * attention layers * heads * head_dim (scores and
+    weighted sum, 2 FLOPs per multiply-add)."""
     layers = int(model.layers)
-    kvl = model.kv_bytes_per_token_per_layer(dtype)
+    attn = int(model.attention_layers)
     wdt = weight_dtype or model.dtype or dtype
-    return {"layers": layers, "kv_bytes_per_token": int(round(kvl * layers)),
-            "params": float(model.total_params),
+    return {"layers": layers, "attention_layers": attn,
+            "kv_bytes_per_token": int(model.kv_bytes_per_token(dtype)),
+            "state_bytes_per_request": int(model.state_bytes_per_request(dtype)),
+            "params": float(model.total_params), "active_params": float(model.active_params),
             "weight_bytes": float(model.total_weight_bytes(wdt)),
-            "attn_flops_per_ctx_token": 4.0 * layers * int(model.heads) * int(model.head_dim)}
+            "attn_flops_per_ctx_token": 4.0 * attn * int(model.heads) * int(model.head_dim)}
 
 
 def kv_capacity_bytes(device: ServingDevice, sizes: dict, memory_fraction: float) -> int:
@@ -120,11 +126,16 @@ def prepare_prediction(history, trace, name: str, options: Mapping[str, Any], se
 
 
 def build_allocator(name: str, params: Mapping[str, Any], cfg: ServingConfig,
-                    kv_capacity: int, kv_bytes_per_token: int) -> KVAllocator:
+                    kv_capacity: int, kv_bytes_per_token: int,
+                    state: RequestState = NO_STATE) -> KVAllocator:
     """Allocator ``name`` with ``params`` over ``kv_capacity`` bytes, limited to the
-    server's context (and output cap, for allocators whose worst case it bounds)."""
+    server's context (and output cap, for allocators whose worst case it bounds). A
+    hybrid model's per-request ``state`` is granted with each request's KV; a slab of it
+    holds one slot per request that can run at once (``max_batch``)."""
     opts = dict(params)
     opts.setdefault("max_context_tokens", cfg.max_context_tokens)
+    if state:
+        opts.update(state=state, state_slots=cfg.max_batch)
     if cfg.max_new_tokens is not None and ALLOCATORS.get(name).bounded_by_max_new_tokens:
         opts.setdefault("max_new_tokens", cfg.max_new_tokens)
     return make_allocator(name, kv_capacity, kv_bytes_per_token, **opts)

@@ -48,7 +48,8 @@ from dram_models.schema import param
 from h2m2sim.allocators import ElasticAllocator
 from h2m2sim.errors import ConfigError
 from h2m2sim.model import build_layer_graph, load_model
-from h2m2sim.model.spec import dtype_bytes
+from h2m2sim.model.shard import shard_model
+from h2m2sim.model.spec import MAX_LAYER_PERIOD, dtype_bytes
 
 from .config import ServingConfig
 from .loop import ServingLoop
@@ -80,18 +81,29 @@ class ActivationModel:
         return self.iteration_bytes(batch, batch)
 
     @classmethod
-    def from_model(cls, model, dtype: str = "fp16") -> "ActivationModel":
-        """Liveness sweep over the model's prefill layer graph (module docstring)."""
+    def from_model(cls, model, dtype: str = "fp16", cards: int = 1) -> "ActivationModel":
+        """Liveness sweep over the model's prefill layer graph (module docstring); a
+        hybrid or interleaved-MoE stack takes the largest peak of its layer kinds. With
+        ``cards`` > 1 (tensor parallel) each card holds the activations of its shard
+        (:func:`~h2m2sim.model.shard.shard_model`: the residual stream whole, the heads,
+        FFN columns and Mamba channels split), so the whole server's activations are
+        ``cards`` x the shard's."""
         m = load_model(model) if isinstance(model, str) else model
-        per_tok = _peak_live_per_token(m, dtype)
+        shard = shard_model(m, cards)
+        firsts = {}
+        for i in range(min(shard.layers, MAX_LAYER_PERIOD)):
+            firsts.setdefault(shard.layer_kind(i), i)
+        layers = [None] if shard.homogeneous else list(firsts.values())
+        per_tok = max(_peak_live_per_token(shard, dtype, layer=i) for i in layers) * cards
         per_req = int(m.vocab) * (dtype_bytes(dtype) + 4)
+        tp = f", {cards} cards tensor parallel" if cards > 1 else ""
         return cls(per_tok, per_req,
-                   f"liveness sweep of the {m.name} prefill layer graph ({dtype}), "
+                   f"liveness sweep of the {m.name} prefill layer graph ({dtype}{tp}), "
                    "FlashAttention (no score tensors); logits vocab x (dtype + FP32)")
 
 
-def _peak_live_per_token(m, dtype: str, tokens: int = 16) -> int:
-    G = build_layer_graph(m, 1, [tokens], phase="prefill", dtype=dtype)
+def _peak_live_per_token(m, dtype: str, tokens: int = 16, layer: int | None = None) -> int:
+    G = build_layer_graph(m, 1, [tokens], phase="prefill", dtype=dtype, layer=layer)
     order = [n for n in nx.topological_sort(G) if G.nodes[n]["type"] == "kernel"]
     size: dict[str, int] = {}
     first: dict[str, int] = {}
@@ -117,9 +129,9 @@ def _peak_live_per_token(m, dtype: str, tokens: int = 16) -> int:
 
 
 @lru_cache(maxsize=32)
-def activation_model(model_name: str, dtype: str = "fp16") -> ActivationModel:
+def activation_model(model_name: str, dtype: str = "fp16", cards: int = 1) -> ActivationModel:
     """:meth:`ActivationModel.from_model` for a zoo name (memoized)."""
-    return ActivationModel.from_model(model_name, dtype)
+    return ActivationModel.from_model(model_name, dtype, cards)
 
 
 class BufferScaler:
@@ -181,7 +193,7 @@ def plan_prefill(alloc, acts: ActivationModel, candidates, slots: int, budget: i
         if (dev or off) and tokens + tok > budget:
             break
         act = acts.iteration_bytes(tokens + tok, len(dev) + len(off) + 1)
-        kv = alloc.kv_chunks_for(need)
+        kv = alloc.admission_chunks(need)   # KV blocks and pooled state
         if alloc.fits(m_kv + kv, act):
             dev.append(req)
             m_kv += kv
@@ -203,7 +215,7 @@ def plan_fetch(alloc, acts: ActivationModel, candidates, running: int, slots: in
     for req, need in candidates:
         if running + len(got) >= slots:
             break
-        kv = alloc.kv_chunks_for(need)
+        kv = alloc.admission_chunks(need)   # KV blocks and pooled state
         if not alloc.fits(m_kv + kv, acts.decode_bytes(running + len(got) + 1)):
             break
         got.append(req)

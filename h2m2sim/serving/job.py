@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from h2m2sim.model import refuse_ssm
-
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
 
@@ -16,7 +14,6 @@ def check_serving(cfg: Any) -> None:
     """What a serving run would refuse about its settings (ConfigError), found when the
     configuration is loaded: the deployment over the system's cards, the context."""
     s = cfg.workload.serving
-    refuse_ssm(cfg.model, "serving workloads")
     with_model_context(s, cfg.model)
     for system in (cfg.system, cfg.policy.baseline):
         if system is not None:

@@ -597,6 +597,9 @@ class ServingLoop:
             "energy_breakdown_j": self.energy_breakdown_j(),
         }
         m.update(self.prefix_metrics())
+        if "state_bytes_per_request" in s:    # a hybrid model's per-request Mamba state
+            m.update({k: s[k] for k in ("state_bytes_per_request", "peak_state_bytes",
+                                        "state_slab_bytes")})
         if "n_regular" in s:   # ODMA-style routing statistics
             routed = s["n_regular"] + s["n_large_uncertain"] + s["n_large_no_bucket"]
             m["large_bucket_fraction"] = ((s["n_large_uncertain"] + s["n_large_no_bucket"]) /

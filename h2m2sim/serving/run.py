@@ -16,6 +16,7 @@ import numpy as np
 
 from h2m2sim.allocators import ALLOCATORS, KVAllocator
 from h2m2sim.allocators.odma import utilization_bound
+from h2m2sim.allocators.state import RequestState
 from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.registry import Registry
@@ -96,8 +97,9 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     sizes = model_sizes(model, cfg.kv_dtype)
     kv_cap = cfg.kv_capacity_bytes or kv_capacity_bytes(replica_device, sizes,
                                                         cfg.memory_fraction)
+    state = RequestState.of_model(model, cfg.kv_dtype)
     allocs = [build_allocator(allocator, allocator_params or {}, cfg, kv_cap,
-                              sizes["kv_bytes_per_token"]) for _ in range(replicas)]
+                              sizes["kv_bytes_per_token"], state) for _ in range(replicas)]
     prediction, report = None, None
     if pred_name is not None:
         prediction, report = prepare_prediction(
@@ -118,7 +120,8 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         acts = None
         if allocs[0].manages_activations and not allocs[0].activation_model:
             # an allocator that manages activations (eLLM) sizes them from the served model
-            acts = ActivationModel.from_model(model, allocs[0].activation_dtype)
+            acts = ActivationModel.from_model(model, allocs[0].activation_dtype,
+                                              replica_device.devices)
         result = simulate(trace, cfg, allocs[0], tables, prediction,
                           record_timeline=record_timeline, activations=acts)
     else:

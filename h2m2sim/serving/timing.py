@@ -47,10 +47,15 @@ class AnalyticEvaluator(PointEvaluator):
     divided by bandwidth times a layout efficiency that the caller passes in, or FLOPs
     divided by peak compute, whichever is larger, plus a fixed per-iteration overhead.
 
-    decode:  max(weights/(BW*e_c) + KV read/(BW*e_L) + KV write/(BW*e_L),
-                 (2*params*B + attn_flops*sum(ctx)) / peak) + overhead
-    prefill: max(weights/(BW*e_c) + KV write/(BW*e_c),
-                 (2*params*T + attn_prefill_flops*sum(p^2)) / peak) + overhead
+    decode:  max(weights/(BW*e_c) + KV read/(BW*e_L) + KV write/(BW*e_L)
+                 + 2*B*state/(BW*e_c),
+                 (2*active_params*B + attn_flops*sum(ctx)) / peak) + overhead
+    prefill: max(weights/(BW*e_c) + KV write/(BW*e_c) + B*state/(BW*e_c),
+                 (2*active_params*T + attn_prefill_flops*sum(p^2)) / peak) + overhead
+
+    ``state`` is a hybrid model's per-request Mamba state (read and written back by every
+    decode step, written by the prefill; 0 without Mamba layers), ``active_params`` the
+    parameters one token computes with (top-k experts; = params for a dense model).
     kv_copy: 2 * n * kv_bytes_per_token / (BW*e_c)
 
     Energy (``cost``), when ``energy`` is given: the ``estimate``-fidelity energy of the
@@ -73,6 +78,8 @@ class AnalyticEvaluator(PointEvaluator):
     layout_efficiency: Mapping[str, float]
     overhead_s: float = 0.0
     energy: EstimateEnergy | None = None
+    state_bytes_per_request: float = 0.0
+    active_params: float | None = None   # None: params
     label: str = "analytic placeholder (bytes / bandwidth x given efficiency; NOT cycle-level)"
     cycle_level: bool = False
 
@@ -98,7 +105,8 @@ class AnalyticEvaluator(PointEvaluator):
                    attn_flops_per_ctx_token=s["attn_flops_per_ctx_token"],
                    bandwidth_GBps=float(bandwidth_GBps), peak_tflops=float(peak_tflops),
                    layout_efficiency=dict(layout_efficiency), overhead_s=float(overhead_s),
-                   energy=energy)
+                   energy=energy, state_bytes_per_request=float(s["state_bytes_per_request"]),
+                   active_params=s["active_params"])
 
     def efficiency(self, kv_layout: KVLayout) -> float:
         for name in (str(kv_layout), kv_layout.kind):
@@ -115,14 +123,20 @@ class AnalyticEvaluator(PointEvaluator):
         if phase == "kv_copy":
             return 2.0 * float(ctx.sum()) * self.kv_bytes_per_token / (bw * e_c)
         e_l = self.efficiency(kv_layout)
+        params = self.params if self.active_params is None else self.active_params
+        state = self.state_bytes_per_request * batch
         if phase == "decode":
             mem = self.weight_bytes / (bw * e_c) + \
                 (float(ctx.sum()) + batch) * self.kv_bytes_per_token / (bw * e_l)
-            flops = 2.0 * self.params * batch + self.attn_flops_per_ctx_token * float(ctx.sum())
+            if state:
+                mem += 2.0 * state / (bw * e_c)
+            flops = 2.0 * params * batch + self.attn_flops_per_ctx_token * float(ctx.sum())
         elif phase == "prefill":
             mem = (self.weight_bytes + float(ctx.sum()) * self.kv_bytes_per_token) / (bw * e_c)
+            if state:
+                mem += state / (bw * e_c)
             # causal attention: ~p^2/2 scores and p^2/2 weighted sums per head and layer
-            flops = 2.0 * self.params * float(ctx.sum()) + \
+            flops = 2.0 * params * float(ctx.sum()) + \
                 0.5 * self.attn_flops_per_ctx_token * float(np.sum(ctx * ctx))
         else:
             raise ConfigError("phase", f"unknown phase {phase!r}; known: {', '.join(PHASES)}")

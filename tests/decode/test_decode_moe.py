@@ -41,13 +41,14 @@ def test_hybrid_decode_is_finite_and_kv_grows_only_in_attention_layers():
     assert 0 < grow_j < grow_a / 4
 
 
-def test_serving_refuses_ssm_models_with_one_line():
-    """Serving's analytic and cycle evaluators have no Mamba layers: refused, not wrong."""
-    from h2m2sim.errors import ConfigError
-    with pytest.raises(ConfigError) as err:
-        api.run({"system": {"preset": "h2m2"}, "model": "jamba-mini",
-                 "workload": {"serving": {"arrival_rate": 4, "max_requests": 4}},
+def test_serving_runs_hybrid_models_through_the_api():
+    """Serving a model with Mamba layers runs (it used to be refused): each request's
+    state is reserved beside the KV of the attention layers."""
+    m = api.run({"system": {"preset": "a100-80gb", "cards": 2}, "model": "jamba-mini",
+                 "workload": {"serving": {"arrival_rate": 4, "max_requests": 4,
+                                          "trace": "azure2023_code",
+                                          "max_context_tokens": 8192}},
                  "simulation": {"fidelity": "estimate"}})
-    msg = str(err.value)
-    assert "model.layers" in msg and "Mamba (SSM) layers are not simulated yet" in msg
-    assert "\n" not in msg and "28 of 32" in msg
+    m = getattr(m, "metrics", m)
+    assert m["requests_completed"] + m["requests_rejected"] == 4
+    assert m["state_bytes_per_request"] == 28 * 8192 * 19 * 2
