@@ -20,7 +20,13 @@ import numpy as np
 from dram_models.console import progress
 from h2m2sim.registry import Registry
 
-from .loop import ServingLoop, ServingResult, energy_metrics, request_metrics
+from .loop import (
+    ServingLoop,
+    ServingResult,
+    energy_metrics,
+    latency_metrics,
+    request_metrics,
+)
 
 __all__ = ["ROUTERS", "serve_replicas"]
 
@@ -84,19 +90,24 @@ def _merged(loops: Sequence[ServingLoop], owner: np.ndarray) -> ServingResult:
     lp0 = loops[0]
     m = request_metrics(lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                         lp0.out, lp0.rejected, lp0.cut, pick["preemptions"])
+    itl_s = np.concatenate([p.itl_s for p in parts])
+    itl_count = np.concatenate([p.itl_count for p in parts])
+    m.update(latency_metrics(lp0.cfg, lp0.arr, pick["first_token_s"], pick["finish_s"],
+                             lp0.out, itl_s, itl_count, m["duration_s"]))
     m.update(_resources(loops, m["duration_s"]))
     m.update(energy_metrics(m["energy_breakdown_j"], m["output_tokens"]))
     events = [e for p in parts for e in p.events]
     return ServingResult(m, lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                          lp0.out, pick["preemptions"], lp0.rejected,
                          {f"replica{k}": p.allocator_stats for k, p in enumerate(parts)},
-                         None, events)
+                         None, events, itl_s, itl_count)
 
 
 #: resource metrics that add over replicas
 _SUMS = ("kv_capacity_bytes", "peak_reserved_bytes", "mean_reserved_bytes", "mean_used_bytes",
          "preemptions", "migrations", "migrated_bytes", "reserve_denials",
-         "prefill_iterations", "decode_steps", "swap_bytes")
+         "prefill_iterations", "decode_steps", "swap_bytes", "mixed_iterations",
+         "prefill_tokens_total", "prefill_tokens_computed")
 
 
 def _resources(loops: Sequence[ServingLoop], span: float) -> dict:
