@@ -9,7 +9,8 @@ total throughput and the largest decode batch of eLLM over the static split. Onl
 (paper Fig. 9's workloads 2K/2K, 32K/2K and ShareGPT-like lengths, Poisson arrivals, one
 seed): TTFT, TPOT, SLO attainment and goodput (the 90 % attainment crossing, refined by
 bisection); on 2K/2K also the ablations vLLM+intra (inflation/deflation only) and
-vLLM+inter (CPU buffer only). vLLM-CP (chunked prefill) is not modelled.
+vLLM+inter (CPU buffer only); on every workload also vLLM-CP, vLLM with chunked prefill
+(the paper's other Fig. 9 baseline, :func:`run_cp`).
 
 Writes DIR/ellm_offline.csv, DIR/ellm_offline_ablation.csv, DIR/ellm_online.csv,
 DIR/ellm_summary.json, DIR/ellm_offline.png and DIR/ellm_online.png; with --json prints
@@ -101,6 +102,9 @@ GOODPUT_REQUESTS = {"2k/2k": ONLINE_REQUESTS, "32k/2k": 150, "sharegpt": 1000}
 BISECT_ROUNDS = 4                # the bracket shrinks 16x: 0.25 req/s -> 0.016 req/s
 ALONE_REQUESTS = {"2k/2k": 1, "32k/2k": 1, "sharegpt": 50}
 ALONE_RATE = 0.01                # the paper's uncontended run: rate 0.01 req/s
+#: vLLM with chunked prefill (paper Fig. 9): paged KV beside a static activation reserve
+#: sized for one iteration of the chunk budget (not for a whole max_model_len prompt)
+CP_MODE = "vllm-cp"
 
 
 def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT):
@@ -160,9 +164,46 @@ def workload_trace(workload, n, rate=None, seed=0):
     return trace if rate is None else trace.with_poisson_arrivals(rate, seed)
 
 
+def cp_tables(env):
+    """The chunk budget (vLLM's max_num_batched_tokens, the simulator's default from the
+    evaluator) and iteration tables with mixed iterations up to it, once per env."""
+    if "cp" not in env:
+        from h2m2sim.serving.config import ServingConfig
+        from h2m2sim.serving.run import with_batched_tokens
+        from h2m2sim.serving.timing import TableGrid, build_tables
+        layout = env["tables"].layouts[-1]
+        cfg = with_batched_tokens(ServingConfig(max_batch=MAX_BATCH), env["evaluator"],
+                                  layout, CONTEXT)
+        grid = TableGrid(max_batch=MAX_BATCH, max_tokens=CONTEXT, token_points=20,
+                         error_samples=12, chunk_tokens=cfg.max_num_batched_tokens)
+        env["cp"] = (cfg.max_num_batched_tokens, layout,
+                     build_tables(env["evaluator"], [layout], grid, cache=True))
+    return env["cp"]
+
+
+def run_cp(env, trace, slo=None):
+    """vLLM-CP: chunked prefill over paged KV (eLLM's block size), the pool less a static
+    activation reserve for one iteration of the chunk budget."""
+    from h2m2sim.allocators import make_allocator
+    from h2m2sim.serving.config import ServingConfig
+    from h2m2sim.serving.run import simulate
+    budget, layout, tables = cp_tables(env)
+    reserve = env["acts"].iteration_bytes(budget, min(MAX_BATCH, budget))
+    cfg = ServingConfig(max_batch=MAX_BATCH, max_context_tokens=CONTEXT,
+                        memory_fraction=MEMORY_FRACTION, chunked_prefill=True,
+                        max_num_batched_tokens=budget,
+                        slo_ttft_s=None if slo is None else slo[0],
+                        slo_tpot_s=None if slo is None else slo[1])
+    alloc = make_allocator("paged", env["pool"] - reserve, env["bpt"],
+                           block_tokens=layout.block_tokens, max_context_tokens=CONTEXT)
+    return simulate(trace, cfg, alloc, tables)
+
+
 def run(env, mode, trace, slo=None):
     """One serving run of ``trace`` in memory ``mode``; ``slo`` = (TTFT, TPOT) seconds."""
     from h2m2sim.allocators import make_allocator
+    if mode == CP_MODE:
+        return run_cp(env, trace, slo)
     from h2m2sim.serving.config import ServingConfig
     from h2m2sim.serving.run import simulate
     elastic, buf = MODES[mode]
@@ -247,8 +288,9 @@ def online_point(p: dict) -> dict:
             "ttft_p50_s": m["ttft_p50_s"], "ttft_p90_s": m["ttft_p90_s"],
             "tpot_mean_s": float(np.nanmean(tpot)), "tpot_p50_s": m["tpot_p50_s"],
             "slo_attainment": float(np.mean(ok)), "output_tokens_per_s": m["tokens_per_s"],
-            "mean_batch": m["mean_decode_batch"], "max_batch": m["max_decode_batch"],
-            "offloads": m["offloads"], "buffer_events": m["buffer_events"],
+            "mean_batch": m["mean_decode_batch"],
+            "max_batch": m.get("max_decode_batch"),
+            "offloads": m.get("offloads", 0), "buffer_events": m.get("buffer_events", 0),
             "preemptions": m["preemptions"]}
 
 
@@ -321,8 +363,9 @@ def alone_points(quick=False) -> dict[str, PointSpec]:
 
 
 def goodput_modes(workload) -> tuple[str, ...]:
-    """2K/2K also carries the ablation (paper Fig. 12); the others vLLM vs eLLM (Fig. 9)."""
-    return tuple(MODES) if workload == "2k/2k" else ("vllm", "ellm")
+    """2K/2K also carries the ablation (paper Fig. 12); every workload vLLM, vLLM-CP and
+    eLLM (Fig. 9)."""
+    return (*MODES, CP_MODE) if workload == "2k/2k" else ("vllm", CP_MODE, "ellm")
 
 
 def online_spec(workload, mode, rate, slo, quick) -> PointSpec:
@@ -599,6 +642,9 @@ def summarize(off_rows, abl_rows, on_rows, good, slo: dict, setting: dict,
         "online": on_rows,
         "goodput": good,
         "goodput_gain": gains,
+        "goodput_gain_vs_vllm_cp": {
+            w: g["ellm"]["goodput"] / g[CP_MODE]["goodput"] if g[CP_MODE]["goodput"] else None
+            for w, g in good.items()},
         "goodput_gain_max": max((g for g in gains.values() if g), default=None),
         "ttft_gain_max": ttft_gain,
         "slo": slo,

@@ -18,6 +18,7 @@ from the analytic placeholder: the loop's cost does not depend on the numbers in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import time
@@ -34,7 +35,7 @@ from h2m2sim.serving.deployment import (
     resolve_device,
     resolve_model,
 )
-from h2m2sim.serving.run import analytic_evaluator, simulate
+from h2m2sim.serving.run import analytic_evaluator, simulate, with_batched_tokens
 from h2m2sim.serving.timing import TableGrid, build_tables
 from h2m2sim.serving.traces import (
     RequestTrace,
@@ -67,7 +68,7 @@ def prefix_workload(n: int) -> RequestTrace:
 
 def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
           model_name: str = "deepseek-r1-distill-qwen-7b", system: str = "mlu370-x4",
-          only=None, prefix_caching: bool = False) -> list:
+          only=None, prefix_caching: bool = False, chunked: bool = False) -> list:
     model, device = resolve_model(model_name), resolve_device(system)
     workloads = {
         "conv-tiled": lambda: tiled(load_trace("azure2023_conv"), n, "conv-tiled"),
@@ -83,12 +84,15 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
         for alloc in allocators:
             cfg = ServingConfig(max_context_tokens=16384 if wname == "conv-tiled" else
                                 4096 if wname == "prefix-reuse" else 2048,
-                                prefix_caching=prefix_caching)
+                                prefix_caching=prefix_caching, chunked_prefill=chunked)
             sizes = model_sizes(model, cfg.kv_dtype)
             cap = kv_capacity_bytes(device, sizes, cfg.memory_fraction)
-            tables = build_tables(analytic_evaluator(model, device, cfg),
-                                  [CONTIGUOUS, KVLayout.paged(16)],
-                                  TableGrid(cfg.max_batch, cfg.max_context_tokens), cache=False)
+            ev = analytic_evaluator(model, device, cfg)
+            grid = TableGrid(cfg.max_batch, cfg.max_context_tokens)
+            if chunked:        # the default budget, as h2m2sim serve resolves it
+                cfg = with_batched_tokens(cfg, ev, KVLayout.paged(16), grid.max_tokens)
+                grid = dataclasses.replace(grid, chunk_tokens=cfg.max_num_batched_tokens)
+            tables = build_tables(ev, [CONTIGUOUS, KVLayout.paged(16)], grid, cache=False)
             pred = make_predictor("noisy", accuracy=0.9, seed=0).predict(trace)
             warm = trace.subset(slice(0, 200))
             bpt = sizes["kv_bytes_per_token"]
@@ -99,11 +103,13 @@ def bench(n: int = 100_000, allocators=("static", "paged", "odma"),
             res = simulate(trace, cfg, a, tables, pred)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             m = res.metrics
-            rows.append({"workload": wname, "allocator": alloc, "requests": len(trace),
+            rows.append({"workload": wname, "allocator": alloc, "chunked_prefill": chunked,
+                         "requests": len(trace),
                          "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                          "requests_per_wall_s": round(len(trace) / wall),
                          "decode_steps": m["decode_steps"],
                          "prefill_iterations": m["prefill_iterations"],
+                         "mixed_iterations": m["mixed_iterations"],
                          "simulated_s": round(m["duration_s"], 1),
                          "mean_decode_batch": round(m["mean_decode_batch"], 1),
                          "migrations": m["migrations"], "preemptions": m["preemptions"],
@@ -120,10 +126,12 @@ def main(argv=None) -> int:
                     help="conv-tiled, alpaca-poisson, prefix-reuse (default the first two)")
     ap.add_argument("--prefix-caching", action="store_true",
                     help="serve with prefix caching (only traces with hashes use it)")
+    ap.add_argument("--chunked-prefill", action="store_true",
+                    help="chunked prefill (default token budget)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = bench(args.requests, tuple(args.allocators), only=args.workloads,
-                 prefix_caching=args.prefix_caching)
+                 prefix_caching=args.prefix_caching, chunked=args.chunked_prefill)
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(),
                           "python": platform.python_version(), "rows": rows}))

@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 #: Metrics always present in --json output (null where not applicable).
 JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
              "requests_completed", "predictor_accuracy", "migration_rate", "energy_j",
-             "energy_per_output_token_j", "prefix_hit_rate", "prefill_tokens_computed",
-             "prefill_tokens_total")
+             "energy_per_output_token_j", "itl_p50_s", "itl_p99_s", "slo_attainment",
+             "goodput_rps", "prefill_tokens_computed", "prefill_tokens_total",
+             "prefix_hit_rate")
 
 
 def _kv(items, what):
@@ -82,14 +83,28 @@ def register(subparsers) -> None:
                    help="how requests are given to replicas (default least-kv)")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="TOKENS",
                    help="cap on generated tokens per request")
-    p.add_argument("--scheduler", choices=("fcfs", "bucket"), default=None,
-                   help="fcfs, or bucket (ODMA's bucket-aware co-batching)")
+    p.add_argument("--scheduler", choices=("fcfs", "bucket", "shortest"), default=None,
+                   help="fcfs, bucket (ODMA's bucket-aware co-batching) or shortest "
+                        "(shortest predicted output first)")
     p.add_argument("--preemption", choices=("recompute", "swap"), default=None,
                    help="what happens to a preempted request's KV")
     p.add_argument("--prefix-caching", action="store_true", default=None,
                    help="cache shared prompt prefixes (the trace's prefix_block_hashes)")
     p.add_argument("--prefix-block-tokens", type=int, default=None, metavar="TOKENS",
                    help="prompt tokens per hashed block of the trace (default 512)")
+    p.add_argument("--preemption-victim", choices=("latest-arrived", "most-memory"),
+                   default=None, help="which running request is preempted (default "
+                                      "latest-arrived)")
+    p.add_argument("--chunked-prefill", action="store_true", default=None,
+                   help="vLLM's chunked prefill: decodes and prefill chunks share "
+                        "iterations")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="TOKENS",
+                   help="token budget of a chunked-prefill iteration (default: from the "
+                        "model's prefill and decode costs)")
+    p.add_argument("--slo-ttft", type=float, default=None, metavar="S",
+                   help="TTFT SLO in seconds (slo_attainment, goodput_rps)")
+    p.add_argument("--slo-tpot", type=float, default=None, metavar="S",
+                   help="TPOT SLO in seconds (slo_attainment, goodput_rps)")
     p.add_argument("--kv-capacity", default=None, metavar="SIZE",
                    help="KV memory of all devices together (e.g. '40 GB'); default: "
                         "memory fraction x device memory - weights")
@@ -134,7 +149,11 @@ def run(args) -> int:
                        ("preemption", args.preemption),
                        ("history_fraction", args.history_fraction),
                        ("prefix_caching", args.prefix_caching),
-                       ("prefix_block_tokens", args.prefix_block_tokens)):
+                       ("prefix_block_tokens", args.prefix_block_tokens),
+                       ("preemption_victim", args.preemption_victim),
+                       ("chunked_prefill", args.chunked_prefill),
+                       ("max_num_batched_tokens", args.max_num_batched_tokens),
+                       ("slo_ttft_s", args.slo_ttft), ("slo_tpot_s", args.slo_tpot)):
         if value is not None:
             data[key] = value
     dep = {k: v for k, v in (("replicas", args.replicas),
@@ -190,6 +209,9 @@ def _print_table(m) -> None:
         ("output tokens/s", _fmt(m["tokens_per_s"])),
         ("TTFT p50 / p90 / p99", " / ".join(_fmt(m[f"ttft_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
         ("TPOT p50 / p90 / p99", " / ".join(_fmt(m[f"tpot_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
+        ("ITL p50 / p99", f"{_fmt(m['itl_p50_s'], ' s')} / {_fmt(m['itl_p99_s'], ' s')}"),
+        ("SLO attainment / goodput", f"{_fmt(m['slo_attainment'])} / "
+                                     f"{_fmt(m['goodput_rps'], ' req/s')}"),
         ("queueing delay p50 / p99", f"{_fmt(m['queue_delay_p50_s'], ' s')} / "
                                      f"{_fmt(m['queue_delay_p99_s'], ' s')}"),
         ("KV utilization", _fmt(m["kv_utilization"])),

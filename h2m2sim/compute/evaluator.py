@@ -5,7 +5,9 @@ A point evaluator prices one iteration: ``evaluate(phase, batch,
 context_tokens_per_request, kv_layout)`` in seconds, for the phases ``decode`` (one
 token per request; attention reads the KV tokens each request holds, laid out as
 ``kv_layout``), ``prefill`` (the prompts) and ``kv_copy`` (a contiguous copy of
-``context_tokens_per_request[0]`` KV tokens, the price of a migration). ``cost`` prices
+``context_tokens_per_request[0]`` KV tokens, the price of a migration). ``mixed_cost``
+prices a *mixed* iteration of chunked prefill: decode requests (one token each) and
+prefill chunks in one forward pass, so the weights are read once for both. ``cost`` prices
 the same iteration in time and energy (:class:`PointCost`); an evaluator that does not
 price energy keeps the default, whose energy is NaN. Implementations:
 the cycle-level NPU and DRAM model (:mod:`h2m2sim.serving.cycle_eval`), a roofline
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 
 __all__ = ["PointEvaluator", "PointCost", "PHASES"]
@@ -55,6 +58,16 @@ class PointEvaluator(abc.ABC):
         """Seconds and joules of one iteration; this default prices time only."""
         return PointCost(float(self.evaluate(phase, batch, context_tokens_per_request,
                                              kv_layout)))
+
+    def mixed_cost(self, decode_context: np.ndarray, chunks: np.ndarray,
+                   kv_layout: KVLayout) -> PointCost:
+        """Seconds and joules of one mixed iteration: one decode token for each request
+        of ``decode_context`` (KV tokens each holds, laid out as ``kv_layout``) and the
+        prefill ``chunks``, rows of (tokens already prefilled, chunk tokens); the chunk
+        attends to its earlier tokens and itself. This default refuses: an evaluator
+        that cannot price one jointly says so rather than summing two guesses."""
+        raise ConfigError("serving.chunked_prefill", f"the evaluator '{self.label}' cannot "
+                          "price mixed (decode + prefill chunk) iterations")
 
     @abc.abstractmethod
     def cache_key(self) -> Any:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from dram_models.schema import to_dict
-from h2m2sim.compute.evaluator import PointEvaluator
+from h2m2sim.compute.evaluator import PointCost, PointEvaluator
 from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
@@ -237,6 +237,28 @@ class RooflineEvaluator(PointEvaluator):
             layer = self._linears_ns(T) + attn
             return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
         raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
+
+    def mixed_cost(self, decode_context, chunks, kv_layout: KVLayout) -> PointCost:
+        """One mixed iteration (chunked prefill): the projections of all rows at once (the
+        weights read once), the decode attention as in ``decode`` and each chunk's causal
+        attention over its earlier tokens and itself, the LM head of every sequence."""
+        ctx = np.asarray(decode_context, dtype=np.float64).ravel()
+        ch = np.asarray(chunks, dtype=np.float64).reshape(-1, 2)
+        prior, take = ch[:, 0], ch[:, 1]
+        dev = self.device
+        b, T = float(ctx.size), float(take.sum())
+        fl_tok = 4.0 * self.heads * self.hd
+        layer = self._linears_ns(b + T)
+        if ctx.size:
+            layer += dev.kernel_ns(fl_tok * float(ctx.sum()),
+                                   float(ctx.sum()) * self.kv_layer_token
+                                   + b * self.heads * self.hd * self.db,
+                                   b * self.kv_layer_token, self._kv_pattern(kv_layout))
+        pairs = float(np.sum(take * prior + take * (take + 1) / 2.0))
+        q_bytes = T * self.heads * self.hd * self.db
+        layer += dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + float((prior + take).sum())
+                               * self.kv_layer_token, T * self.kv_layer_token)
+        return PointCost((self.layers * layer + self._lm_head_ns(b + len(ch))) * 1e-9)
 
     def cache_key(self) -> Any:
         tp = {} if self.cards == 1 else {"cards": self.cards,

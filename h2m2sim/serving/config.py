@@ -53,10 +53,12 @@ class ServingConfig:
                   "allocators that use a prediction (odma), none otherwise.")
     predictor_params: dict[str, Optional[Any]] = param(
         default_factory=dict, doc="Options of the predictor (e.g. accuracy for noisy).")
-    scheduler: Literal["fcfs", "bucket"] = param(
+    scheduler: Literal["fcfs", "bucket", "shortest"] = param(
         "fcfs", doc="fcfs: first come first served. bucket: ODMA's bucket-aware "
                     "co-batching (admit the oldest request, then prefer waiting requests "
-                    "with the same bucket tag within the lookahead).")
+                    "with the same bucket tag within the lookahead). shortest: shortest "
+                    "predicted output first (the length predictor's prediction; ties and "
+                    "preempted requests, which keep the queue front, by arrival).")
     cobatch_lookahead: int = param(64, ge=1, unit="requests",
                                    doc="How far down the queue bucket co-batching looks.")
     max_batch: int = param(256, ge=1, unit="requests",
@@ -77,10 +79,32 @@ class ServingConfig:
         doc="Cap on generated tokens per request (outputs are cut, counted). With it the "
             "static worst case becomes min(max_context_tokens, prompt + max_new_tokens).")
     preemption: Literal["recompute", "swap"] = param(
-        "recompute", doc="When KV memory runs out mid-decode, the latest-arrived running "
-                         "request is preempted: recompute (drop its KV, prefill again "
-                         "later, vLLM's default) or swap (copy its KV to host memory and "
-                         "back).")
+        "recompute", doc="When KV memory runs out mid-decode, a running request "
+                         "(preemption_victim) is preempted: recompute (drop its KV, "
+                         "prefill again later, vLLM's default) or swap (copy its KV to "
+                         "host memory and back).")
+    preemption_victim: Literal["latest-arrived", "most-memory"] = param(
+        "latest-arrived", doc="Which running request is preempted: the latest arrival "
+                              "(vLLM's policy) or the one holding the most KV memory (ties: "
+                              "the latest arrival).")
+    chunked_prefill: bool = param(
+        False, doc="vLLM's chunked prefill: every iteration carries the running requests' "
+                   "decode tokens plus prefill chunks up to max_num_batched_tokens tokens in "
+                   "all, priced as one mixed iteration; prefills no longer pause decodes.")
+    max_num_batched_tokens: Optional[int] = param(
+        None, ge=1, unit="tokens",
+        doc="Token budget of one chunked-prefill iteration (decode tokens first, then "
+            "chunks of the prefills in admission order). At least max_batch. Null = the "
+            "smallest power of two >= 2 x max_batch whose prefill costs 2 batch-1 decode "
+            "steps of the served model (the weight read is then at most half of a chunk's "
+            "iteration, and a chunk stalls the decodes by about one step).",
+        source="Sarathi-Serve (OSDI 2024) token budget; vLLM max_num_batched_tokens")
+    slo_ttft_s: Optional[float] = param(
+        None, gt=0, unit="s", doc="Time-to-first-token SLO: with slo_tpot_s it gives "
+        "slo_attainment and goodput_rps. Null = not constrained.")
+    slo_tpot_s: Optional[float] = param(
+        None, gt=0, unit="s", doc="Time-per-output-token SLO (a request's mean after its "
+        "first token). Null = not constrained.")
     host_link_GBps: float = param(32.0, gt=0, unit="GB/s",
                                   doc="Host link bandwidth for swap (PCIe 4.0 x16, one "
                                       "direction).", source="PCIe 4.0 x16: 16 GT/s x 16 "
@@ -128,6 +152,10 @@ class ServingConfig:
         if (self.output_lengths == "sampled") != (self.output_length_file is not None):
             raise ConfigError("output_length_file", "is needed exactly when output_lengths "
                               "is 'sampled'")
+        if self.max_num_batched_tokens is not None and \
+                self.max_num_batched_tokens < self.max_batch:
+            raise ConfigError("max_num_batched_tokens", f"must be >= max_batch "
+                              f"({self.max_batch}), got {self.max_num_batched_tokens}")
         if self.max_context_tokens is None:
             return
         if self.max_new_tokens is not None and self.max_new_tokens >= self.max_context_tokens:

@@ -497,6 +497,34 @@ class CycleEvaluator(PointEvaluator):
         return self._priced(work, 2 * L * ar,
                             2 * L * allreduce_link_bytes(self.cards, rows * ar_row), batch)
 
+    def chunk_attention(self, prior: int, take: int) -> Piece:
+        """Causal attention of a prefill chunk of ``take`` tokens after ``prior`` tokens of
+        the same prompt, in one layer: the rows of the causal square of prior + take
+        tokens that belong to the chunk (the prefill of prior + take less that of
+        prior)."""
+        prior, take = int(prior), max(int(take), 1)
+        whole = self.prefill_attention(prior + take)
+        return whole if prior <= 0 else whole + self.prefill_attention(prior).scaled(-1.0)
+
+    def mixed_cost(self, decode_context, chunks, kv_layout) -> PointCost:
+        """One mixed iteration (chunked prefill): per layer the dense sublayers of all
+        rows together (the decode tokens and the chunks', one GEMM: the weights are read
+        once), the batched decode attention over ``kv_layout`` and each chunk's causal
+        attention; the all-reduces of all rows; the LM head of every sequence."""
+        ctx = np.asarray(decode_context, dtype=np.float64).ravel()
+        ch = np.asarray(chunks, dtype=np.float64).reshape(-1, 2)
+        L = int(self.shard.layers)
+        ar_row = int(self.shard.hidden) * self.shard.dtype_bytes()
+        rows = int(ctx.size + np.maximum(np.round(ch[:, 1]), 1).sum())
+        attn = _total(self.attention(b, n, kv_layout) for b, n in _split_groups(ctx)) \
+            if ctx.size else ZERO_PIECE
+        attn = attn + _total(self.chunk_attention(p, t) for p, t in ch.tolist())
+        seqs = int(ctx.size + len(ch))
+        work = (self.dense(rows, "prefill") + attn).scaled(L) + self.lm_head(seqs)
+        ar = self.allreduce_ns(rows * ar_row)
+        return self._priced(work, 2 * L * ar,
+                            2 * L * allreduce_link_bytes(self.cards, rows * ar_row), seqs)
+
     def _priced(self, work: Piece, wait_ns: float, link_bytes: float, batch: int
                 ) -> PointCost:
         """Time (s) and energy (J, all cards) of ``work`` plus ``wait_ns`` of all-reduce

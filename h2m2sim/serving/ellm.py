@@ -234,6 +234,10 @@ class ElasticServingLoop(ServingLoop):
     def __init__(self, trace, cfg: ServingConfig, allocator: ElasticAllocator,
                  tables: IterationTables, prediction=None, *, record_timeline: bool = False,
                  activations: ActivationModel | None = None):
+        if cfg.chunked_prefill:
+            raise ConfigError("serving.chunked_prefill", f"the {allocator.name} allocator's "
+                              "loop plans whole prefills (eLLM's Algorithm 1); serve its "
+                              "chunked-prefill baseline with a paged allocator")
         super().__init__(trace, cfg, allocator, tables, prediction,
                          record_timeline=record_timeline)
         el = allocator
@@ -274,7 +278,7 @@ class ElasticServingLoop(ServingLoop):
         they do."""
         run = self.running
         while run.m and not self.allocator.set_activation(self.acts.decode_bytes(run.m)):
-            self.preempt(int(np.argmax(run.idx[:run.m])))
+            self.preempt(self.victim())
         return run.m > 0
 
     def after_decode(self, dt: float) -> None:
@@ -317,7 +321,8 @@ class ElasticServingLoop(ServingLoop):
             self.offloaded.remove(r)
             self._advance(dt, int(run.ctx[:run.m].sum()))
             st["fetch_time_s"] += dt
-            run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], el.capacity_of(r))
+            run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], el.capacity_of(r),
+                    self.last_tok[r])
         if run.m:
             el.set_activation(self.acts.decode_bytes(run.m))   # fits: plan_fetch checked
 
@@ -372,13 +377,11 @@ class ElasticServingLoop(ServingLoop):
         st["offload_exposed_s"] += dt - dt_pre
         st["prefill_iterations"] += 1
         for r in pre:
-            if gen[r] < out_l[r]:
-                gen[r] += 1
-                if self.first_t[r] != self.first_t[r]:
-                    self.first_t[r] = self.t
-                    self.first_np[r] = self.t
+            self._prefilled(r)
+            self.first_np[r] = self.first_t[r]
         for r in dev:
-            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], el.capacity_of(r))
+            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], el.capacity_of(r),
+                    self.last_tok[r])
         for r in off:
             if out_l[r] - gen[r] == 0:     # done at its first token: never decodes
                 el.drop_offloaded(r)

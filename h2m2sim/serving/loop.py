@@ -3,10 +3,16 @@ admission through an allocator, prefill and decode iterations, preemption, metri
 
 Model of an engine (vLLM v0 style, the engine the ODMA papers extend):
 
-* Every loop turn first tries to admit waiting requests (scheduler ``fcfs`` or ODMA's
-  bucket-aware co-batching), each needing the allocator to grant its KV. Admitted requests
-  run one *prefill iteration* together (running requests wait), which emits each one's
-  first token.
+* Every loop turn first tries to admit waiting requests (scheduler ``fcfs``, ODMA's
+  bucket-aware co-batching, or shortest predicted output first), each needing the
+  allocator to grant its KV. Admitted requests run one *prefill iteration* together
+  (running requests wait), which emits each one's first token.
+* With ``chunked_prefill`` (vLLM's chunked prefill) prefills no longer pause decodes:
+  while a prefill is under way every iteration is *mixed*, one decode token for each
+  running request plus prefill chunks in admission order up to ``max_num_batched_tokens``
+  tokens in all, priced by the tables' mixed-iteration table; a request whose last chunk
+  ran emits its first token and joins the running requests. KV is granted for the whole
+  prompt at admission (as vLLM does).
 * Otherwise all running requests run *decode iterations*, one token each. Between events
   nothing changes but lengths, so the loop advances a whole window of identical-batch
   steps in one Numba call (:func:`~h2m2sim.serving.timing.decode_window`). A window ends
@@ -14,10 +20,16 @@ Model of an engine (vLLM v0 style, the engine the ODMA papers extend):
   the next arrival while there is room in the batch.
 * A request needing more KV calls ``allocator.grow``; a contiguous allocator may migrate it
   (the copy time, priced by the iteration-time tables' ``kv_copy``, stalls the engine).
-  If memory is exhausted the latest-arrived running request is preempted: ``recompute``
+  If memory is exhausted a running request is preempted (``preemption_victim``: the
+  latest arrival, or the one holding the most KV): ``recompute``
   (drop its KV; it re-enters the queue front and its prompt plus generated tokens are
   prefilled again) or ``swap`` (its KV crosses the host link both ways).
 * KV accounting: a request that has generated g tokens holds prompt + g tokens of KV.
+* Inter-token latency: every token after a request's first is the gap since its previous
+  token (stalls included: a prefill iteration, a migration, a preemption). A decode window
+  records it as groups (gap, number of tokens): the first step's gaps per distinct
+  previous-token time, then the window's mean step time for its other steps (step times
+  in a window differ only by the KV growth of its steps), so no per-token Python.
 * Activation memory, with an allocator that manages it (eLLM's pool or the static split
   it is compared with), is the business of the subclass
   :class:`~h2m2sim.serving.ellm.ElasticServingLoop`: it overrides admission (eLLM's
@@ -31,6 +43,7 @@ are methods a subclass may override. Time is in seconds; everything is determini
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import deque
 
@@ -38,13 +51,20 @@ import numpy as np
 
 from dram_models.console import progress
 from h2m2sim.allocators import KVAllocator, PrefixSharing
-from h2m2sim.errors import OutOfMemoryError
+from h2m2sim.errors import ConfigError, OutOfMemoryError
 
 from .config import ServingConfig
 from .prefix_cache import PrefixCache, cached_prefill_cost, check_hash_counts
-from .timing import IterationTables, advance_blocks, advance_running
+from .timing import (
+    IterationTables,
+    advance_blocks,
+    advance_running,
+    default_batched_tokens,
+    interp2,
+)
 
-__all__ = ["ServingResult", "ServingLoop", "percentiles", "energy_metrics"]
+__all__ = ["ServingResult", "ServingLoop", "percentiles", "energy_metrics",
+           "weighted_percentile", "latency_metrics"]
 
 
 def percentiles(x: np.ndarray) -> dict:
@@ -72,6 +92,9 @@ class ServingResult:
     allocator_stats: dict
     timeline: dict | None = None
     events: list = dataclasses.field(default_factory=list)   # allocator events (migrate, refresh, ...)
+    # inter-token latencies as groups: itl_s[i] seconds for itl_count[i] tokens
+    itl_s: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    itl_count: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 class _Running:
@@ -82,16 +105,18 @@ class _Running:
         self.ctx = np.zeros(cap, dtype=np.int64)    # KV tokens held (prompt + generated)
         self.rem = np.zeros(cap, dtype=np.int64)    # tokens still to generate
         self.cap = np.zeros(cap, dtype=np.int64)    # KV tokens the allocator granted
+        self.last = np.zeros(cap, dtype=np.float64)  # time of the last token (s)
         self.m = 0
 
-    def add(self, r, ctx, rem, cap):
+    def add(self, r, ctx, rem, cap, last=float("nan")):
         j = self.m
         self.idx[j], self.ctx[j], self.rem[j], self.cap[j] = r, ctx, rem, cap
+        self.last[j] = last
         self.m += 1
 
     def remove(self, j):
         last = self.m - 1
-        for a in (self.idx, self.ctx, self.rem, self.cap):
+        for a in (self.idx, self.ctx, self.rem, self.cap, self.last):
             a[j] = a[last]
         self.m = last
 
@@ -135,7 +160,13 @@ class ServingLoop:
         self.finish_t = [nan] * n
         self.npre = np.zeros(n, dtype=np.int64)
         self.swapped = [False] * n
+        self.last_tok = [nan] * n       # time of each request's last token
+        self.itl_s: list[float] = []    # inter-token gaps (s), grouped ...
+        self.itl_n: list[int] = []      # ... with the number of tokens of each
         self.running = _Running(cfg.max_batch)
+        self.chunked = cfg.chunked_prefill
+        self.filling: list[int] = []    # admitted, prefill under way (chunked prefill)
+        self.filled: dict[int, int] = {}    # request -> tokens prefilled so far
         self.waiting: deque[int] = deque()
         self.layout = allocator.kv_layout
         self.tab = tables.table(self.layout)
@@ -152,7 +183,13 @@ class ServingLoop:
                    "swap_time_s": 0.0, "prefill_time_s": 0.0, "decode_time_s": 0.0,
                    "windows": 0, "fetch_time_s": 0.0, "offload_time_s": 0.0,
                    "max_decode_batch": 0, "offload_exposed_s": 0.0,
-                   "prefill_energy_j": 0.0, "decode_energy_j": 0.0, "migration_energy_j": 0.0}
+                   "prefill_energy_j": 0.0, "decode_energy_j": 0.0, "migration_energy_j": 0.0,
+                   "mixed_iterations": 0, "mixed_time_s": 0.0, "mixed_energy_j": 0.0,
+                   "prefill_tokens_total": 0, "prefill_tokens_computed": 0}
+        self.budget = self._batched_tokens() if self.chunked else 0
+        if cfg.scheduler == "shortest" and prediction is None:
+            raise ConfigError("serving.scheduler", "shortest needs a length predictor "
+                              "(serving.predictor)")
         self.reserved_int = 0.0     # token-seconds of reserved KV
         self.used_int = 0.0         # token-seconds of KV actually held
         self.timeline = {"t": [], "reserved_tokens": [], "running": [], "waiting": []} \
@@ -168,7 +205,6 @@ class ServingLoop:
     def _prefix_cache(self, trace, cfg: ServingConfig, allocator) -> PrefixCache | None:
         """The prefix cache when caching is on, the trace has hashes and the allocator
         can share KV (``prefix_sharing``); None otherwise."""
-        self.st.update(prefill_tokens_total=0, prefill_tokens_computed=0)
         if not (cfg.prefix_caching and trace.has_prefix_hashes):
             return None
         if allocator.prefix_sharing is PrefixSharing.NONE:
@@ -177,6 +213,22 @@ class ServingLoop:
         hv, off = trace.prefix_hashes.tolist(), trace.prefix_offsets.tolist()
         return PrefixCache(allocator, [hv[off[i]:off[i + 1]] for i in range(self.n)],
                            cfg.prefix_block_tokens)
+
+    def _batched_tokens(self) -> int:
+        """The chunked-prefill token budget: the configured one, or the default of
+        :func:`~h2m2sim.serving.timing.default_batched_tokens` from the tables; the
+        mixed table must cover it."""
+        tables = self.tables
+        budget = self.cfg.max_num_batched_tokens
+        if budget is None:
+            budget = default_batched_tokens(
+                lambda t: tables.prefill_s([t]), tables.decode_step_s(1, [1], self.layout),
+                self.cfg.max_batch, int(self.tables.token_grid[-1]))
+        if tables.max_chunk_tokens < budget:
+            raise ConfigError("serving.max_num_batched_tokens", f"{budget} tokens, but the "
+                              f"iteration tables hold mixed iterations up to "
+                              f"{tables.max_chunk_tokens} (build them with chunk_tokens)")
+        return int(budget)
 
     def _limit_requests(self, trace, cfg: ServingConfig, maxctx: int) -> None:
         """Outputs cut to ``max_new_tokens`` and to the context; prompts that do not fit
@@ -209,12 +261,11 @@ class ServingLoop:
         """One turn: take in the arrivals until now, then run one prefill iteration, or
         grow the running requests and run one decode window; with nothing to run, move to
         the next arrival. False when the next arrival is not routed yet."""
-        owner, arr_l, rejected_l, waiting = self.owner, self.arr_l, self.rejected_l, \
-            self.waiting
+        owner, arr_l, rejected_l = self.owner, self.arr_l, self.rejected_l
         while self.na < self.known and arr_l[self.na] <= self.t:    # arrivals until now
             r = self.na
             if not rejected_l[r] and (owner is None or owner[r] == self.replica):
-                waiting.append(r)
+                self.enqueue(r)
             self.na += 1
         if self._idle():
             if self.na >= self.known:
@@ -245,6 +296,22 @@ class ServingLoop:
             self.decode()
         return True
 
+    def enqueue(self, r: int) -> None:
+        """Arrival ``r`` joins the queue: at the back, or (scheduler ``shortest``) after
+        the preempted requests and every request predicted shorter."""
+        if self.cfg.scheduler != "shortest":
+            self.waiting.append(r)
+            return
+        key = self._queue_key
+        self.waiting.insert(bisect.bisect_right(self.waiting, key(r), key=key), r)
+
+    def _queue_key(self, r: int) -> tuple:
+        """Shortest-first order: preempted requests (at the front, in their order), then
+        by predicted output length, then by arrival."""
+        if self.npre[r]:
+            return (0, 0.0, 0)
+        return (1, self.pred_len_l[r], r)
+
     def assign(self, r: int) -> None:
         """Behind a router: request ``r`` is this loop's."""
         self.n_mine += 1
@@ -253,7 +320,7 @@ class ServingLoop:
 
     def _idle(self) -> bool:
         """Nothing to run until the next arrival."""
-        return self.running.m == 0 and not self.waiting
+        return self.running.m == 0 and not self.waiting and not self.filling
 
     def _blocked_request(self) -> int:
         """The request that cannot start although nothing runs."""
@@ -273,7 +340,10 @@ class ServingLoop:
 
     # ------------------------------------------------------------------ admission
     def schedule(self) -> bool:
-        """Admit waiting requests and run their prefill iteration; True if one ran."""
+        """Admit waiting requests and run their prefill iteration (with chunked prefill:
+        one mixed iteration while a prefill is under way); True if one ran."""
+        if self.chunked:
+            return self.schedule_chunked()
         pre, swin = self.admit()
         if not (pre or swin):
             return False
@@ -300,15 +370,15 @@ class ServingLoop:
         waiting request always goes first (no starvation)."""
         pre: list[int] = []
         swin: list[int] = []
-        slots = self.cfg.max_batch - self.running.m
-        if not self.waiting or slots <= 0:
+        slots = self.cfg.max_batch - self.running.m - len(self.filling)
+        budget = self._prefill_budget()
+        if not self.waiting or slots <= 0 or (self.chunked and budget <= 0):
             return pre, swin
         head = self.waiting[0]
         if not self.try_reserve(head):
             return pre, swin
         self.waiting.popleft()
         (swin if self.swapped[head] else pre).append(head)
-        budget = self.cfg.max_prefill_tokens
         if not self.swapped[head]:
             budget -= self.prompt_l[head] + self.gen[head]
         if self.tag_of is None:
@@ -317,13 +387,28 @@ class ServingLoop:
             self._admit_cobatched(head, pre, swin, slots, budget)
         return pre, swin
 
+    def _prefill_budget(self) -> int:
+        """Prompt tokens the next prefill may take: ``max_prefill_tokens``, or with
+        chunked prefill what the iteration's budget leaves after the decode tokens and
+        the prefills under way."""
+        if not self.chunked:
+            return self.cfg.max_prefill_tokens
+        filled, prompt_l, gen = self.filled, self.prompt_l, self.gen
+        return self.budget - self.running.m - sum(prompt_l[r] + gen[r] - filled[r]
+                                                  for r in self.filling)
+
+    def _over_budget(self, tokens: int, budget: int) -> bool:
+        """A prefill of ``tokens`` does not fit what is left of ``budget``: it exceeds it
+        (whole prefills), or nothing is left (chunked: it starts with a chunk)."""
+        return budget <= 0 if self.chunked else tokens > budget
+
     def _admit_in_order(self, pre, swin, slots, budget) -> None:
         """First come, first served, until a request does not fit."""
         waiting = self.waiting
         while waiting and len(pre) + len(swin) < slots:
             r = waiting[0]
             tokens = self.prompt_l[r] + self.gen[r]
-            if not self.swapped[r] and tokens > budget:
+            if not self.swapped[r] and self._over_budget(tokens, budget):
                 break
             if not self.try_reserve(r):
                 break
@@ -349,7 +434,7 @@ class ServingLoop:
                 break
             r = look[i]
             tokens = prompt_l[r] + self.gen[r]
-            if not self.swapped[r] and tokens > budget:
+            if not self.swapped[r] and self._over_budget(tokens, budget):
                 continue
             if self.try_reserve(r):
                 taken.add(i)
@@ -365,7 +450,7 @@ class ServingLoop:
         swapped-out requests ``swin`` crossed the host link back; each prefilled request
         emits its next token."""
         st, prompt_l, gen, out_l, bpt = self.st, self.prompt_l, self.gen, self.out_l, self.bpt
-        run, admit_t, first_t = self.running, self.admit_t, self.first_t
+        run, admit_t = self.running, self.admit_t
         both = pre + swin
         dt_pre, de_pre = self.prefill_price(pre)
         st["prefill_energy_j"] += de_pre
@@ -386,13 +471,10 @@ class ServingLoop:
             self.swapped[r] = False
             st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
         for r in pre:
-            if gen[r] < out_l[r]:          # the prefill emits the next token
-                gen[r] += 1
-                if first_t[r] != first_t[r]:
-                    first_t[r] = t
-        capacity_of = self.allocator.capacity_of
+            self._prefilled(r)
+        capacity_of, last_tok = self.allocator.capacity_of, self.last_tok
         for r in both:
-            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r))
+            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r), last_tok[r])
         self.finish_done()
 
     def prefill_price(self, pre: list[int]) -> tuple[float, float]:
@@ -409,6 +491,133 @@ class ServingLoop:
         for r in pre:
             self.prefix.computed(r)
         return cached_prefill_cost(self.tables, tokens, cached)
+
+    def _prefilled(self, r: int) -> None:
+        """Request ``r``'s prefill ended now: it emits its next token (its first, or after
+        a recompute preemption the gap since its last one is an inter-token latency)."""
+        if self.gen[r] >= self.out_l[r]:
+            return
+        self.gen[r] += 1
+        t = self.t
+        if self.first_t[r] != self.first_t[r]:      # NaN: the first token
+            self.first_t[r] = t
+        else:
+            self.itl_s.append(t - self.last_tok[r])
+            self.itl_n.append(1)
+        self.last_tok[r] = t
+
+    # ------------------------------------------------------------------ chunked prefill
+    def schedule_chunked(self) -> bool:
+        """Admit what the iteration's budget leaves room for, bring swapped-out requests
+        back, and while a prefill is under way run one mixed iteration; True if the turn
+        did anything."""
+        pre, swin = self.admit()
+        if swin:
+            self.swap_in(swin)
+        for r in pre:
+            self.start_prefill(r)
+        if not self.filling:
+            return bool(swin)
+        self.grow()                    # every decode request needs room for its token
+        self.mixed_iteration()
+        self.need_growth = True
+        return True
+
+    def swap_in(self, swin: list[int]) -> None:
+        """The KV of the swapped-out requests ``swin`` crosses the host link back (the
+        engine stalls); they rejoin the running requests."""
+        prompt_l, gen, bpt, run = self.prompt_l, self.gen, self.bpt, self.running
+        nbytes = sum((prompt_l[r] + gen[r]) * bpt for r in swin)
+        dt = nbytes / self.host_bps
+        self._advance(dt, float(run.ctx[:run.m].sum()) + nbytes / bpt)
+        self.st["swap_time_s"] += dt
+        self.st["swap_bytes"] += nbytes
+        capacity_of = self.allocator.capacity_of
+        for r in swin:
+            self.swapped[r] = False
+            run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], capacity_of(r),
+                    self.last_tok[r])
+
+    def start_prefill(self, r: int) -> None:
+        """Admitted request ``r`` (KV granted) starts its chunked prefill; the tokens the
+        prefix cache serves count as already prefilled."""
+        if self.admit_t[r] != self.admit_t[r]:
+            self.admit_t[r] = self.t
+        # a prompt served whole by the cache still computes its last token (its logits)
+        self.filled[r] = 0 if self.prefix is None else min(
+            self.prefix.cached_tokens(r), self.prompt_l[r] + self.gen[r] - 1)
+        self.filling.append(r)
+        self.st["prefill_tokens_total"] += self.prompt_l[r] + self.gen[r]
+
+    def _chunks(self, left: int) -> list[tuple[int, int, int]]:
+        """(request, tokens prefilled before, chunk tokens) of the prefills under way, in
+        admission order, within ``left`` tokens."""
+        out = []
+        for r in self.filling:
+            if left <= 0:
+                break
+            take = min(self.prompt_l[r] + self.gen[r] - self.filled[r], left)
+            out.append((r, self.filled[r], take))
+            left -= take
+        return out
+
+    def mixed_iteration(self) -> None:
+        """One iteration of chunked prefill: a decode token for every running request and
+        the prefill chunks the budget leaves room for, priced as one mixed iteration (as
+        a prefill of the chunks when nothing decodes). A request whose last chunk ran
+        emits its next token and joins the running requests."""
+        run, st, tables = self.running, self.st, self.tables
+        m = run.m
+        chunks = self._chunks(self.budget - m)
+        T = sum(c[2] for c in chunks)
+        if m:
+            ctx_sum = float(run.ctx[:m].sum())
+            dt, de = tables.mixed_cost(m, ctx_sum, T, self.layout)
+        else:
+            ctx_sum = 0.0
+            dt, de = tables.prefill_cost([c[2] for c in chunks])
+        self._advance(dt, ctx_sum + sum(self.filled[r] for r in self.filling))
+        t = self.t
+        st["mixed_iterations"] += 1
+        st["mixed_time_s"] += dt
+        st["mixed_energy_j"] += de
+        st["prefill_tokens_computed"] += T
+        if m:
+            self._record_gaps(run.last[:m], t)
+            run.last[:m] = t
+            run.ctx[:m] += 1
+            run.rem[:m] -= 1
+            st["decode_steps"] += 1
+            st["decode_token_steps"] += m
+            st["max_decode_batch"] = max(st["max_decode_batch"], m)
+        prompt_l, gen, out_l, capacity_of = self.prompt_l, self.gen, self.out_l, \
+            self.allocator.capacity_of
+        for r, before, take in chunks:
+            self.filled[r] = before + take
+            if self.filled[r] < prompt_l[r] + gen[r]:
+                continue
+            self.filling.remove(r)
+            del self.filled[r]
+            if self.prefix is not None:
+                self.prefix.computed(r)
+            self._prefilled(r)
+            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r),
+                    self.last_tok[r])
+        self.finish_done()
+
+    def _record_gaps(self, last: np.ndarray, t: float) -> None:
+        """Tokens emitted at ``t`` by requests whose previous tokens came at ``last``:
+        their gaps, one group per distinct previous time."""
+        if last.size == 0:
+            return
+        lo, hi = last.min(), last.max()
+        if lo == hi:
+            self.itl_s.append(t - float(lo))
+            self.itl_n.append(int(last.size))
+            return
+        vals, counts = np.unique(last, return_counts=True)
+        self.itl_s.extend((t - vals).tolist())
+        self.itl_n.extend(counts.tolist())
 
     def finish_done(self) -> None:
         """Finish every running request with nothing left to generate (from the highest
@@ -436,6 +645,7 @@ class ServingLoop:
         (its KV crosses the host link now, and back when it resumes)."""
         r = int(self.running.idx[j])
         self.gen[r] = int(self.running.ctx[j]) - self.prompt_l[r]
+        self.last_tok[r] = float(self.running.last[j])
         if self.cfg.preemption == "swap":
             nbytes = int(self.running.ctx[j]) * self.bpt
             dt = nbytes / self.host_bps
@@ -452,9 +662,19 @@ class ServingLoop:
         self.st["preemptions"] += 1
         self.waiting.appendleft(r)
 
+    def victim(self) -> int:
+        """Position of the running request to preempt (``preemption_victim``): the
+        latest arrival, or the one holding the most KV (ties: the latest arrival)."""
+        run = self.running
+        if self.cfg.preemption_victim == "most-memory":
+            cap = run.cap[:run.m]
+            most = np.flatnonzero(cap == cap.max())
+            return int(most[np.argmax(run.idx[most])])
+        return int(np.argmax(run.idx[:run.m]))
+
     def grow(self) -> None:
         """Give every running request room for one more token, oldest first; preempt the
-        latest-arrived running request whenever memory runs out."""
+        :meth:`victim` whenever memory runs out."""
         run, allocator = self.running, self.allocator
         while True:
             need = np.flatnonzero(run.cap[:run.m] <= run.ctx[:run.m])
@@ -465,8 +685,8 @@ class ServingLoop:
                 r = int(run.idx[j])
                 ev0 = len(allocator.events)
                 if not allocator.grow(r, int(run.ctx[j]) + 1):
-                    self.preempt(int(np.argmax(run.idx[:run.m])))   # latest arrival goes
-                    break                                           # positions moved: rescan
+                    self.preempt(self.victim())
+                    break                       # positions moved: rescan
                 run.cap[j] = allocator.capacity_of(r)
                 self._charge_migrations(ev0)
             else:
@@ -498,6 +718,9 @@ class ServingLoop:
             st["max_decode_batch"] = m
         t_limit = self.arr_l[self.na] if (self.na < self.n and m < self.cfg.max_batch) \
             else np.inf
+        t0 = self.t
+        dt_first = float(interp2(self.bg, self.cg, self.tab, float(m),
+                                 float(run.ctx[:m].sum()) / m))
         if self.block is None:
             k, dt, used, de, n_fin, n_grow = advance_running(
                 run.ctx, run.rem, run.cap, m, self.bg, self.cg, self.tab, self.etab, self.t,
@@ -507,6 +730,12 @@ class ServingLoop:
             k, dt, used, de, n_fin, n_grow = self._advance_blocks(m, t_limit)
         self.used_int += used
         self.t += dt
+        if k:
+            self._record_gaps(run.last[:m], t0 + dt_first)
+            if k > 1:
+                self.itl_s.append((dt - dt_first) / (k - 1))
+                self.itl_n.append(m * (k - 1))
+            run.last[:m] = self.t
         st["decode_steps"] += k
         st["decode_token_steps"] += k * m
         st["decode_time_s"] += dt
@@ -549,12 +778,19 @@ class ServingLoop:
             timeline = {k: np.asarray(v) for k, v in timeline.items()}
         return ServingResult(metrics, self.arr, admit_t, first_t, finish_t, self.out,
                              self.npre, self.rejected, self.allocator.stats(), timeline,
-                             list(self.allocator.events))
+                             list(self.allocator.events), *self.itl_arrays())
+
+    def itl_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap s, tokens) of the inter-token latency groups."""
+        return np.asarray(self.itl_s, dtype=np.float64), np.asarray(self.itl_n,
+                                                                    dtype=np.float64)
 
     def metrics(self, admit_t, first_t, finish_t) -> dict:
         """The run's metrics (throughput, latencies, KV use, allocator statistics)."""
         m = request_metrics(self.arr, admit_t, first_t, finish_t, self.out, self.rejected,
                             self.cut, self.npre)
+        m.update(latency_metrics(self.cfg, self.arr, first_t, finish_t, self.out,
+                                 *self.itl_arrays(), m["duration_s"]))
         m.update(self.resource_metrics(m["duration_s"]))
         m.update(energy_metrics(m["energy_breakdown_j"], m["output_tokens"]))
         return m
@@ -580,16 +816,21 @@ class ServingLoop:
             "predictor_accuracy": allocator.predictor_accuracy(),
             "predictor_accuracy_definition": allocator.predictor_accuracy_definition,
             "prefill_iterations": st["prefill_iterations"],
+            "mixed_iterations": st["mixed_iterations"],
+            "chunked_prefill": self.chunked,
+            "max_num_batched_tokens": self.budget if self.chunked else None,
             "decode_steps": st["decode_steps"],
             "mean_decode_batch": (st["decode_token_steps"] / st["decode_steps"]
                                   if st["decode_steps"] else None),
             "time_breakdown_s": {k: st[k] for k in ("prefill_time_s", "decode_time_s",
-                                                    "migration_time_s", "swap_time_s")},
+                                                    "mixed_time_s", "migration_time_s",
+                                                    "swap_time_s")},
             "swap_bytes": int(st["swap_bytes"]),
             "allocator": allocator.name,
             "kv_layout": str(allocator.kv_layout),
             "scheduler": self.cfg.scheduler,
             "preemption_policy": self.cfg.preemption,
+            "preemption_victim": self.cfg.preemption_victim,
             "iteration_time_model": self.tables.label,
             "cycle_level": self.tables.cycle_level,
             "interpolation_error": self.tables.error_summary(),
@@ -622,6 +863,7 @@ class ServingLoop:
              "prefill_tokens_total": int(total), "prefill_tokens_computed": int(computed),
              "prefill_tokens_saved": int(total - computed),
              "prefix_hit_rate": None, "prefix_hit_rate_blocks": None,
+             "prefix_hit_blocks": None, "prefix_lookup_blocks": None,
              "prefix_cache_peak_bytes": None, "prefix_cache_bytes": None,
              "prefix_cache_evictions": None, "prefix_cache_blocks": None}
         if self.prefix is not None:
@@ -637,7 +879,7 @@ class ServingLoop:
             return None
         st = self.st
         return {k: float(st[k]) for k in ("prefill_energy_j", "decode_energy_j",
-                                          "migration_energy_j")}
+                                          "mixed_energy_j", "migration_energy_j")}
 
 
 def energy_metrics(breakdown: dict | None, output_tokens: int) -> dict:
@@ -681,4 +923,51 @@ def request_metrics(arr, admit_t, first_t, finish_t, out, rejected, cut, npre) -
                     ("e2e", finish_t - arr)):
         for q, v in percentiles(x).items():
             m[f"{name}_{q}_s"] = v
+    return m
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of ``values`` each counted ``weights`` times: the
+    smallest value whose cumulative weight reaches q % of the total (the inverted CDF,
+    numpy's ``inverted_cdf`` for integer weights). None when the weight is 0."""
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    keep = np.isfinite(v) & (w > 0)
+    v, w = v[keep], w[keep]
+    if v.size == 0:
+        return None
+    order = np.argsort(v, kind="stable")
+    cum = np.cumsum(w[order])
+    i = int(np.searchsorted(cum, q / 100.0 * cum[-1], side="left"))
+    return float(v[order][min(i, v.size - 1)])
+
+
+def latency_metrics(cfg: ServingConfig, arr, first_t, finish_t, out, itl_s, itl_count,
+                    span: float) -> dict:
+    """Inter-token latency percentiles (``itl_p50_s``, ``itl_p90_s``, ``itl_p99_s``,
+    ``itl_mean_s``; seconds, every token after a request's first counted once) and,
+    with an SLO configured, ``slo_attainment`` (the share of all requests, rejected
+    ones included, whose TTFT and TPOT met ``slo_ttft_s`` and ``slo_tpot_s``; a request
+    of one token has no TPOT) and ``goodput_rps`` (those requests per second of the
+    run's ``span``). Null where not applicable."""
+    m = {f"itl_{name}_s": weighted_percentile(itl_s, itl_count, q)
+         for name, q in (("p50", 50), ("p90", 90), ("p99", 99))}
+    tot = float(np.sum(itl_count))
+    m["itl_mean_s"] = float(np.dot(itl_s, itl_count) / tot) if tot > 0 else None
+    m["itl_tokens"] = int(tot)
+    m["slo_ttft_s"], m["slo_tpot_s"] = cfg.slo_ttft_s, cfg.slo_tpot_s
+    if cfg.slo_ttft_s is None and cfg.slo_tpot_s is None:
+        m["slo_attainment"] = m["goodput_rps"] = None
+        return m
+    ok = np.isfinite(first_t) & np.isfinite(finish_t)
+    if cfg.slo_ttft_s is not None:
+        ok &= (first_t - arr) <= cfg.slo_ttft_s
+    if cfg.slo_tpot_s is not None:
+        multi = out >= 2
+        tpot = np.zeros(len(out))
+        tpot[multi] = (finish_t[multi] - first_t[multi]) / (out[multi] - 1)
+        ok &= ~multi | (tpot <= cfg.slo_tpot_s)
+    met = int(np.count_nonzero(ok))
+    m["slo_attainment"] = met / len(out) if len(out) else None
+    m["goodput_rps"] = met / span if span > 0 else None
     return m

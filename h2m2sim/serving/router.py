@@ -20,7 +20,13 @@ import numpy as np
 from dram_models.console import progress
 from h2m2sim.registry import Registry
 
-from .loop import ServingLoop, ServingResult, energy_metrics, request_metrics
+from .loop import (
+    ServingLoop,
+    ServingResult,
+    energy_metrics,
+    latency_metrics,
+    request_metrics,
+)
 
 __all__ = ["ROUTERS", "serve_replicas"]
 
@@ -84,19 +90,26 @@ def _merged(loops: Sequence[ServingLoop], owner: np.ndarray) -> ServingResult:
     lp0 = loops[0]
     m = request_metrics(lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                         lp0.out, lp0.rejected, lp0.cut, pick["preemptions"])
+    itl_s = np.concatenate([p.itl_s for p in parts])
+    itl_count = np.concatenate([p.itl_count for p in parts])
+    m.update(latency_metrics(lp0.cfg, lp0.arr, pick["first_token_s"], pick["finish_s"],
+                             lp0.out, itl_s, itl_count, m["duration_s"]))
     m.update(_resources(loops, m["duration_s"]))
     m.update(energy_metrics(m["energy_breakdown_j"], m["output_tokens"]))
     events = [e for p in parts for e in p.events]
     return ServingResult(m, lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                          lp0.out, pick["preemptions"], lp0.rejected,
                          {f"replica{k}": p.allocator_stats for k, p in enumerate(parts)},
-                         None, events)
+                         None, events, itl_s, itl_count)
 
 
 #: resource metrics that add over replicas
 _SUMS = ("kv_capacity_bytes", "peak_reserved_bytes", "mean_reserved_bytes", "mean_used_bytes",
          "preemptions", "migrations", "migrated_bytes", "reserve_denials",
-         "prefill_iterations", "decode_steps", "swap_bytes")
+         "prefill_iterations", "decode_steps", "swap_bytes", "mixed_iterations",
+         "prefill_tokens_total", "prefill_tokens_computed", "prefill_tokens_saved",
+         "prefix_hit_blocks", "prefix_lookup_blocks", "prefix_cache_evictions",
+         "prefix_cache_peak_bytes", "prefix_cache_bytes", "prefix_cache_blocks")
 
 
 def _resources(loops: Sequence[ServingLoop], span: float) -> dict:
@@ -106,6 +119,10 @@ def _resources(loops: Sequence[ServingLoop], span: float) -> dict:
         vals = [e[key] for e in each]
         m[key] = None if any(v is None for v in vals) else sum(vals)
     m["peak_reserved_bytes_note"] = "sum of the replicas' peaks"
+    if m["prefix_caching"]:        # every replica caches alike: rates of the summed counts
+        total, hits = m["prefill_tokens_total"], m["prefix_lookup_blocks"]
+        m["prefix_hit_rate"] = m["prefill_tokens_saved"] / total if total else None
+        m["prefix_hit_rate_blocks"] = m["prefix_hit_blocks"] / hits if hits else None
     allocs = [lp.allocator for lp in loops]
     actual = sum(a.util_actual_tokens for a in allocs)
     reserved = sum(a.util_reserved_tokens for a in allocs)

@@ -19,6 +19,7 @@ from h2m2sim.allocators.odma import utilization_bound
 from h2m2sim.allocators.state import RequestState
 from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
+from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.registry import Registry
 
 from .config import DeploymentConfig, ServingConfig
@@ -35,7 +36,13 @@ from .ellm import ActivationModel, ElasticServingLoop
 from .energy import EstimateEnergy
 from .loop import ServingLoop, ServingResult
 from .router import ROUTERS, serve_replicas
-from .timing import AnalyticEvaluator, IterationTables, TableGrid, build_tables
+from .timing import (
+    AnalyticEvaluator,
+    IterationTables,
+    TableGrid,
+    build_tables,
+    default_batched_tokens,
+)
 from .traces import load_trace, read_lengths
 
 __all__ = ["serve", "simulate", "EVALUATORS", "analytic_evaluator"]
@@ -91,7 +98,8 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     cfg = with_model_context(cfg, model)
     replicas, replica_device = deployment(cfg.deployment, device)
     uses_prediction = ALLOCATORS.get(allocator).uses_prediction
-    need_pred = cfg.predictor is not None or uses_prediction or cfg.scheduler == "bucket"
+    need_pred = cfg.predictor is not None or uses_prediction or \
+        cfg.scheduler in ("bucket", "shortest")
     pred_name = cfg.predictor or ("learned" if need_pred else None)
     history, trace = _requests(trace, cfg, seed, keep_text=pred_name in ("learned", "s3"))
     sizes = model_sizes(model, cfg.kv_dtype)
@@ -114,7 +122,11 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         evaluator = analytic_evaluator
     if not isinstance(evaluator, PointEvaluator):
         evaluator = evaluator(model, replica_device, cfg)
-    tables = build_tables(evaluator, [allocs[0].kv_layout], _grid(cfg, trace), seed=seed,
+    grid = _grid(cfg, trace)
+    if cfg.chunked_prefill:
+        cfg = with_batched_tokens(cfg, evaluator, allocs[0].kv_layout, grid.max_tokens)
+        grid = dataclasses.replace(grid, chunk_tokens=cfg.max_num_batched_tokens)
+    tables = build_tables(evaluator, [allocs[0].kv_layout], grid, seed=seed,
                           cache=cache, cache_dir=cache_dir)
     if replicas == 1:
         acts = None
@@ -175,6 +187,20 @@ def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction) -> Servin
     loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k)
              for k, a in enumerate(allocs)]
     return serve_replicas(loops, owner, ROUTERS.get(cfg.deployment.router))
+
+
+def with_batched_tokens(cfg: ServingConfig, evaluator: PointEvaluator, kv_layout,
+                        max_tokens: int) -> ServingConfig:
+    """``cfg`` with the chunked-prefill budget set: its own, or
+    :func:`~.timing.default_batched_tokens` from ``evaluator`` (one prompt's prefill
+    against a batch-1 decode step of ``kv_layout``)."""
+    if cfg.max_num_batched_tokens is not None:
+        return cfg
+    one = np.ones(1)
+    budget = default_batched_tokens(
+        lambda t: evaluator.evaluate("prefill", 1, np.array([float(t)]), CONTIGUOUS),
+        evaluator.evaluate("decode", 1, one, kv_layout), cfg.max_batch, max_tokens)
+    return dataclasses.replace(cfg, max_num_batched_tokens=budget)
 
 
 def with_model_context(cfg: ServingConfig, model) -> ServingConfig:

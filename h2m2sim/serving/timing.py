@@ -15,6 +15,12 @@ uses, and the loop interpolates. Phases:
 * ``"prefill"``: one prefill iteration of ``batch`` prompts with the given token counts.
 * ``"kv_copy"``: ``batch = 1``, ``context_tokens_per_request = [n]``: a contiguous copy
   of ``n`` tokens of KV (read + write), the price of an ODMA migration.
+* ``"mixed"`` (chunked prefill, only when the grid has ``chunk_tokens``): one iteration
+  of ``batch`` decode requests and a prefill chunk of ``T`` tokens together
+  (:meth:`~h2m2sim.compute.evaluator.PointEvaluator.mixed_cost`), sampled over (batch,
+  mean KV tokens per decode request, T) for every layout and interpolated trilinearly.
+  The grid's chunk starts a prompt (no earlier tokens) and is one prompt; the error
+  samples mix several chunks with earlier tokens, so the reported error includes both.
 
 ``kv_layout`` is the allocator's :class:`~h2m2sim.memory.kv_layout.KVLayout`
 (contiguous, or paged with its block size). The cycle-level evaluator turns it into an
@@ -23,7 +29,8 @@ address pattern (see :mod:`h2m2sim.allocators.traffic`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from numba import njit
@@ -38,7 +45,15 @@ from .deployment import model_sizes
 from .energy import EstimateEnergy
 
 __all__ = ["AnalyticEvaluator", "TableGrid", "IterationTables", "build_tables", "interp2",
-           "interp2_pair", "decode_window", "advance_running", "advance_blocks"]
+           "interp2_pair", "interp3_pair", "decode_window", "advance_running",
+           "advance_blocks", "default_batched_tokens", "CHUNK_COST_RATIO"]
+
+#: default chunked-prefill token budget: the smallest power of two (at least twice the
+#: batch limit, so decodes never take the whole budget) whose prefill iteration costs this
+#: many batch-1 decode steps. The weight read is then at most 1/ratio of a chunk's
+#: iteration, while a chunk stalls the decodes riding with it by about ratio steps
+#: (Sarathi-Serve's trade-off: Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024).
+CHUNK_COST_RATIO = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,11 +164,54 @@ class AnalyticEvaluator(PointEvaluator):
         return PointCost(t, self.energy.iteration_j(phase, batch, context_tokens_per_request,
                                                     t))
 
+    def mixed_cost(self, decode_context, chunks, kv_layout) -> PointCost:
+        """A mixed iteration: the weights once for all rows, the decode requests' KV as in
+        ``decode``, each chunk's earlier KV read and its own written; FLOPs of all rows
+        plus the causal attention of each chunk over its earlier tokens and itself.
+        Energy (placeholder): the decode and prefill energies over their shares of the
+        time (counts the weight read twice; NaN without ``energy``)."""
+        ctx = np.asarray(decode_context, dtype=np.float64).ravel()
+        ch = np.asarray(chunks, dtype=np.float64).reshape(-1, 2)
+        prior, take = ch[:, 0], ch[:, 1]
+        bw, peak = self.bandwidth_GBps * 1e9, self.peak_tflops * 1e12
+        e_c, e_l = float(self.layout_efficiency["contiguous"]), self.efficiency(kv_layout)
+        kvb = self.kv_bytes_per_token
+        mem = (self.weight_bytes + float((prior + take).sum()) * kvb) / (bw * e_c) + \
+            (float(ctx.sum()) + ctx.size) * kvb / (bw * e_l)
+        flops = 2.0 * self.params * (ctx.size + float(take.sum())) + \
+            self.attn_flops_per_ctx_token * float(ctx.sum()) + \
+            0.5 * self.attn_flops_per_ctx_token * float(np.sum((prior + take) ** 2 - prior ** 2))
+        t = max(mem, flops / peak) + self.overhead_s
+        if self.energy is None:
+            return PointCost(t)
+        td = self.evaluate("decode", ctx.size, ctx, kv_layout) if ctx.size else 0.0
+        tp = self.evaluate("prefill", take.size, take, kv_layout)
+        f = td / (td + tp) if td + tp > 0 else 0.0
+        e = _affine_energy(self.energy, "prefill", take, t * (1 - f))
+        if ctx.size:
+            e += _affine_energy(self.energy, "decode", ctx, t * f)
+        return PointCost(t, e)
+
     def cache_key(self) -> Any:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["layout_efficiency"] = dict(sorted(self.layout_efficiency.items()))
         d["energy"] = None if self.energy is None else self.energy.cache_key()
         return {"analytic": d}
+
+
+def _affine_energy(energy: EstimateEnergy, phase: str, ctx: np.ndarray, time_s: float) -> float:
+    """``energy.iteration_j`` of ``phase`` over ``time_s``, from its work part and its
+    per-second background (the energy is affine in the time), each worked out once per
+    iteration shape: a mixed table asks for the same decode batch at every chunk size."""
+    work, per_s = _energy_parts(energy, phase, ctx.size, ctx.tobytes())
+    return work + per_s * time_s
+
+
+@functools.lru_cache(maxsize=4096)
+def _energy_parts(energy: EstimateEnergy, phase: str, batch: int, ctx: bytes):
+    c = np.frombuffer(ctx, dtype=np.float64)
+    e0 = energy.iteration_j(phase, batch, c, 0.0)
+    return e0, energy.iteration_j(phase, batch, c, 1.0) - e0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +225,7 @@ class TableGrid:
     max_tokens: int
     token_points: int = 14
     error_samples: int = 12
+    chunk_tokens: int | None = None     # chunked prefill's token budget (None: no mixed)
 
     def batches(self) -> np.ndarray:
         b = [1]
@@ -178,6 +237,13 @@ class TableGrid:
 
     def tokens(self) -> np.ndarray:
         pts = np.unique(np.round(np.geomspace(1, max(2, self.max_tokens),
+                                              max(2, self.token_points))))
+        return pts.astype(np.float64)
+
+    def chunks(self) -> np.ndarray:
+        """Chunk-token points of the mixed table: ``token_points`` values spaced
+        geometrically from 1 to ``chunk_tokens``."""
+        pts = np.unique(np.round(np.geomspace(1, max(2, self.chunk_tokens or 2),
                                               max(2, self.token_points))))
         return pts.astype(np.float64)
 
@@ -217,6 +283,24 @@ def interp2_pair(bg, cg, tab, etab, b, c):
     w01, w11 = (1 - wb) * wc, wb * wc
     t = w00 * tab[i, j] + w10 * tab[i1, j] + w01 * tab[i, j1] + w11 * tab[i1, j1]
     e = w00 * etab[i, j] + w10 * etab[i1, j] + w01 * etab[i, j1] + w11 * etab[i1, j1]
+    return t, e
+
+
+@njit(cache=True)
+def interp3_pair(bg, cg, kg, tab, etab, b, c, k):
+    """Trilinear interpolation of two tables [len(bg), len(cg), len(kg)] (time, energy)
+    at (b, c, k), linear beyond the edges."""
+    i, i1, wb = _bracket(bg, b)
+    j, j1, wc = _bracket(cg, c)
+    q, q1, wk = _bracket(kg, k)
+    t = 0.0
+    e = 0.0
+    for ii, fb in ((i, 1 - wb), (i1, wb)):
+        for jj, fc in ((j, 1 - wc), (j1, wc)):
+            for qq, fk in ((q, 1 - wk), (q1, wk)):
+                w = fb * fc * fk
+                t += w * tab[ii, jj, qq]
+                e += w * etab[ii, jj, qq]
     return t, e
 
 
@@ -357,6 +441,13 @@ class IterationTables:
         self.copy_energy = table("kv_copy_energy")[None, :]
         self.prices_energy = bool(np.all(np.isfinite(self.prefill_energy)))
         self._one = np.zeros(1)
+        self.chunk_grid = None
+        self.mixed, self.mixed_energy = {}, {}
+        if "chunk_grid" in arrays:
+            self.chunk_grid = np.asarray(arrays["chunk_grid"], dtype=np.float64)
+            self.mixed = {KVLayout.parse(x): table(f"mixed[{x}]") for x in names}
+            self.mixed_energy = {KVLayout.parse(x): table(f"mixed_energy[{x}]")
+                                 for x in names}
         self.errors = _errors(arrays, "err[")
         self.energy_errors = _errors(arrays, "eerr[")
         self.label, self.cycle_level = label, bool(cycle_level)
@@ -411,6 +502,29 @@ class IterationTables:
     def prefill_j(self, prompt_tokens) -> float:
         """Joules of the prefill iteration of :meth:`prefill_s`."""
         return self._prefill(self.prefill_energy, prompt_tokens)
+
+    @property
+    def max_chunk_tokens(self) -> int:
+        """The largest chunk budget the mixed tables were sampled for (0: none)."""
+        return 0 if self.chunk_grid is None else int(self.chunk_grid[-1])
+
+    def mixed_tables(self, kv_layout: KVLayout) -> tuple[np.ndarray, np.ndarray]:
+        """(times s, energies J) of mixed iterations of ``kv_layout`` over (batch grid,
+        token grid, chunk grid)."""
+        if kv_layout not in self.mixed:
+            raise ConfigError("serving.chunked_prefill", "the iteration tables were built "
+                              f"without mixed iterations for layout '{kv_layout}'")
+        return self.mixed[kv_layout], self.mixed_energy[kv_layout]
+
+    def mixed_cost(self, batch: int, context_sum: float, chunk_tokens: float,
+                   kv_layout: KVLayout) -> tuple[float, float]:
+        """(seconds, joules) of one mixed iteration: ``batch`` decode requests holding
+        ``context_sum`` KV tokens together, and prefill chunks of ``chunk_tokens`` tokens
+        in all."""
+        tab, etab = self.mixed_tables(kv_layout)
+        t, e = interp3_pair(self.batch_grid, self.token_grid, self.chunk_grid, tab, etab,
+                            float(batch), context_sum / max(batch, 1), float(chunk_tokens))
+        return float(t), float(e)
 
     def kv_copy_s(self, tokens: int) -> float:
         return float(interp2(self._one, self.token_grid, self.copy, 0.0, float(tokens)))
@@ -496,6 +610,8 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
             _check_values(phase, out[_energy_name(name)], "energies")
     out["kv_copy"] = vals[len(phases) * n:, 0]
     out["kv_copy_energy"] = vals[len(phases) * n:, 1]
+    if grid.chunk_tokens:
+        out.update(_mixed_tables(evaluator, layouts, grid, seed, priced))
 
     # interpolation error at random heterogeneous batches (drawn in a fixed order)
     rng = np.random.default_rng(seed)
@@ -518,6 +634,77 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
         if priced:
             out[f"eerr[{label}]"] = _rel_errors(approx[:, 1], truth[pick, 1])
     return out
+
+
+def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int,
+                  priced: bool) -> dict:
+    """The mixed-iteration tables of ``layouts`` over (batch, decode tokens, chunk
+    tokens), and their interpolation error at random iterations: heterogeneous decode
+    lengths and one to three chunks, half of them continuing a prompt."""
+    bg, tg, kg = grid.batches(), grid.tokens(), grid.chunks()
+
+    def one(c):
+        p = evaluator.mixed_cost(*c)
+        return float(p.time_s), float(p.energy_j)
+
+    def evaluate_all(calls, desc) -> np.ndarray:
+        if not evaluator.cycle_level:
+            vals = [one(c) for c in calls]
+        else:
+            vals = map_ordered(one, calls, cost=[float(np.sum(c[0])) + float(np.sum(c[1]))
+                                                 for c in calls], desc=desc)
+        v = np.asarray(vals, dtype=np.float64).reshape(len(calls), 2)
+        if not priced:
+            v[:, 1] = np.nan
+        return v
+
+    out: dict[str, np.ndarray] = {"chunk_grid": kg}
+    shape = (len(bg), len(tg), len(kg))
+    rng = np.random.default_rng([seed, 3])
+    for lay in layouts:
+        calls = [(np.full(int(b), c), np.array([[0.0, k]]), lay)
+                 for b in bg for c in tg for k in kg]
+        vals = evaluate_all(calls, f"mixed tables {lay}")
+        out[f"mixed[{lay}]"] = vals[:, 0].reshape(shape)
+        _check_values("mixed", out[f"mixed[{lay}]"], "times")
+        out[f"mixed_energy[{lay}]"] = vals[:, 1].reshape(shape)
+        samples = []
+        for _ in range(grid.error_samples):
+            b = int(rng.integers(1, grid.max_batch + 1))
+            mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
+            total = int(rng.integers(1, int(grid.chunk_tokens) + 1))
+            parts = np.diff(np.sort(np.r_[0, rng.integers(0, total + 1, int(
+                rng.integers(0, 3))), total]))
+            parts = parts[parts > 0].astype(np.float64)
+            prior = np.where(rng.random(parts.size) < 0.5, 0.0, np.round(
+                rng.uniform(0, grid.max_tokens / 2, parts.size)))
+            samples.append((_sample_lengths(rng, b, mean, grid.max_tokens),
+                            np.stack([prior, parts], axis=1), lay))
+        if not samples:
+            continue
+        truth = evaluate_all(samples, "mixed table error samples")
+        approx = np.array([interp3_pair(bg, tg, kg, out[f"mixed[{lay}]"],
+                                        out[f"mixed_energy[{lay}]"], float(c.size),
+                                        float(c.mean()), float(ch[:, 1].sum()))
+                           for c, ch, _ in samples])
+        out[f"err[mixed {lay}]"] = _rel_errors(approx[:, 0], truth[:, 0])
+        if priced:
+            out[f"eerr[mixed {lay}]"] = _rel_errors(approx[:, 1], truth[:, 1])
+    return out
+
+
+def default_batched_tokens(prefill_s: Callable[[int], float], decode_s: float,
+                           max_batch: int, max_tokens: int) -> int:
+    """The default chunked-prefill budget (tokens per iteration, vLLM's
+    ``max_num_batched_tokens``): the smallest power of two >= 2 x ``max_batch`` whose
+    prefill (``prefill_s(tokens)``, seconds, one prompt) costs at least
+    ``CHUNK_COST_RATIO`` batch-1 decode steps (``decode_s``); at most the power of two
+    above ``max_tokens`` (the longest request: a larger budget changes nothing)."""
+    t = 1 << max(1, (2 * int(max_batch) - 1).bit_length())
+    cap = max(t, 1 << max(1, (int(max_tokens) - 1).bit_length()))
+    while t < cap and prefill_s(t) < CHUNK_COST_RATIO * decode_s:
+        t *= 2
+    return t
 
 
 def _energy_name(table: str) -> str:
@@ -548,7 +735,10 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
     compute = lambda: _compute_tables(evaluator, layouts, grid, seed)  # noqa: E731
     if not cache:
         return IterationTables(compute(), evaluator.label, evaluator.cycle_level)
-    key = {"evaluator": evaluator.cache_key(), "grid": dataclasses.asdict(grid),
+    grid_key = dataclasses.asdict(grid)
+    if grid.chunk_tokens is None:       # tables without mixed iterations keep their key
+        del grid_key["chunk_tokens"]
+    key = {"evaluator": evaluator.cache_key(), "grid": grid_key,
            "layouts": [str(x) for x in layouts], "seed": seed}
     arrays = cached("serving-iteration-tables", key, compute, fmt="npz",
                     cache_dir=cache_dir, salt=evaluator.cache_salt())
