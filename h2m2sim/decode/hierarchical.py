@@ -31,12 +31,17 @@ from typing import Literal
 import numpy as np
 
 from dram_models.schema import param
+from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS, Mapping
 from h2m2sim.memory.dram import stream_bandwidth_gbps
 from h2m2sim.model import ModelSpec, footprint, normalize_batch
 
 from .iteration import IterationResult, layer_kinds, run_layer
 from .page_cache import miss_flags
+
+#: page references per iteration the cache simulation accepts (two passes of int64 ids
+#: plus Belady's next-use and heap arrays: about 64 bytes per reference)
+MAX_REFERENCES = 20_000_000
 
 _PAPER = ("H2M2 (Hwang et al., arXiv 2025) Sec. 2.3 and 5.2: strict hierarchical memory, "
           "policy not named")
@@ -89,21 +94,36 @@ def cache_system(system, sides: tuple[str, str] | None = None):
     return dataclasses.replace(system, sides=(side,))
 
 
+def _page_counts(model: ModelSpec, batch: int, lens, page: int, dtype: str | None):
+    """Per layer kind: (layer count, {sublayer: (weight + KV pages, activation pages)})."""
+    out = []
+    for _, view, n in layer_kinds(model):
+        fp = footprint(view, batch, lens, dtype=dtype)
+        out.append((n, {sl: (-(-int(fp[sl]["weight"]) // page) - (-int(fp[sl]["kv"]) // page),
+                             -(-int(fp[sl]["activation"]) // page)) for sl in SUBLAYERS}))
+    return out
+
+
 def reference_string(model: ModelSpec, batch: int, lens, page: int,
                      dtype: str | None = None) -> tuple[np.ndarray, float]:
     """Page ids one iteration references, in order (int64), and its footprint in bytes
-    (distinct pages x page size)."""
+    (distinct pages x page size). ConfigError (naming ``system.mmu.page_size``) when the
+    string would exceed :data:`MAX_REFERENCES`."""
+    counts = _page_counts(model, batch, lens, page, dtype)
+    total = sum(n * sum(own + act for own, act in c.values()) for n, c in counts)
+    if total > MAX_REFERENCES:
+        raise ConfigError("system.mmu.page_size", f"{total:,} page references per "
+                          f"iteration of {page:,}-byte pages exceed the hierarchical "
+                          f"cache's limit of {MAX_REFERENCES:,}; use larger pages")
     segments, next_id = [], 0
-    for _, view, n in layer_kinds(model):
-        fp = footprint(view, batch, lens, dtype=dtype)
+    for n, c in counts:
         shared = {}
         for sl in SUBLAYERS:   # activation buffers: one set of pages per sublayer
-            k = -(-int(fp[sl]["activation"]) // page)
-            shared[sl] = np.arange(next_id, next_id + k, dtype=np.int64)
-            next_id += k
+            shared[sl] = np.arange(next_id, next_id + c[sl][1], dtype=np.int64)
+            next_id += c[sl][1]
         for _ in range(n):
             for sl in SUBLAYERS:
-                k = -(-int(fp[sl]["weight"]) // page) + -(-int(fp[sl]["kv"]) // page)
+                k = c[sl][0]
                 segments += [np.arange(next_id, next_id + k, dtype=np.int64), shared[sl]]
                 next_id += k
     refs = np.concatenate(segments) if segments else np.zeros(0, np.int64)

@@ -144,3 +144,11 @@ def test_a_footprint_that_fits_migrates_nothing(tmp_path):
                          HierarchicalOptions(replacement="lru", overlap=False),
                          cache={"cache_dir": tmp_path, "enabled": True})
     assert h.migrated_bytes == 0 and h.hit_rate == 1.0 and h.iteration_ns == h.compute_ns
+
+
+def test_pages_too_small_for_the_cache_simulation_are_refused_naming_the_key():
+    system = resolve_system({"preset": "h2m2", "mmu": {"page_size": "4 KiB",
+                                                       "virtual_bytes": "1 TiB"}}, "system")
+    with pytest.raises(ConfigError) as e:
+        run_hierarchical(system, load_model("gpt3-175b"), 32, 2048)
+    assert e.value.key == "system.mmu.page_size"
