@@ -105,6 +105,15 @@ def _field(cls: type, dotted: str) -> tuple[dataclasses.Field, object] | None:
     return _field(inner[0], rest) if inner else None
 
 
+def _flow(value) -> str:
+    """A default as YAML flow style when it is a list of dataclasses, else its repr."""
+    if isinstance(value, (tuple, list)) and value and dataclasses.is_dataclass(value[0]):
+        items = ("{" + ", ".join(f"{f.name}: {getattr(v, f.name)}"
+                                 for f in dataclasses.fields(v)) + "}" for v in value)
+        return "[" + ", ".join(items) + "]"
+    return repr(value)
+
+
 def section_rows(cls: type, prefix: str) -> list[dict]:
     """fields_reference rows with readable types and YAML spellings of defaults."""
     rows = fields_reference(cls, prefix)
@@ -114,7 +123,7 @@ def section_rows(cls: type, prefix: str) -> list[dict]:
             f, tp = found
             r["type"] = pretty_type(tp)
             if f.default_factory is not dataclasses.MISSING and not dataclasses.is_dataclass(tp):
-                r["default"] = repr(f.default_factory())
+                r["default"] = _flow(f.default_factory())
         r["default"] = _YAML_WORDS.get(r["default"], r["default"])
     return rows
 
@@ -197,6 +206,10 @@ SYSTEM_PARTS = (
     ("system.interconnect", "The chip-to-chip link (activation copies, migrations)."),
     ("system.mmu", "Address translation: one TLB per chip, page-table walks on a miss."),
     ("system.sync", "Synchronization of the chips between sublayers."),
+    ("system.collective", "All-reduce across tensor-parallel devices (NCCL's ring model; "
+                          "one device, the default, has none)."),
+    ("system.collective.protocols[]", "One protocol of the collective library; each "
+                                      "all-reduce takes the fastest."),
 )
 
 

@@ -5,7 +5,7 @@
 * :mod:`.job` -- decide a mapping with a mapper and simulate (the ``iteration`` job of
   ``h2m2sim run``);
 * :mod:`.hierarchical` -- the strict hierarchy baseline (the first side caches the
-  second);
+  second), over :mod:`.page_cache` (Belady, LRU and FIFO replacement of a page string);
 * :mod:`.dynamic` -- iterations whose sequence lengths change (H2M2 Figure 17).
 """
 from .job import run_iteration, simulate

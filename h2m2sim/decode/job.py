@@ -8,7 +8,8 @@ Metrics (flat, units in the names): ``iteration_time_ns``, ``iteration_ms``,
 nested ``breakdown[sublayer][side]`` with time, compute, memory/TLB stalls, barrier wait;
 ``hbm_occupancy_bytes[sublayer]`` (bytes each sublayer keeps on the first side, all layers
 -- H2M2 Figure 14); ``boundary_ns[sublayer]`` (barrier + interconnect copies) and
-``interconnect_ns[sublayer]`` (the copies alone).
+``interconnect_ns[sublayer]`` (the copies alone); ``communication_ns`` (all-reduces of a
+system with tensor-parallel devices, ``system.collective``, included in the time).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from h2m2sim.model import normalize_batch
 from h2m2sim.npu.energy import Activity
 
 from .energy import IterationEnergy, estimate_energy, iteration_energy
-from .hierarchical import run_hierarchical
+from .hierarchical import HierarchicalOptions, run_hierarchical
 from .iteration import build_problem, run_layer, sublayer_tables
 
 __all__ = ["IterationOptions", "check_iteration", "check_iteration_fits", "run_iteration",
@@ -52,11 +53,9 @@ class IterationOptions:
     attention: Literal["per-request", "fused"] = param(
         "per-request", doc="Decode attention as one launch per request, or fused across "
                            "the batch.")
-    policy: Literal["optimal", "lru"] = param(
-        "optimal", doc="Hierarchical mapper: which bytes stay resident in the first side "
-                       "(optimal = Belady, lru).")
-    fault_ns: float = param(0.0, ge=0, le=1e9, unit="ns", doc="Hierarchical mapper: cost "
-                            "of each page fault on top of the migration time.")
+    hierarchical: HierarchicalOptions = param(
+        default_factory=HierarchicalOptions, doc="Hierarchical mapper: replacement policy "
+        "of the page cache and how migration combines with compute.")
 
     @property
     def translate_mode(self) -> str | None:
@@ -149,6 +148,19 @@ def _layer_energy(lay, sides, first: float, second: float | None = None,
     return IterationEnergy(act, busy, lay.transfer_bytes * first)
 
 
+#: all-reduces of the layer's activations per layer under tensor parallelism (after the
+#: attention output projection and after the FFN; Megatron-LM's split)
+ALLREDUCES_PER_LAYER = 2
+
+
+def communication_ns(system, model, batch: int, dtype: str | None = None) -> float:
+    """All-reduce time (ns) of one iteration across the system's tensor-parallel devices:
+    :data:`ALLREDUCES_PER_LAYER` all-reduces of ``batch`` x hidden activations per layer,
+    each priced by ``system.collective``."""
+    act = batch * model.hidden * model.dtype_bytes(dtype)
+    return ALLREDUCES_PER_LAYER * system.collective.allreduce_ns(act) * model.layers
+
+
 def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dict | None = None,
              dtype: str | None = None, fidelity: str = "sampled", cache: dict | None = None,
              ) -> dict:
@@ -182,13 +194,14 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
         out["boundary_ns"] = lay.boundary_ns
         energy = _layer_energy(lay, sides, model.layers)   # the idle side too
     elif mapper == "hierarchical":
-        h = run_hierarchical(system, model, batch, lens, opts.policy, opts.fault_ns, dtype,
+        h = run_hierarchical(system, model, batch, lens, opts.hierarchical, dtype,
                              sim_fid, translate, cache, attention=att)
         out.update(granularity="hierarchical", decision_s=0.0,
                    iteration_time_ns=h.iteration_ns, compute_ns=h.compute_ns,
                    migration_ns=h.migration_ns, migrated_bytes=h.migrated_bytes,
                    hit_rate=h.hit_rate, footprint_bytes=h.footprint_bytes,
-                   resident_bytes=h.resident_bytes)
+                   resident_bytes=h.resident_bytes, replacement=h.options.replacement,
+                   overlap=h.options.overlap)
         out["breakdown"] = {sl: {s: _piece_dict(p, p.time_ns) for s, p in d.items()}
                             for sl, d in h.layer.sublayers.items()}
         first, second = sides
@@ -248,6 +261,9 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
             energy = _layer_energy(lay, sides, model.layers)
         if times is not None:
             out["predicted_iteration_ns"] = m.predicted_ns
+    if system.collective.devices > 1:   # tensor-parallel devices join every layer
+        out["communication_ns"] = communication_ns(system, model, batch, dtype)
+        out["iteration_time_ns"] += out["communication_ns"]
     out["iteration_ms"] = out["iteration_time_ns"] / 1e6
     out["tokens_per_s"] = batch / (out["iteration_time_ns"] * 1e-9)
     out.update(iteration_energy(system, energy, out["iteration_time_ns"], batch,

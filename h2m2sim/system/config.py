@@ -38,6 +38,7 @@ from dram_models.spec import DramSpec, load_standard, preset_file
 from h2m2sim.registry import Registry
 from h2m2sim.system.chip import NpuChipConfig, resolve_chip
 from h2m2sim.system.mmu import MmuSpec
+from h2m2sim.system.collective import CollectiveSpec
 
 __all__ = ["SideSpec", "InterconnectSpec", "SyncSpec", "SystemSpec", "resolve_system",
            "build_system", "expand_system", "SYSTEMS", "PRESET_DIR", "list_presets",
@@ -157,6 +158,8 @@ class SystemSpec:
     mmu: MmuSpec = param(default_factory=MmuSpec, doc="address translation (one MMU/TLB "
                          "per chip, one flat page table per side)")
     sync: SyncSpec = param(default_factory=SyncSpec, doc="cross-chip synchronization")
+    collective: CollectiveSpec = param(default_factory=CollectiveSpec, doc="all-reduce "
+                                       "across tensor-parallel devices (none by default)")
     cards: int = param(1, ge=1, le=4096, doc="identical cards, each holding all the sides "
                        "above, that serve one model together: the serving layer shards "
                        "the model over them (tensor parallel) and adds their memory and "

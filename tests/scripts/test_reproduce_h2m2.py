@@ -34,8 +34,9 @@ def test_figure12_csv_has_the_named_columns_and_systems(fig12):
     out, _ = fig12
     rows = list(csv.DictReader(open(out / "fig12.csv")))
     assert list(rows[0])[:6] == ["system", "model", "batch", "seq", "iteration_ns", "speedup"]
-    assert {r["system"] for r in rows} == {"baseline", "hierarchical", "oracle", "h2m2"}
-    assert len(rows) == 16 and (out / "fig12.png").stat().st_size > 0
+    hier = ["hierarchical", "hier-lru-added", "hier-belady-overlap", "hier-belady-added"]
+    assert {r["system"] for r in rows} == {"baseline", "oracle", "h2m2", *hier}
+    assert len(rows) == 28 and (out / "fig12.png").stat().st_size > 0
     for r in rows:
         if r["system"] == "baseline":
             assert float(r["speedup"]) == 1.0
@@ -43,7 +44,13 @@ def test_figure12_csv_has_the_named_columns_and_systems(fig12):
     t = {(r["system"], r["seq"]): float(r["iteration_ns"]) for r in rows}
     for s in ("512", "1024", "2048", "4096"):
         assert t[("oracle", s)] <= t[("h2m2", s)] * (1 + 1e-9)
-    assert len(list((out / "points").glob("*.json"))) == 16
+        # the hierarchical corners: overlapping migration never hurts, Belady never
+        # misses more than LRU ("hierarchical" is LRU with overlapped migration)
+        assert t[("hierarchical", s)] <= t[("hier-lru-added", s)]
+        assert t[("hier-belady-overlap", s)] <= t[("hier-belady-added", s)]
+        assert t[("hier-belady-overlap", s)] <= t[("hierarchical", s)]
+        assert t[("hier-belady-added", s)] <= t[("hier-lru-added", s)]
+    assert len(list((out / "points").glob("*.json"))) == 28
 
 
 def test_rerun_reuses_points_and_figure14_and_summary_read_them(fig12):
@@ -55,7 +62,7 @@ def test_rerun_reuses_points_and_figure14_and_summary_read_them(fig12):
     p = _run(ROOT / "scripts" / "reproduce_h2m2.py", "--figure", "14", *args, "--resume",
              env=env)
     assert p.returncode == 0, p.stderr
-    assert "16 already done, 0 computed" not in p.stderr and "4 already done, 0 computed" \
+    assert "28 already done, 0 computed" not in p.stderr and "4 already done, 0 computed" \
         in p.stderr
     assert {q.name: q.stat().st_mtime_ns for q in (out / "points").glob("*.json")} == before
     rows = list(csv.DictReader(open(out / "fig14.csv")))

@@ -1,0 +1,75 @@
+"""All-reduce across the devices a tensor-parallel layer is split over (H2M2 Figure 18's
+8-HBM system), priced with NCCL's own cost model of a ring all-reduce.
+
+NCCL picks, per call, the protocol whose predicted time is lowest; for a ring all-reduce
+over ``n`` devices within one node its tuner (``src/graph/tuning.cc``, NVIDIA NCCL 2.x)
+predicts
+
+    t(bytes) = base + 2 (n - 1) x step + bytes / (bus x n / (2 (n - 1)))
+
+per protocol: ``base`` the launch latency, ``step`` the hardware latency of one of the
+2 (n - 1) ring steps, ``bus`` the bus bandwidth (GB/s per device; the ``n / 2(n-1)``
+factor turns it into the algorithm bandwidth, as nccl-tests' ``busbw`` defines it). This
+is the alpha-beta model of the ring all-reduce (Thakur, Rabenseifner and Gropp,
+"Optimization of Collective Communication Operations in MPICH", IJHPCA 2005) with NCCL's
+constants. The defaults are NCCL's for NVLink on Ampere (A100) in one node: the three
+protocols' base and per-step latencies from the tuner's tables, and a bus bandwidth of
+240 GB/s per GPU (12 NVLink3 links x 20 GB/s, NCCL's ``SM80_NVLINK_BW`` per link; the
+A100's 600 GB/s NVLink is the bidirectional sum) scaled as the tuner does: LL at half of
+it capped at 87.7 GB/s (``llMaxBws``), LL128 at 0.92 of it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from dram_models.schema import param
+
+__all__ = ["CollectiveProtocol", "CollectiveSpec", "NCCL_A100_NVLINK"]
+
+_NCCL = "NVIDIA NCCL src/graph/tuning.cc (ring, NVLink, Ampere, one node)"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CollectiveProtocol:
+    """One protocol of the collective library: its latencies and bus bandwidth."""
+
+    name: str = param(doc="protocol name (NCCL: LL, LL128, Simple)")
+    base_us: float = param(ge=0, le=1e6, unit="us", doc="latency of one collective call",
+                           source=_NCCL + ": baseLat")
+    step_us: float = param(ge=0, le=1e6, unit="us", doc="latency of one ring step",
+                           source=_NCCL + ": hwLat")
+    bus_gbps: float = param(gt=0, le=1e6, unit="GB/s", doc="bus bandwidth per device "
+                            "(nccl-tests busbw)", source=_NCCL + ": busBw")
+
+    def allreduce_ns(self, nbytes: float, devices: int) -> float:
+        """Ring all-reduce of ``nbytes`` (per device) over ``devices`` devices, ns."""
+        steps = 2 * (devices - 1)
+        return (self.base_us + steps * self.step_us) * 1e3 + \
+            nbytes * steps / (self.bus_gbps * devices)
+
+
+#: NCCL's constants for NVLink on A100 (see the module docstring)
+NCCL_A100_NVLINK = (
+    CollectiveProtocol(name="LL", base_us=6.6, step_us=0.6, bus_gbps=87.7),
+    CollectiveProtocol(name="LL128", base_us=14.0, step_us=1.9, bus_gbps=220.8),
+    CollectiveProtocol(name="Simple", base_us=8.4, step_us=3.4, bus_gbps=240.0),
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CollectiveSpec:
+    """The collective that joins tensor-parallel devices (one all-reduce of a layer's
+    activations after its attention and after its FFN, Megatron-style)."""
+
+    devices: int = param(1, ge=1, le=4096, doc="devices the layer is split over (1: no "
+                         "collective)", source="H2M2 Sec. 5.5: 8-HBM is priced as eight "
+                         "A100 GPUs")
+    protocols: tuple[CollectiveProtocol, ...] = param(
+        default_factory=lambda: NCCL_A100_NVLINK, doc="protocols to choose from; each "
+        "call takes the fastest, as NCCL's tuner does", source=_NCCL)
+
+    def allreduce_ns(self, nbytes: float) -> float:
+        """Time (ns) of one all-reduce of ``nbytes`` per device (0 for one device)."""
+        if self.devices <= 1 or not self.protocols:
+            return 0.0
+        return min(p.allreduce_ns(nbytes, self.devices) for p in self.protocols)
