@@ -154,6 +154,9 @@ def _system(preset: str, overrides: dict | None = None):
 #: how per-request decode attention launches (h2m2sim.decode.iteration.ATTENTION_MODES);
 #: set by --attention
 ATTENTION = "per-request"
+#: matrix unit of attention's score and value products (policy.mapper_params.
+#: attention_unit: auto, mv or mm); set by --attention-unit
+ATTENTION_UNIT = "auto"
 
 
 def point(label: str, model: str, batch: int, seq: int, fidelity: str,
@@ -164,6 +167,8 @@ def point(label: str, model: str, batch: int, seq: int, fidelity: str,
                   attention=ATTENTION)
     if variant:
         params["variant"] = variant
+    if ATTENTION_UNIT != "auto":     # default points keep their keys
+        params["attention_unit"] = ATTENTION_UNIT
     return PointSpec(evaluate, params)
 
 
@@ -178,6 +183,8 @@ def evaluate(task: dict) -> dict:
     overrides = SENSITIVITY[variant] if variant else None
     if task.get("attention", "per-request") != "per-request":
         params = {**params, "attention": task["attention"]}
+    if task.get("attention_unit", "auto") != "auto":
+        params = {**params, "attention_unit": task["attention_unit"]}
     system = _system(preset, overrides)
     model = load_model(task["model"])
     out = simulate(system, model, task["batch"], task["seq"], mapper, params,
@@ -509,9 +516,13 @@ def main(argv=None) -> int:
     p.add_argument("--attention", choices=("per-request", "fused"), default="per-request",
                    help="decode attention launched per request (default) or fused across "
                         "requests of equal length")
+    p.add_argument("--attention-unit", choices=("auto", "mv", "mm"), default="auto",
+                   help="matrix unit of attention's score and value products (auto: the "
+                        "faster by the tile search)")
     args = p.parse_args(argv)
-    global ATTENTION
+    global ATTENTION, ATTENTION_UNIT
     ATTENTION = args.attention
+    ATTENTION_UNIT = args.attention_unit
     if args.all:
         jobs = [("fig", n) for n in sorted(list(FIGURES) + [14, 16, 17])] + [("table", 3)]
     elif args.figure:

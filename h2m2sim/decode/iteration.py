@@ -113,6 +113,41 @@ def _groups(ks: Sequence) -> list[tuple[list, int, list]]:
 
 #: how the per-request attention kernels of a sublayer are launched (see run_piece)
 ATTENTION_MODES = ("per-request", "fused")
+#: the matrix unit of the attention score and value products (see AttentionExec)
+ATTENTION_UNITS = ("auto", "mv", "mm")
+#: the graph ops whose unit AttentionExec.unit chooses
+ATTENTION_PRODUCTS = ("attn_score", "attn_value")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionExec:
+    """How decode attention executes on a chip.
+
+    ``launch``: one launch per request's kernel (``per-request``) or the requests of
+    equal length batched (``fused``, :func:`fuse_requests`). ``unit``: where the score
+    (Q K^T) and value (P V) products run. ``mv``: the MV unit, each K/V tile fetched
+    once into the scratchpad and reused by the group's query heads (a KV byte read from
+    DRAM serves ``group_size`` heads; ``group_size x n`` dot products of ``head_dim``);
+    ``mm``: the MM array as a small GEMM (``group_size`` rows streamed through each
+    ``head_dim x 128`` fold of K or V); ``auto``: the faster of the two by the tile
+    search's estimate (:func:`h2m2sim.npu.tiling.choose_matmul_tiles`). Softmax runs on
+    the vector unit in every case."""
+
+    launch: str = "per-request"
+    unit: str = "auto"
+
+    def __post_init__(self):
+        if self.launch not in ATTENTION_MODES:
+            raise ConfigError("attention", f"must be one of {', '.join(ATTENTION_MODES)}, "
+                              f"got {self.launch!r}")
+        if self.unit not in ATTENTION_UNITS:
+            raise ConfigError("attention_unit", f"must be one of "
+                              f"{', '.join(ATTENTION_UNITS)}, got {self.unit!r}")
+
+    @classmethod
+    def of(cls, attention: "str | AttentionExec") -> "AttentionExec":
+        """An AttentionExec from itself or a launch mode name (unit ``auto``)."""
+        return attention if isinstance(attention, cls) else cls(launch=attention)
 
 
 def fuse_requests(members: Sequence[Sequence]) -> list | None:
@@ -152,27 +187,28 @@ def fuse_requests(members: Sequence[Sequence]) -> list | None:
 
 
 def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str | None,
-                 cache: dict | None, attention: str) -> list:
+                 cache: dict | None, attention: "str | AttentionExec") -> list:
     """The simulations of one piece: (count, run, bytes) per distinct kernel group, where
     ``run()`` returns the group's cached or simulated piece fields and ``bytes`` (what
     its kernels read and write) estimates its cost."""
 
-    if attention not in ATTENTION_MODES:
-        raise ConfigError("attention", f"must be one of {', '.join(ATTENTION_MODES)}, "
-                          f"got {attention!r}")
+    att = AttentionExec.of(attention)
     tasks = []
     skey = _side_key(system, side)
     dram_spec = system.side(side).dram_spec
     for group, count, members in _groups(ks):
-        if attention == "fused" and count > 1:
+        if att.launch == "fused" and count > 1:
             fused = fuse_requests(members)
             if fused is not None:
                 group, count = fused, 1
         key = {"side": skey, "kernels": [list(map(str, kernel_signature(k))) for k in group],
                "fidelity": fidelity, "translate": translate or "default"}
+        if att.unit != "auto" and any(k.op in ATTENTION_PRODUCTS for k in group):
+            key["attention_unit"] = att.unit    # the default's keys stay as they were
 
         def compute(group=group):
-            r = run_kernels(system, side, group, fidelity=fidelity, translate=translate)
+            r = run_kernels(system, side, group, fidelity=fidelity, translate=translate,
+                            attention_unit=att.unit)
             if r.deadlock:
                 raise ConfigError("system", f"the simulation of {group[0].name} on side "
                                   f"{side} deadlocked")
@@ -214,12 +250,13 @@ def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
 
 def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
               translate: str | None = None, cache: dict | None = None,
-              attention: str = "per-request") -> Piece:
-    """Simulate ``ks`` back to back on ``side``. ``attention``: ``per-request`` runs each
-    request's attention kernels as their own launches (identical requests simulated once
-    and counted); ``fused`` launches the attention of identical requests together
-    (:func:`fuse_requests`). ``cache``: options for :func:`h2m2sim.cache.cached`
-    (``cache_dir``, ``enabled``). Distinct kernel groups run on the run's threads."""
+              attention: "str | AttentionExec" = "per-request") -> Piece:
+    """Simulate ``ks`` back to back on ``side``. ``attention``: an :class:`AttentionExec`
+    or its launch mode: ``per-request`` runs each request's attention kernels as their
+    own launches (identical requests simulated once and counted); ``fused`` launches the
+    attention of identical requests together (:func:`fuse_requests`). ``cache``: options
+    for :func:`h2m2sim.cache.cached` (``cache_dir``, ``enabled``). Distinct kernel groups
+    run on the run's threads."""
     return _run_pieces([(system, side, ks)], fidelity, translate, cache, attention)[0]
 
 

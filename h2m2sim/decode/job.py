@@ -35,7 +35,7 @@ from h2m2sim.npu.energy import Activity
 
 from .energy import IterationEnergy, estimate_energy, iteration_energy
 from .hierarchical import HierarchicalOptions, run_hierarchical
-from .iteration import build_problem, run_layer, sublayer_tables
+from .iteration import AttentionExec, build_problem, run_layer, sublayer_tables
 
 __all__ = ["IterationOptions", "check_iteration", "check_iteration_fits", "run_iteration",
            "simulate", "estimate_tables"]
@@ -56,6 +56,12 @@ class IterationOptions:
     hierarchical: HierarchicalOptions = param(
         default_factory=HierarchicalOptions, doc="Hierarchical mapper: replacement policy "
         "of the page cache and how migration combines with compute.")
+    attention_unit: Literal["auto", "mv", "mm"] = param(
+        "auto", doc="Matrix unit of the attention score and value products: mv (K/V "
+                    "tiles reused across a KV head's query group), mm (the group as a "
+                    "small GEMM on the systolic array), auto (the faster of the two by the "
+                    "tile search).",
+        source="H2M2 Sec. 5.2.3 (GQA group size in the performance model); Table 2 units")
 
     @property
     def translate_mode(self) -> str | None:
@@ -167,7 +173,8 @@ def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dic
     """Decide with ``mapper`` and simulate one iteration; returns the metrics dict."""
     _check_cards(system, "system.cards")
     opts = iteration_options(params)
-    translate, att = opts.translate_mode, opts.attention
+    translate = opts.translate_mode
+    att = AttentionExec(opts.attention, opts.attention_unit)
     batch, lens = normalize_batch(batch, seq_lens)
     sides = system.side_names
     groups = model.layer_groups()

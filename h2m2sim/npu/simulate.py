@@ -578,10 +578,12 @@ def _shape_plans(ctx: _Ctx, op: str, m: int, k: int, n: int, batch: int, db: int
                         fpe * rows * n, inflight_bytes=ctx.inflight)]
 
 
-def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | None
-                      ) -> TilePlan:
+def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | None,
+                      attention_unit: str = "auto") -> TilePlan:
     """Tile plan of a :class:`h2m2sim.model.Kernel` whose tensors sit at ``addresses``
-    (base tensor name -> virtual address; default: ``ctx.memory``)."""
+    (base tensor name -> virtual address; default: ``ctx.memory``). ``attention_unit``
+    is the matrix unit of attention score and value products (``auto``: the faster one
+    by the tile search; ``mv`` or ``mm`` pinned)."""
     def addr(t) -> int:
         base = t.base
         if addresses is not None and base in addresses:
@@ -622,8 +624,10 @@ def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | Non
             operands.append(operand("bias", bs, "weight"))
             bias = 3
         batch = max(int(kernel.batch), 1)
+        unit = attention_unit if op in ("attn_score", "attn_value") else "auto"
         plan = plan_matmul(chip, op, operands, 0, 1, 2, batch, kernel.m, kernel.k, kernel.n,
-                           db, ctx.bw_gbps, layout, bias=bias, inflight_bytes=ctx.inflight)
+                           db, ctx.bw_gbps, layout, bias=bias, unit=unit,
+                           inflight_bytes=ctx.inflight)
         plan.flops = int(kernel.flops)
         return plan
     if op in _VECTOR_OPS:
@@ -682,15 +686,18 @@ def run_kernel(system: Any, side: str, kernel: Any, memory: SystemMemory | None 
 def run_kernels(system: Any, side: str, kernels: Sequence[Any],
                 memory: SystemMemory | None = None,
                 addresses: Mapping[str, int] | None = None, fidelity: str = "cycle", *,
-                translate: str | None = None) -> KernelResult:
+                translate: str | None = None, attention_unit: str = "auto") -> KernelResult:
     """Simulate graph kernels of one side back to back (in the given order, each
     starting after all earlier ones finished: one barrier between consecutive kernels),
     all cores of the chip, in one engine run. With ``sampled`` fidelity the run holds
     only a prefix of every large kernel's per-core tile chains and the rest of each is
     extrapolated. The result's ``kernels`` lists per kernel: name, op, unit, start_ns,
     time_ns (incl. the barrier after it), flops, bytes, tiles, compute_ns,
-    stall_memory_ns, stall_compute_ns, extrapolated."""
+    stall_memory_ns, stall_compute_ns, extrapolated. ``attention_unit``: see
+    :func:`plan_graph_kernel`."""
     _check_fidelity(fidelity)
+    if attention_unit not in ("auto", "mm", "mv"):
+        raise ConfigError("attention_unit", f"must be auto, mm or mv, got {attention_unit!r}")
     kernels = list(kernels)
     if not kernels:
         raise ConfigError("kernels", "needs at least one kernel")
@@ -704,7 +711,7 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
                 kind = t.kind if t.view_of is None else old[1]
                 sizes[t.base] = (max(old[0], need, 1), kind)
         _private_place(ctx, [(nm, nb, kd) for nm, (nb, kd) in sizes.items()])
-    plans = [plan_graph_kernel(ctx, kn, addresses) for kn in kernels]
+    plans = [plan_graph_kernel(ctx, kn, addresses, attention_unit) for kn in kernels]
     names = [kn.name for kn in kernels]
     op = kernels[0].op if len(kernels) == 1 else "kernels"
     return _result(ctx, plans, names, fidelity, op)
