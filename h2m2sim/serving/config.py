@@ -92,12 +92,13 @@ class ServingConfig:
                    "decode tokens plus prefill chunks up to max_num_batched_tokens tokens in "
                    "all, priced as one mixed iteration; prefills no longer pause decodes.")
     max_num_batched_tokens: Optional[int] = param(
-        None, ge=1, unit="tokens",
+        None, ge=1, le=1 << 24, unit="tokens",
         doc="Token budget of one chunked-prefill iteration (decode tokens first, then "
-            "chunks of the prefills in admission order). At least max_batch. Null = the "
-            "smallest power of two >= 2 x max_batch whose prefill costs 2 batch-1 decode "
-            "steps of the served model (the weight read is then at most half of a chunk's "
-            "iteration, and a chunk stalls the decodes by about one step).",
+            "chunks of the prefills in admission order). At least max_batch. Null = a "
+            "power of two >= 2 x max_batch: with slo_tpot_s the largest whose chunk "
+            "iteration fits that SLO; without, the smallest whose prefill costs 2 batch-1 "
+            "decode steps of the served model (the weight read is then at most half of a "
+            "chunk's iteration, and a chunk stalls the decodes by about one step).",
         source="Sarathi-Serve (OSDI 2024) token budget; vLLM max_num_batched_tokens")
     slo_ttft_s: Optional[float] = param(
         None, gt=0, unit="s", doc="Time-to-first-token SLO: with slo_tpot_s it gives "

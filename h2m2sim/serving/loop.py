@@ -223,7 +223,7 @@ class ServingLoop:
         if budget is None:
             budget = default_batched_tokens(
                 lambda t: tables.prefill_s([t]), tables.decode_step_s(1, [1], self.layout),
-                self.cfg.max_batch, int(self.tables.token_grid[-1]))
+                self.cfg.max_batch, int(self.tables.token_grid[-1]), self.cfg.slo_tpot_s)
         if tables.max_chunk_tokens < budget:
             raise ConfigError("serving.max_num_batched_tokens", f"{budget} tokens, but the "
                               f"iteration tables hold mixed iterations up to "

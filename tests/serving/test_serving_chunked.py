@@ -230,3 +230,15 @@ def test_replicas_serve_with_chunked_prefill_and_slo():
         assert 0 <= m["slo_attainment"] <= 1 and m["itl_p99_s"] >= m["itl_p50_s"] > 0
         assert m["max_num_batched_tokens"] >= 2 * 256
     assert four["output_tokens"] == one["output_tokens"]
+
+
+def test_default_budget_follows_the_tpot_slo():
+    """Sarathi-Serve's rule: the largest power-of-two budget whose chunk iteration fits
+    the SLO; a linear prefill of 1 ms per 100 tokens and a 20 ms SLO allow 1,024 tokens
+    (10.24 ms) but not 2,048 (20.48 ms)."""
+    from h2m2sim.serving.timing import default_batched_tokens
+    pre = lambda t: 1e-5 * t    # noqa: E731
+    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20, slo_s=0.02) == 1024
+    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20, slo_s=1e-6) == 16  # none fits
+    assert default_batched_tokens(pre, 1e-3, 8, 1000, slo_s=10.0) == 1024   # the cap
+    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20) == 256    # 2 decode steps
