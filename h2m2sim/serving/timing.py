@@ -52,7 +52,8 @@ __all__ = ["AnalyticEvaluator", "TableGrid", "IterationTables", "build_tables", 
 #: batch limit, so decodes never take the whole budget) whose prefill iteration costs this
 #: many batch-1 decode steps. The weight read is then at most 1/ratio of a chunk's
 #: iteration, while a chunk stalls the decodes riding with it by about ratio steps
-#: (Sarathi-Serve's trade-off: Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024).
+#: (Sarathi-Serve's trade-off: Agrawal et al., "Taming Throughput-Latency Tradeoff in LLM
+#: Inference with Sarathi-Serve", OSDI 2024).
 CHUNK_COST_RATIO = 2.0
 
 
