@@ -14,7 +14,8 @@ The tutorial's source is ``tools/tutorial/tutorial.md.in``: Markdown whose
   sweep's plotted numbers, ...).
 
 Commands run in the scratch folder with this checkout's ``h2m2sim`` and a fresh result
-cache, so every number in the tutorial is what a new user gets today. The measured
+cache (``scripts/`` is linked there, so ``python scripts/NAME.py`` runs as from the
+repository root), so every number in the tutorial is what a new user gets today. The measured
 values are kept in ``tools/tutorial/outputs.json``; ``--render`` rebuilds the page from
 them without running anything, and the test suite checks that the page, the template
 and the stored outputs agree (``--check``) and that every command still parses.
@@ -60,6 +61,8 @@ def run_all(text: str, work: Path) -> dict:
     env = {**os.environ, "H2M2SIM_CACHE": str(work / ".cache"), "COLUMNS": "100"}
     bindir = Path(sys.executable).parent
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    # scripts run as from the repository root (``python scripts/NAME.py``)
+    (work / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
     out = {"outputs": [], "walls": []}
     for cmd in commands(text):
         print(f"$ {cmd}", file=sys.stderr, flush=True)
@@ -140,9 +143,10 @@ def render(text: str, stored: dict) -> str:
 
 
 def parses(cmd: str) -> str | None:
-    """None if ``cmd`` (an ``h2m2sim`` command) parses with today's CLI, else why not."""
+    """None if ``cmd`` (an ``h2m2sim`` command, perhaps piped into a filter such as
+    ``| grep``) parses with today's CLI, else why not."""
     from h2m2sim.cli import build_parser
-    argv = shlex.split(cmd)
+    argv = shlex.split(cmd.split(" | ")[0])
     if argv[0] != "h2m2sim":
         return None
     try:

@@ -45,12 +45,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="replay a request trace through a KV-cache allocator",
         description="Replay a request trace (CSV with arrival_s, prompt_tokens, output_tokens "
-                    "[, prompt]; .gz allowed; or a bundled name: azure2023_conv, "
-                    "azure2023_code, alpaca) with continuous batching and report serving "
+                    "[, prompt, prefix_block_hashes]; a Mooncake-format .jsonl; .gz allowed; "
+                    "or a bundled name: azure2023_conv, azure2023_code, alpaca, "
+                    "mooncake2025_conv) with continuous batching and report serving "
                     "metrics. Iteration times come from tables built by a point evaluator: "
                     "the cycle-level NPU chip and DRAM model by default, or the analytic "
                     "placeholder, which the output then names.")
-    p.add_argument("--trace", required=True, metavar="CSV", help="trace file or bundled name")
+    p.add_argument("--trace", required=True, metavar="FILE",
+                   help="trace file (.csv, .jsonl, .gz) or bundled name")
     p.add_argument("--system", required=True, metavar="PRESET",
                    help="system preset or YAML file (e.g. mlu370-x4: four cards, tensor "
                         "parallel)")

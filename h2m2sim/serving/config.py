@@ -32,9 +32,10 @@ class ServingConfig:
     allocator is chosen by the run configuration's ``policy.allocator`` (or ``serve
     --allocator``)."""
 
-    trace: Optional[str] = param(None, doc="Request trace: a CSV path (.gz allowed) or a "
-                                           "bundled name (azure2023_conv, azure2023_code, "
-                                           "alpaca).")
+    trace: Optional[str] = param(None, doc="Request trace: a CSV path (.gz allowed), a "
+                                           "Mooncake-format .jsonl path (.jsonl.gz "
+                                           "allowed) or a bundled name (azure2023_conv, "
+                                           "azure2023_code, alpaca, mooncake2025_conv).")
     max_requests: Optional[int] = param(None, gt=0, unit="requests",
                                         doc="Replay only the first N requests (of those "
                                             "not held out as history).")

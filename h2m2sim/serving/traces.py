@@ -4,9 +4,14 @@ A :class:`RequestTrace` is a request stream held in NumPy arrays: arrival time (
 prompt length and output length (tokens), and optionally the prompt text and the prompt's
 prefix block hashes. It is read from a CSV (plain or ``.gz``) whose header names at least
 ``prompt_tokens`` and ``output_tokens``; ``arrival_s``, ``prompt`` and
-``prefix_block_hashes`` are optional, other columns are ignored.
+``prefix_block_hashes`` are optional, other columns are ignored. A ``.jsonl`` file (plain
+or ``.jsonl.gz``) is read in the Mooncake trace format: one JSON object per line with
+``input_length`` and ``output_length`` (tokens), optionally ``timestamp`` (milliseconds)
+and ``hash_ids`` (a list of prefix block hashes), each present in every line or in none;
+they are checked as the CSV columns ``prompt_tokens``, ``output_tokens``, ``arrival_s``
+and ``prefix_block_hashes``.
 The bundled traces (``workloads/traces``) can be named without a path: ``azure2023_conv``,
-``azure2023_code``, ``alpaca``.
+``azure2023_code``, ``alpaca``, ``mooncake2025_conv``.
 
 Every file follows the same rules (:func:`_to_numbers` checks every column): the header
 names each column once; at least one data row; ``prompt_tokens`` and ``output_tokens`` are
@@ -28,6 +33,7 @@ import csv
 import dataclasses
 import gzip
 import io
+import json
 import sys
 import zlib
 from pathlib import Path
@@ -42,7 +48,8 @@ __all__ = ["RequestTrace", "load_trace", "poisson_arrivals", "bundled_trace_path
 #: Names of the traces shipped in ``workloads/traces`` (resolved by :func:`bundled_trace_path`).
 BUNDLED_TRACES = {"azure2023_conv": "azure2023_conv.csv",
                   "azure2023_code": "azure2023_code.csv",
-                  "alpaca": "alpaca.csv.gz"}
+                  "alpaca": "alpaca.csv.gz",
+                  "mooncake2025_conv": "mooncake2025_conv.jsonl.gz"}
 
 REQUIRED_COLUMNS = ("prompt_tokens", "output_tokens")
 
@@ -55,6 +62,8 @@ MAX_ARRIVAL_S = 1e9
 #: Largest prefix block hash (whole numbers 0..2**62 stay exact in int64 and in parsing).
 MAX_HASH = 2**62
 PREFIX_COLUMN = "prefix_block_hashes"
+#: Fields of a Mooncake-format JSONL trace: required, then optional.
+MOONCAKE_FIELDS = ("input_length", "output_length", "timestamp", "hash_ids")
 # what reading a damaged file may raise (gzip: truncated or corrupt streams)
 _UNREADABLE = (OSError, EOFError, UnicodeDecodeError, zlib.error)
 
@@ -187,8 +196,8 @@ def poisson_arrivals(n: int, rate_per_s: float, seed: int = 0) -> np.ndarray:
 
 
 def bundled_trace_path(name: str) -> Path | None:
-    """Path of a bundled trace (``azure2023_conv``, ``azure2023_code``, ``alpaca``), or
-    None if ``name`` is not one."""
+    """Path of a bundled trace (a key of :data:`BUNDLED_TRACES`), or None if ``name`` is
+    not one."""
     fname = BUNDLED_TRACES.get(name)
     if fname is None:
         return None
@@ -255,7 +264,8 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
                seed: int = 0, keep_text: bool = True) -> RequestTrace:
     """Read and validate a request trace.
 
-    ``path`` is a CSV file (``.gz`` for gzip) or the name of a bundled trace.
+    ``path`` is a CSV file (``.gz`` for gzip), a Mooncake-format ``.jsonl`` file
+    (``.jsonl.gz`` for gzip) or the name of a bundled trace.
     ``max_requests`` keeps the first N data rows. ``arrival_rate`` (requests/s) replaces the
     arrivals with a seeded Poisson process — required for realistic latency metrics on a
     dataset without an ``arrival_s`` column; without it such a dataset gets every arrival at
@@ -272,6 +282,8 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
     shown = str(path)
     if max_requests is not None and max_requests <= 0:
         raise ConfigError("max_requests", f"must be > 0, got {max_requests}")
+    if _is_jsonl(p):
+        return _load_jsonl(p, shown, max_requests, arrival_rate, seed)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     try:
         fh = _open_text(p)
@@ -331,28 +343,138 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
             raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {_why(err)}") from None
     if row == 0:
         raise ConfigError(shown, "no requests (header only)")
-    prompt_tokens = _to_numbers(shown, "prompt_tokens", prompts, lines, integer=True)
-    output_tokens = _to_numbers(shown, "output_tokens", outputs, lines, integer=True)
-    name = p.name.split(".")[0]
-    text = tuple(texts) if i_t is not None else None
-    csr = _prefix_hashes(shown, hashes, lines) if i_h is not None else (None, None)
-    if i_a is not None:
-        arrival = _to_numbers(shown, "arrival_s", arrivals, lines, integer=False,
-                              hi=MAX_ARRIVAL_S)
+    fields = _Fields(prompts, outputs, arrivals if i_a is not None else None,
+                     tuple(texts) if i_t is not None else None,
+                     hashes if i_h is not None else None, lines)
+    return _assemble(shown, p.name.split(".")[0], fields, arrival_rate, seed)
+
+
+@dataclasses.dataclass
+class _Fields:
+    """The text of a trace's fields, one entry per request (``None``: the file has no
+    such field), and each request's line in the file."""
+
+    prompts: list[str]
+    outputs: list[str]
+    arrivals: list[str] | None
+    texts: tuple[str, ...] | None
+    hashes: list[str] | None
+    lines: list[int]
+    arrival_column: str = "arrival_s"
+    arrival_units_per_s: float = 1.0   # ``arrivals`` are in 1/this seconds
+    names: tuple[str, str] = ("prompt_tokens", "output_tokens")
+
+
+def _assemble(shown: str, name: str, f: _Fields, arrival_rate, seed) -> RequestTrace:
+    """A validated :class:`RequestTrace` from the fields of one file (CSV or JSONL): the
+    same checks for every format (see the module docstring)."""
+    lines = f.lines
+    prompt_tokens = _to_numbers(shown, f.names[0], f.prompts, lines, integer=True)
+    output_tokens = _to_numbers(shown, f.names[1], f.outputs, lines, integer=True)
+    csr = _prefix_hashes(shown, f.hashes, lines) if f.hashes is not None else (None, None)
+    if f.arrivals is not None:
+        arrival = _to_numbers(shown, f.arrival_column, f.arrivals, lines, integer=False,
+                              hi=MAX_ARRIVAL_S * f.arrival_units_per_s) / f.arrival_units_per_s
         back = np.flatnonzero(np.diff(arrival) < 0)
         if back.size:
             i = int(back[0]) + 1
-            raise _bad(shown, i + 1, lines[i], "arrival_s",
-                       f"arrivals must be sorted (non-decreasing): {arrivals[i]} comes after "
-                       f"{arrivals[i - 1]}")
-        trace = RequestTrace(arrival, prompt_tokens, output_tokens, text, name, True, "", *csr)
+            raise _bad(shown, i + 1, lines[i], f.arrival_column,
+                       f"arrivals must be sorted (non-decreasing): {f.arrivals[i]} comes "
+                       f"after {f.arrivals[i - 1]}")
+        trace = RequestTrace(arrival, prompt_tokens, output_tokens, f.texts, name, True, "",
+                             *csr)
     else:
-        trace = RequestTrace(np.zeros(row), prompt_tokens, output_tokens, text, name, False,
-                             "no arrival times in the file: every request arrives at t = 0 "
-                             "(offline run); give a Poisson rate for an online run", *csr)
+        trace = RequestTrace(np.zeros(len(lines)), prompt_tokens, output_tokens, f.texts,
+                             name, False, "no arrival times in the file: every request "
+                             "arrives at t = 0 (offline run); give a Poisson rate for an "
+                             "online run", *csr)
     if arrival_rate is not None:
         trace = trace.with_poisson_arrivals(arrival_rate, seed)
     return trace
+
+
+def _is_jsonl(p: Path) -> bool:
+    return ".jsonl" in p.suffixes[-2:]
+
+
+def _load_jsonl(p: Path, shown: str, max_requests, arrival_rate, seed) -> RequestTrace:
+    """A Mooncake-format trace: one JSON object per line with ``input_length`` and
+    ``output_length`` (tokens), optionally ``timestamp`` (milliseconds since the start)
+    and ``hash_ids`` (a list of prefix block hashes); other keys are ignored."""
+    need, optional = MOONCAKE_FIELDS[:2], MOONCAKE_FIELDS[2:]
+    got: dict[str, list[str]] = {k: [] for k in MOONCAKE_FIELDS}
+    present = {k: None for k in optional}        # first line that has / lacks each field
+    lines: list[int] = []
+    try:
+        fh = _open_text(p)
+    except OSError as err:
+        raise ConfigError(shown, f"cannot open: {_why(err)}") from None
+    row, lineno = 0, 0
+    with fh:
+        try:
+            for lineno, text in enumerate(fh, 1):
+                if not text.strip():
+                    continue
+                row += 1
+                rec = _json_object(shown, row, lineno, text)
+                for key in need:
+                    if key not in rec:
+                        raise ConfigError(f"{shown} row {row}", f"line {lineno}: no "
+                                          f"'{key}' field (required: {', '.join(need)}; "
+                                          f"optional: {', '.join(optional)})")
+                    got[key].append(_scalar_text(rec[key]))
+                for key in optional:
+                    has = key in rec
+                    if present[key] is None:
+                        present[key] = has
+                    elif present[key] != has:
+                        raise ConfigError(f"{shown} row {row}", f"line {lineno}: field "
+                                          f"'{key}' is {'present' if has else 'missing'} "
+                                          "here but not in the first row; every row or "
+                                          "none must have it")
+                got["timestamp"].append(_scalar_text(rec.get("timestamp")))
+                if "hash_ids" in rec:
+                    got["hash_ids"].append(_hash_text(shown, row, lineno, rec["hash_ids"]))
+                lines.append(lineno)
+                if max_requests is not None and row >= max_requests:
+                    break
+        except _UNREADABLE as err:
+            raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {_why(err)}") from None
+    if row == 0:
+        raise ConfigError(shown, "no requests (no JSON lines)")
+    fields = _Fields(got["input_length"], got["output_length"],
+                     got["timestamp"] if present["timestamp"] else None, None,
+                     got["hash_ids"] if present["hash_ids"] else None, lines,
+                     arrival_column="timestamp", arrival_units_per_s=1e3,
+                     names=("input_length", "output_length"))
+    return _assemble(shown, p.name.split(".")[0], fields, arrival_rate, seed)
+
+
+def _json_object(shown: str, row: int, lineno: int, text: str) -> dict:
+    try:
+        rec = json.loads(text)
+    except ValueError as err:
+        raise ConfigError(f"{shown} row {row}", f"line {lineno}: not JSON: "
+                          f"{getattr(err, 'msg', err)}") from None
+    if not isinstance(rec, dict):
+        raise ConfigError(f"{shown} row {row}", f"line {lineno}: expected a JSON object, "
+                          f"got {type(rec).__name__}")
+    return rec
+
+
+def _scalar_text(value) -> str:
+    """A JSON value as the text the CSV checks read: numbers as written; strings, booleans,
+    null and lists become texts that no number check accepts (quoted, True, None, [..])."""
+    return repr(value)
+
+
+def _hash_text(shown: str, row: int, lineno: int, value) -> str:
+    """``hash_ids`` (a JSON list of whole numbers) as the CSV's space-separated text."""
+    if not isinstance(value, list) or any(isinstance(h, bool) or not isinstance(h, int)
+                                          for h in value):
+        raise _bad(shown, row, lineno, "hash_ids", f"must be a list of whole numbers, got "
+                   f"{json.dumps(value)[:60]}")
+    return " ".join(map(str, value))
 
 
 def _prefix_hashes(path: str, fields: list[str], lines: list[int]):

@@ -90,3 +90,35 @@ def test_runs_with_a_model_from_a_file(capsys, tmp_path):
     assert main(argv + ["--allocator", "static"]) == 0
     m = json.loads(capsys.readouterr().out)
     assert m["model"] == "fake-1b" and m["kv_bytes_per_token"] == 4 * 2 * 8 * 64 * 2
+
+
+def test_the_full_serving_command_on_a_hashed_trace(capsys, tmp_path):
+    """``serve <hashed trace> --chunked-prefill --prefix-caching --slo-ttft 2 --slo-tpot
+    0.1 --json`` on a Mooncake-format trace whose prompts share half their blocks: the
+    latency, SLO and prefix keys are there and agree with the trace."""
+    from h2m2sim.serving.traces import prefix_reuse_trace
+    n, blocks = 40, 4
+    tr = prefix_reuse_trace(n, 0.5, prompt_blocks=blocks, block_tokens=512, prefixes=2,
+                            output_tokens=16, arrival_rate=1.0, seed=3)
+    path = tmp_path / "hashed.jsonl"
+    path.write_text("".join(json.dumps({
+        "timestamp": int(round(tr.arrival_s[i] * 1000)),
+        "input_length": int(tr.prompt_tokens[i]), "output_length": int(tr.output_tokens[i]),
+        "hash_ids": tr.block_hashes(i).tolist()}) + "\n" for i in range(n)))
+    argv = ["serve", "--trace", str(path), "--system", "mlu370-x4", "--model",
+            "deepseek-r1-distill-qwen-7b", "--allocator", "paged", "--evaluator", "analytic",
+            "--history-fraction", "0", "--chunked-prefill", "--prefix-caching",
+            "--slo-ttft", "2", "--slo-tpot", "0.1", "--json"]
+    assert main(argv) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["requests_completed"] == n and m["chunked_prefill"] and m["mixed_iterations"]
+    assert m["itl_p99_s"] >= m["itl_p50_s"] > 0
+    assert 0 <= m["slo_attainment"] <= 1
+    assert m["goodput_rps"] == pytest.approx(
+        m["slo_attainment"] * n / m["duration_s"], rel=1e-9)
+    # arrivals a second apart: every request but the two first uses of a prefix hits
+    # its 2 shared blocks
+    assert m["prefix_hit_rate"] == pytest.approx(0.5 * (n - 2) / n)
+    total = n * blocks * 512
+    assert m["prefill_tokens_total"] == total
+    assert m["prefill_tokens_computed"] == total - 2 * 512 * (n - 2)

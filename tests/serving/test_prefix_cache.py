@@ -300,3 +300,89 @@ def test_serve_cli_reports_prefix_metrics(tmp_path, capsys, monkeypatch):
     assert on["prefill_tokens_computed"] < off["prefill_tokens_computed"] == \
         off["prefill_tokens_total"] == on["prefill_tokens_total"]
     assert off["prefix_hit_rate"] is None and on["prefix_sharing"] is True
+
+
+class QuadMixedEval(QuadEval):
+    """QuadEval plus mixed iterations: a decode step plus the chunks' prefill work
+    (each chunk's own tokens and its causal attention over the tokens before it)."""
+
+    def mixed_cost(self, decode_context, chunks, kv_layout):
+        from h2m2sim.compute.evaluator import PointCost
+        ctx = np.asarray(decode_context, dtype=float).ravel()
+        ch = np.asarray(chunks, dtype=float).reshape(-1, 2)
+        prior, take = ch[:, 0], ch[:, 1]
+        t = self.evaluate("decode", ctx.size, ctx, kv_layout) if ctx.size else self.F
+        return PointCost(t + self.L * take.sum()
+                         + self.A * float(np.sum((prior + take) ** 2 - prior ** 2)))
+
+    def cache_key(self):
+        return {"quad-mixed": 1}
+
+
+CHUNK_BUDGET = 96     # smaller than a prompt (8 blocks of 64): prefills span iterations
+
+
+def _chunked_run(trace, alloc, cap_tokens, **cfg):
+    c = ServingConfig(max_batch=16, max_context_tokens=CTX, prefix_block_tokens=BLOCK,
+                      prefix_caching=True, chunked_prefill=True,
+                      max_num_batched_tokens=CHUNK_BUDGET, **cfg)
+    a = make_allocator(alloc, cap_tokens * BPT, BPT, max_context_tokens=CTX)
+    tables = build_tables(QuadMixedEval(), [CONTIGUOUS, KVLayout.paged(16)],
+                          TableGrid(16, CTX, token_points=10, chunk_tokens=CHUNK_BUDGET),
+                          cache=False)
+    loop = ServingLoop(trace, c, a, tables)
+    loop.prefix.check = True
+    finished: list[int] = []
+    inner = loop.finish
+
+    def finish(j):
+        finished.append(int(loop.running.idx[j]))
+        inner(j)
+    loop.finish = finish
+    res = loop.run()
+    a.check_invariants()
+    return res, loop, finished
+
+
+@pytest.mark.parametrize("alloc", ["paged", "static"])
+def test_chunked_prefill_with_prefix_caching_ample_memory(alloc):
+    """Prefills spread apart in time: the hits are the ideal cache's, and the chunks the
+    mixed iterations computed are exactly the prompt tokens the cache did not serve."""
+    n = 60
+    tr = prefix_reuse_trace(n, 0.5, prompt_blocks=BLOCKS, block_tokens=BLOCK, prefixes=3,
+                            output_tokens=8, arrival_rate=1.0, seed=7)
+    res, loop, finished = _chunked_run(tr, alloc, 10**6)
+    m = res.metrics
+    k = round(0.5 * BLOCKS)
+    assert sorted(finished) == list(range(n))
+    assert m["mixed_iterations"] > 0 and m["prefill_iterations"] == 0
+    assert m["prefix_hit_blocks"] == _ideal_hits(tr, k)
+    total = n * BLOCKS * BLOCK
+    assert m["prefill_tokens_total"] == total
+    assert m["prefill_tokens_computed"] == total - loop.prefix.stats["hit_tokens"] \
+        == total - k * BLOCK * (n - 3)
+    assert m["prefix_cache_evictions"] == 0
+
+
+@pytest.mark.parametrize("alloc", ["paged", "static"])
+def test_chunked_prefill_with_prefix_caching_tight_memory(alloc):
+    """Memory for a few requests, bursty arrivals: blocks are evicted and (paged) running
+    requests preempted and prefilled again; every request completes once and the tokens
+    the chunks computed equal what was asked (recomputation included) minus the cache's
+    hits."""
+    n = 120
+    tr = prefix_reuse_trace(n, 0.5, prompt_blocks=BLOCKS, block_tokens=BLOCK, prefixes=5,
+                            output_tokens=60, arrival_rate=400.0, seed=8)
+    cap = 6 * CTX if alloc == "static" else 4 * CTX
+    res, loop, finished = _chunked_run(tr, alloc, cap)
+    m = res.metrics
+    assert sorted(finished) == list(range(n))
+    if alloc == "paged":         # static reserves the worst case: it never grows
+        assert m["preemptions"] > 0
+    assert np.isfinite(res.finish_s).all()
+    assert m["prefix_cache_evictions"] > 0 and 0 < m["prefix_hit_rate"] < 0.5
+    assert m["prefill_tokens_total"] >= n * BLOCKS * BLOCK
+    assert m["prefill_tokens_computed"] == \
+        m["prefill_tokens_total"] - loop.prefix.stats["hit_tokens"]
+    assert not loop.prefix.held and not loop.filling
+    loop.prefix.check_invariants()

@@ -1,12 +1,15 @@
 """Request trace loading: schema, gzip, bundled traces, Poisson arrivals, and errors that
 name the file and the row."""
 import gzip
+import hashlib
+import json
 
 import numpy as np
 import pytest
 
 from h2m2sim.errors import ConfigError
-from h2m2sim.serving.traces import BUNDLED_TRACES, load_trace, poisson_arrivals
+from h2m2sim.serving.traces import (BUNDLED_TRACES, bundled_trace_path, load_trace,
+                                    poisson_arrivals)
 
 
 def _write(tmp_path, text, name="t.csv"):
@@ -34,7 +37,8 @@ def test_reads_schema_in_any_column_order_and_gzip(tmp_path):
 
 
 def test_max_requests_and_bundled_names():
-    assert set(BUNDLED_TRACES) == {"azure2023_conv", "azure2023_code", "alpaca"}
+    assert set(BUNDLED_TRACES) == {"azure2023_conv", "azure2023_code", "alpaca",
+                                   "mooncake2025_conv"}
     t = load_trace("azure2023_conv", max_requests=100)
     assert len(t) == 100 and t.prompt_tokens[:2].tolist() == [374, 396]
     a = load_trace("alpaca", max_requests=10)
@@ -88,3 +92,71 @@ def test_poisson_arrivals_rate_and_seed():
     assert not np.array_equal(a, poisson_arrivals(20000, 5.0, seed=4))
     with pytest.raises(ConfigError, match="arrival_rate"):
         poisson_arrivals(3, 0.0)
+
+
+MOONCAKE = [{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]},
+            {"timestamp": 27482, "input_length": 600, "output_length": 7, "hash_ids": [0, 3]},
+            {"timestamp": 30535, "input_length": 10, "output_length": 1, "hash_ids": []}]
+
+
+def _jsonl(tmp_path, rows, name="m.jsonl"):
+    return _write(tmp_path, "".join(r if isinstance(r, str) else json.dumps(r) + "\n"
+                                    for r in rows), name)
+
+
+@pytest.mark.parametrize("name", ["m.jsonl", "m.jsonl.gz"])
+def test_mooncake_jsonl_reads_as_its_csv_twin(tmp_path, name):
+    t = load_trace(_jsonl(tmp_path, MOONCAKE + ["\n"], name))
+    rows = [f"{r['timestamp'] / 1000},{r['input_length']},{r['output_length']},"
+            + " ".join(map(str, r["hash_ids"])) for r in MOONCAKE]
+    c = load_trace(_write(tmp_path, "arrival_s,prompt_tokens,output_tokens,"
+                                    "prefix_block_hashes\n" + "\n".join(rows) + "\n"))
+    assert t.arrival_s.tolist() == c.arrival_s.tolist() == [0.0, 27.482, 30.535]
+    assert t.prompt_tokens.tolist() == [1100, 600, 10] and t.output_tokens.tolist() == [5, 7, 1]
+    assert t.prefix_hashes.tolist() == c.prefix_hashes.tolist() == [0, 1, 2, 0, 3]
+    assert t.prefix_offsets.tolist() == [0, 3, 5, 5] and t.has_arrivals and t.name == "m"
+    assert len(load_trace(_jsonl(tmp_path, MOONCAKE, name), max_requests=2)) == 2
+    bare = [{"input_length": 3, "output_length": 4, "other": "x"}]
+    b = load_trace(_jsonl(tmp_path, bare, "b.jsonl"))
+    assert not b.has_arrivals and not b.has_prefix_hashes and b.prompt_tokens.tolist() == [3]
+
+
+def _row(**change):
+    rec = {"timestamp": 40000, "input_length": 700, "output_length": 3, "hash_ids": [0, 9]}
+    rec.update(change)
+    return {k: v for k, v in rec.items() if v is not None}
+
+
+@pytest.mark.parametrize("bad,what", [
+    (_row(input_length=-4), "input_length' (line 3): must be >= 0"),
+    (_row(output_length=2.5), "whole number"),
+    (_row(output_length="7"), "not a number"),
+    (_row(output_length=True), "not a number"),
+    (_row(timestamp=100), "sorted"),
+    (_row(timestamp=float("nan")), "finite"),
+    ({"timestamp": 40000, "output_length": 3, "hash_ids": [0]}, "no 'input_length' field"),
+    ({"input_length": 7, "output_length": 3, "hash_ids": [0]}, "'timestamp' is missing"),
+    (_row(hash_ids="0 9"), "list of whole numbers"),
+    (_row(hash_ids=[0, 1.5]), "list of whole numbers"),
+    (_row(hash_ids=[0, -1]), "not a whole number"),
+    (_row(hash_ids=[3, 9]), "follows another prefix"),
+    ("{not json\n", "not JSON"),
+    ("[1, 2]\n", "expected a JSON object"),
+])
+def test_bad_mooncake_rows_are_named(tmp_path, bad, what):
+    p = _jsonl(tmp_path, MOONCAKE[:2] + [bad])
+    with pytest.raises(ConfigError) as info:
+        load_trace(p)
+    assert info.value.key == f"{p} row 3"
+    assert what in info.value.message and "line 3" in info.value.message
+
+
+def test_bundled_mooncake_trace_is_the_published_file():
+    """The shipped file decompresses to the published conversation trace (its sha256 in
+    workloads/traces/README.md) and loads with its hashes."""
+    path = bundled_trace_path("mooncake2025_conv")
+    digest = hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    assert digest in (path.parent / "README.md").read_text()
+    t = load_trace("mooncake2025_conv", max_requests=3)
+    assert t.prompt_tokens.tolist() == [6758, 7322, 7236]
+    assert t.block_hashes(1).tolist() == [0] + list(range(14, 28))
