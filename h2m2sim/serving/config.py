@@ -95,10 +95,9 @@ class ServingConfig:
     max_num_batched_tokens: Optional[int] = param(
         None, ge=1, le=1 << 24, unit="tokens",
         doc="Token budget of one chunked-prefill iteration (decode tokens first, then "
-            "chunks of the prefills in admission order). At least max_batch. Null = a "
-            "power of two >= 2 x max_batch: with slo_tpot_s the largest whose chunk "
-            "iteration fits that SLO; without, the smallest whose prefill costs 2 batch-1 "
-            "decode steps of the served model (the weight read is then at most half of a "
+            "chunks of the prefills in admission order). At least max_batch. Null = the "
+            "smallest power of two >= 2 x max_batch whose prefill costs 2 batch-1 decode "
+            "steps of the served model (the weight read is then at most half of a "
             "chunk's iteration, and a chunk stalls the decodes by about one step).",
         source="Sarathi-Serve (OSDI 2024) token budget; vLLM max_num_batched_tokens")
     slo_ttft_s: Optional[float] = param(

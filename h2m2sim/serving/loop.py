@@ -223,7 +223,7 @@ class ServingLoop:
         if budget is None:
             budget = default_batched_tokens(
                 lambda t: tables.prefill_s([t]), tables.decode_step_s(1, [1], self.layout),
-                self.cfg.max_batch, int(self.tables.token_grid[-1]), self.cfg.slo_tpot_s)
+                self.cfg.max_batch, int(self.tables.token_grid[-1]))
         if tables.max_chunk_tokens < budget:
             raise ConfigError("serving.max_num_batched_tokens", f"{budget} tokens, but the "
                               f"iteration tables hold mixed iterations up to "
@@ -576,6 +576,8 @@ class ServingLoop:
         else:
             ctx_sum = 0.0
             dt, de = tables.prefill_cost([c[2] for c in chunks])
+        ds, dj = self._chunk_context_cost(chunks)
+        dt, de = dt + ds, de + dj
         self._advance(dt, ctx_sum + sum(self.filled[r] for r in self.filling))
         t = self.t
         st["mixed_iterations"] += 1
@@ -604,6 +606,20 @@ class ServingLoop:
             run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r),
                     self.last_tok[r])
         self.finish_done()
+
+    def _chunk_context_cost(self, chunks) -> tuple[float, float]:
+        """(seconds, joules) the chunks' attention over their own earlier tokens adds to an
+        iteration priced as if every chunk started a prompt: per chunk of ``take`` tokens
+        after ``before`` prefilled ones, the cost of computing it after that prefix
+        (:func:`~.prefix_cache.cached_prefill_cost`, as a cached prefix) less the cost of
+        computing it alone."""
+        ds = dj = 0.0
+        for _, before, take in chunks:
+            if before > 0 and take > 0:
+                s1, j1 = cached_prefill_cost(self.tables, [before + take], [before])
+                s0, j0 = self.tables.prefill_cost([take])
+                ds, dj = ds + max(s1 - s0, 0.0), dj + max(j1 - j0, 0.0)
+        return ds, dj
 
     def _record_gaps(self, last: np.ndarray, t: float) -> None:
         """Tokens emitted at ``t`` by requests whose previous tokens came at ``last``:

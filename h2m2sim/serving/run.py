@@ -193,15 +193,13 @@ def with_batched_tokens(cfg: ServingConfig, evaluator: PointEvaluator, kv_layout
                         max_tokens: int) -> ServingConfig:
     """``cfg`` with the chunked-prefill budget set: its own, or
     :func:`~.timing.default_batched_tokens` from ``evaluator`` (one prompt's prefill
-    against the TPOT SLO when one is set, else against a batch-1 decode step of
-    ``kv_layout``)."""
+    against a batch-1 decode step of ``kv_layout``)."""
     if cfg.max_num_batched_tokens is not None:
         return cfg
     one = np.ones(1)
     budget = default_batched_tokens(
         lambda t: evaluator.evaluate("prefill", 1, np.array([float(t)]), CONTIGUOUS),
-        evaluator.evaluate("decode", 1, one, kv_layout), cfg.max_batch, max_tokens,
-        cfg.slo_tpot_s)
+        evaluator.evaluate("decode", 1, one, kv_layout), cfg.max_batch, max_tokens)
     return dataclasses.replace(cfg, max_num_batched_tokens=budget)
 
 

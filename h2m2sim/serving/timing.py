@@ -695,21 +695,15 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
 
 
 def default_batched_tokens(prefill_s: Callable[[int], float], decode_s: float,
-                           max_batch: int, max_tokens: int,
-                           slo_s: float | None = None) -> int:
+                           max_batch: int, max_tokens: int) -> int:
     """The default chunked-prefill budget (tokens per iteration, vLLM's
-    ``max_num_batched_tokens``), a power of two >= 2 x ``max_batch`` and at most the power
-    of two above ``max_tokens`` (the longest request: a larger budget changes nothing).
-    With a per-token latency SLO ``slo_s`` (seconds), Sarathi-Serve's rule: the largest
-    budget whose chunk iteration (``prefill_s(tokens)``, one prompt) fits the SLO, or the
-    smallest when none does. Without one, the smallest budget whose prefill costs at least
-    ``CHUNK_COST_RATIO`` batch-1 decode steps (``decode_s``)."""
+    ``max_num_batched_tokens``): the smallest power of two >= 2 x ``max_batch`` whose
+    prefill (``prefill_s(tokens)``, seconds, one prompt) costs at least
+    ``CHUNK_COST_RATIO`` batch-1 decode steps (``decode_s``); at most the power of two
+    above ``max_tokens`` (the longest request: a larger budget changes nothing). SLOs do
+    not enter it: they measure a run, they do not steer it."""
     t = 1 << max(1, (2 * int(max_batch) - 1).bit_length())
     cap = max(t, 1 << max(1, (int(max_tokens) - 1).bit_length()))
-    if slo_s is not None:
-        while t < cap and prefill_s(2 * t) <= slo_s:
-            t *= 2
-        return t
     while t < cap and prefill_s(t) < CHUNK_COST_RATIO * decode_s:
         t *= 2
     return t

@@ -232,13 +232,42 @@ def test_replicas_serve_with_chunked_prefill_and_slo():
     assert four["output_tokens"] == one["output_tokens"]
 
 
-def test_default_budget_follows_the_tpot_slo():
-    """Sarathi-Serve's rule: the largest power-of-two budget whose chunk iteration fits
-    the SLO; a linear prefill of 1 ms per 100 tokens and a 20 ms SLO allow 1,024 tokens
-    (10.24 ms) but not 2,048 (20.48 ms)."""
+def test_default_budget_is_the_prefill_cost_rule_whatever_the_slo():
+    """The smallest power-of-two budget (>= 2 x max_batch) whose prefill costs 2 batch-1
+    decode steps: a linear prefill of 1 ms per 100 tokens and a 1 ms step need 200
+    tokens -> 256; capped at the power of two above the longest request."""
     from h2m2sim.serving.timing import default_batched_tokens
     pre = lambda t: 1e-5 * t    # noqa: E731
-    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20, slo_s=0.02) == 1024
-    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20, slo_s=1e-6) == 16  # none fits
-    assert default_batched_tokens(pre, 1e-3, 8, 1000, slo_s=10.0) == 1024   # the cap
-    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20) == 256    # 2 decode steps
+    assert default_batched_tokens(pre, 1e-3, 8, 1 << 20) == 256
+    assert default_batched_tokens(pre, 1.0, 8, 1000) == 1024
+    assert default_batched_tokens(pre, 1e-9, 200, 1 << 20) == 512
+
+
+class QuadraticPrefill(StepEval):
+    """Prefill of one T-token prompt costs a + b T + c T^2 (causal attention is the T^2
+    term); decode and mixed iterations as StepEval."""
+
+    A, B, C = 1e-3, 1e-5, 1e-8
+
+    def evaluate(self, phase, batch, ctx, layout):
+        if phase == "prefill":
+            t = float(np.mean(ctx))
+            return batch * (self.A + self.B * t + self.C * t * t)
+        return super().evaluate(phase, batch, ctx, layout)
+
+    def cache_key(self):
+        return {"quadratic": [self.A, self.B, self.C]}
+
+
+def test_chunks_pay_attention_over_their_earlier_tokens():
+    """A lone 2,048-token prompt in chunks of 256 costs what the whole prompt costs plus
+    one token per extra chunk, f(2048) + 7 f(1), not 8 f(256): every chunk's queries
+    attend to the chunks before it."""
+    ev = QuadraticPrefill()
+    f = lambda t: ev.A + ev.B * t + ev.C * t * t    # noqa: E731
+    tr = RequestTrace(np.zeros(1), np.array([2048]), np.array([1]), None, "one")
+    res, _ = _sim(tr, ev, chunked_prefill=True, budget=256, max_context_tokens=4096,
+                  max_batch=8)
+    ttft = res.first_token_s[0]
+    assert ttft == pytest.approx(f(2048) + 7 * f(1), rel=0.02)
+    assert ttft > 1.5 * 8 * f(256)
