@@ -72,7 +72,10 @@ class Translation:
 
     ``page_table[i]`` is the physical frame of virtual page ``vpn_base + i``;
     ``miss_ticks`` is the fixed miss penalty, or, with ``walk``, each miss reads the PTE at
-    ``pte_base + 8 * i`` through the DRAM and waits for it."""
+    ``pte_base + 8 * i`` through the DRAM and waits for it. A miss to a page whose fill is
+    under way waits for that fill (merged, no walk of its own). ``warm``: virtual pages
+    resident when the run starts (least recently used first), the TLB state earlier
+    kernels left."""
 
     page_shift: int
     page_table: np.ndarray
@@ -82,6 +85,7 @@ class Translation:
     miss_ticks: int = 0
     walk: bool = False
     pte_base: int = 0
+    warm: np.ndarray | None = None
 
     def __post_init__(self):
         if self.entries % self.ways:
@@ -403,6 +407,7 @@ class MemorySystem:
         if ng and ((group >= ng).any() or (gate >= ng).any()):
             raise ConfigError("streams.group", "group or gate index out of range")
         tl = np.zeros(NTLB, dtype=np.int64)
+        warm = np.zeros(0, dtype=np.int64)
         if translation is None:
             pt = np.zeros(0, dtype=np.int64)
             tl[TL_SETS] = 1
@@ -416,10 +421,12 @@ class MemorySystem:
             tl[TL_MISS] = translation.miss_ticks
             tl[TL_WALK] = translation.walk
             tl[TL_PTE] = translation.pte_base
+            if translation.warm is not None:
+                warm = np.ascontiguousarray(translation.warm, dtype=np.int64)
         return Inputs(self.config(cfg), self.rules, self.amap,
                       Traffic(first, last, maxout, addr, nb, is_write, arrival, group, gate,
                               compute, prev, nxt),
-                      Paging(pt, tl))
+                      Paging(pt, tl, warm))
 
     def _bursts_stay(self, addr: np.ndarray, nb: np.ndarray, most: int) -> bool:
         """Whether every descriptor's bursts (``nb``, at most ``most`` per descriptor) lie

@@ -34,9 +34,11 @@ NBF = 9
 # kinds of the next command of a queued request
 K_COL, K_ACT, K_PRE = range(3)
 # statistics indices
+# (S_TLBMERGE: misses to a page whose fill was already under way; they wait for that
+# fill instead of starting their own, as MSHRs merge misses to one line)
 S_READS, S_WRITES, S_HITS, S_MISSES, S_CONFLICTS, S_LATSUM, S_END, S_TLBHIT, S_TLBMISS, \
-    S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS = range(14)
-NSTAT = 14
+    S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS, S_TLBMERGE = range(15)
+NSTAT = 15
 LAT_BINS = 1 << 16
 LANE_BITS = 8                       # ranks have at most 256 banks (scan keys)
 LANE_MASK = (1 << LANE_BITS) - 1

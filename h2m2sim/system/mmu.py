@@ -58,6 +58,12 @@ class MmuSpec:
         "read of its entry (which the DRAM model prices): the walker's TLB fill, one "
         "entry written",
         source="Horowitz ISSCC 2014 (45 nm): one 64-bit write of a 16 KB SRAM, as a read")
+    kv_layout: Literal["per-request", "packed"] = param(
+        "per-request", doc="virtual layout of one layer's KV cache: per-request (each "
+        "request's K and V its own page-aligned tensor) or packed (the K, and the V, of all "
+        "requests of a layer one tensor, requests back to back, so short contexts share "
+        "pages and TLB entries)",
+        source="assumed (H2M2 Sec. 4.2 does not say how KV is laid out in its pages)")
     virtual_bytes: int = param(2**40, unit="bytes", doc="size of the virtual (logical) "
                                "address space; the flat page table has virtual_bytes / "
                                "page_size entries of 8 B per side",
