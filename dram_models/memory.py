@@ -24,7 +24,8 @@ from .engine.inputs import AddressMap, Config, Inputs, Paging, Rules, Traffic
 from .engine.run import Results
 from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
     C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
-    NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
+    NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PREFETCH, TL_PTE, TL_SETS, \
+    TL_SHIFT, \
     TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
@@ -75,7 +76,9 @@ class Translation:
     ``pte_base + 8 * i`` through the DRAM and waits for it. A miss to a page whose fill is
     under way waits for that fill (merged, no walk of its own). ``warm``: virtual pages
     resident when the run starts (least recently used first), the TLB state earlier
-    kernels left."""
+    kernels left. ``prefetch`` (fixed miss latency only): a stream that translates page p
+    starts the fill of page p + 1 if it is neither held nor under way, without waiting
+    for it (sequential next-page prefetch); a prefetch counts as a miss (a fill)."""
 
     page_shift: int
     page_table: np.ndarray
@@ -86,6 +89,7 @@ class Translation:
     walk: bool = False
     pte_base: int = 0
     warm: np.ndarray | None = None
+    prefetch: bool = False
 
     def __post_init__(self):
         if self.entries % self.ways:
@@ -420,6 +424,7 @@ class MemorySystem:
             tl[TL_WAYS] = translation.ways
             tl[TL_MISS] = translation.miss_ticks
             tl[TL_WALK] = translation.walk
+            tl[TL_PREFETCH] = translation.prefetch
             tl[TL_PTE] = translation.pte_base
             if translation.warm is not None:
                 warm = np.ascontiguousarray(translation.warm, dtype=np.int64)

@@ -71,7 +71,7 @@ from .layout import BF_ASEQ, BF_CNT, BF_CONF, BF_CSEQ, BF_HEAD, BF_HIT, BF_HSEQ,
     K_PRE, LANE_BITS, LANE_MASK, LAT_BINS, NBF, NOLINK, NQF, S_CONFLICTS, S_DEADLOCK, \
     S_DECISIONS, S_END, S_EVENTS, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, S_TLBHIT, \
     S_TLBMERGE, S_TLBMISS, S_TLBSTALL, S_WRITES, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
-    TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
+    TL_PREFETCH, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
 from .timing import _bank_part, _log_cmd, _raise, _rank_lb, _refresh_cmd
 from .tree import _targmin, _tset
 
@@ -376,6 +376,21 @@ def _loop(inp, st):
                             tlb_use[hit] = tlb_clock
                             s_vpn[s] = vpn
                             s_pfn[s] = pt[idx]
+                            if tlbc[TL_PREFETCH] != 0 and tlbc[TL_WALK] == 0 and \
+                                    idx + 1 < pt.shape[0] and pt[idx + 1] >= 0:
+                                # next-page prefetch: start its fill, do not wait for it
+                                ts2 = ((idx + 1) % tl_sets) * tl_ways
+                                held = False
+                                for w in range(tl_ways):
+                                    if tlb_tag[ts2 + w] == vpn + 1:
+                                        held = True
+                                        break
+                                if not held:
+                                    stat[S_TLBMISS] += 1
+                                    v2 = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
+                                    tlb_tag[v2] = vpn + 1
+                                    tlb_use[v2] = tlb_clock
+                                    tlb_rdy[v2] = now + tlbc[TL_MISS]
                         elif hit >= 0:
                             # the page's fill is under way (another stream missed on it):
                             # wait for it, as an MSHR merges misses to one line

@@ -19,8 +19,8 @@ NCFG = 19
 T_CL, T_CWL, T_BL, T_FAW, T_REFI, T_REFIPB = range(6)
 NTIM = 6
 # tlb cfg indices
-TL_SHIFT, TL_VBASE, TL_SETS, TL_WAYS, TL_MISS, TL_WALK, TL_PTE = range(7)
-NTLB = 7
+TL_SHIFT, TL_VBASE, TL_SETS, TL_WAYS, TL_MISS, TL_WALK, TL_PTE, TL_PREFETCH = range(8)
+NTLB = 8
 # queue entry fields (flat array qe[entry * NQF + field]; entries never move)
 F_BANK, F_ROW, F_ENQ, F_STREAM, F_DESC, F_GRP, F_FLAG, F_KIND, F_BID, F_SEQ, F_NEXT, \
     F_PREV = range(12)
