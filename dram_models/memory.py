@@ -76,9 +76,11 @@ class Translation:
     ``pte_base + 8 * i`` through the DRAM and waits for it. A miss to a page whose fill is
     under way waits for that fill (merged, no walk of its own). ``warm``: virtual pages
     resident when the run starts (least recently used first), the TLB state earlier
-    kernels left. ``prefetch`` (fixed miss latency only): a stream that translates page p
-    starts the fill of page p + 1 if it is neither held nor under way, without waiting
-    for it (sequential next-page prefetch); a prefetch counts as a miss (a fill)."""
+    kernels left. ``prefetch`` (fixed miss latency only): a stream that translates a page,
+    with no prefetch of its own under way, starts the fill of the first other page among
+    its next ``engine.general.PREFETCH_AHEAD`` descriptors that is neither held nor under
+    way, without waiting for it; for a sequential stream that is the next page. A
+    prefetch counts as a miss (a fill)."""
 
     page_shift: int
     page_table: np.ndarray

@@ -130,6 +130,10 @@ def _bus_release(busfree, ch, split):
 
 
 
+#: descriptors a stream looks ahead for the next page to prefetch (its DMA queue)
+PREFETCH_AHEAD = 64
+
+
 @njit(inline="always", _nrt=False)
 def _tlb_victim(tlb_use, tlb_rdy, ts, ways, now):
     """The way of the set at ``ts`` a new page replaces: the least recently used one whose
@@ -169,7 +173,7 @@ def _loop(inp, st):
     d_left, d_done, g_left, g_ready, g_end = st.d_left, st.d_done, st.g_left, st.g_ready, \
         st.g_end
     b_done, b_cnt, tlb_tag, tlb_use = st.b_done, st.b_cnt, st.tlb_tag, st.tlb_use
-    tlb_rdy, tlb_whead, s_tlbe = st.tlb_rdy, st.tlb_whead, st.s_tlbe
+    tlb_rdy, tlb_whead, s_tlbe, s_pref = st.tlb_rdy, st.tlb_whead, st.s_tlbe, st.s_pref
     fifo, fh, ft, ch_tree, st_tree = st.fifo, st.fh, st.ft, st.ch_tree, st.st_tree
     fields, gm, skipped, ctl = st.fields, st.gm, st.skipped, st.ctl
     C = cfg[C_CH]
@@ -377,20 +381,35 @@ def _loop(inp, st):
                             s_vpn[s] = vpn
                             s_pfn[s] = pt[idx]
                             if tlbc[TL_PREFETCH] != 0 and tlbc[TL_WALK] == 0 and \
-                                    idx + 1 < pt.shape[0] and pt[idx + 1] >= 0:
-                                # next-page prefetch: start its fill, do not wait for it
-                                ts2 = ((idx + 1) % tl_sets) * tl_ways
-                                held = False
-                                for w in range(tl_ways):
-                                    if tlb_tag[ts2 + w] == vpn + 1:
-                                        held = True
+                                    s_pref[s] <= now:
+                                # prefetch (one at a time per stream): the first other
+                                # page among the stream's next descriptors that is not
+                                # held starts its fill; nobody waits for it
+                                last_v = vpn
+                                dd = d + 1
+                                while dd < s_last[s] and dd <= d + PREFETCH_AHEAD:
+                                    nv = np.int64(d_addr[dd] >> np.uint64(pshift))
+                                    dd += 1
+                                    if nv == last_v:
+                                        continue
+                                    last_v = nv
+                                    i2 = nv - tlbc[TL_VBASE]
+                                    if i2 < 0 or i2 >= pt.shape[0] or pt[i2] < 0:
+                                        continue
+                                    ts2 = (i2 % tl_sets) * tl_ways
+                                    held = False
+                                    for w in range(tl_ways):
+                                        if tlb_tag[ts2 + w] == nv:
+                                            held = True
+                                            break
+                                    if not held:
+                                        stat[S_TLBMISS] += 1
+                                        v2w = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
+                                        tlb_tag[v2w] = nv
+                                        tlb_use[v2w] = tlb_clock
+                                        tlb_rdy[v2w] = now + tlbc[TL_MISS]
+                                        s_pref[s] = tlb_rdy[v2w]
                                         break
-                                if not held:
-                                    stat[S_TLBMISS] += 1
-                                    v2 = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
-                                    tlb_tag[v2] = vpn + 1
-                                    tlb_use[v2] = tlb_clock
-                                    tlb_rdy[v2] = now + tlbc[TL_MISS]
                         elif hit >= 0:
                             # the page's fill is under way (another stream missed on it):
                             # wait for it, as an MSHR merges misses to one line

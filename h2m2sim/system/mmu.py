@@ -48,14 +48,17 @@ class MmuSpec:
     miss_mode: Literal["fixed", "walk"] = param(
         "fixed", doc="fixed: every miss costs miss_ns; walk: every miss reads its page-table "
         "entry through the side's DRAM (flat table: one read)")
-    prefetch: Literal["next-page", "none"] = param(
-        "next-page", doc="TLB prefetch of the DMA: next-page (translating page p starts "
-        "the fill of page p + 1 without waiting for it, so streams crossing a page "
-        "boundary together find it in hand) or none (every page's first use waits for its "
-        "fill). Fixed miss_mode only (a walk-mode prefetch would read the PTE; not "
-        "modelled)", source="assumed: sequential TLB prefetching (Kandiraju and "
-        "Sivasubramaniam, ISCA 2002); H2M2 Sec. 5 reports < 2 % translation overhead at 2 MB "
-        "pages, which needs page misses hidden behind streaming")
+    prefetch: Literal["ahead", "none"] = param(
+        "ahead", doc="TLB prefetch of the DMA: ahead (a DMA queue that translates a page "
+        "starts the fill of the next page among its next 64 queued descriptors, one "
+        "prefetch at a time per queue, without waiting for it: the next page of a "
+        "stream, the next request's KV) or "
+        "none (every page's first use waits for its fill). Fixed miss_mode only (a "
+        "walk-mode prefetch would read the PTE; not modelled)",
+        source="assumed: DMA descriptors are known ahead, cf. sequential TLB prefetching "
+        "(Kandiraju and Sivasubramaniam, ISCA 2002); H2M2 Sec. 5 reports < 2 % "
+        "translation overhead at 2 MB pages, which needs page misses hidden behind "
+        "streaming")
     tlb_lookup_pj: float = param(
         240.0, ge=0, le=1e6, unit="pJ", doc="energy of one TLB lookup (one set of "
         "tlb_ways 8-byte entries read and compared)",

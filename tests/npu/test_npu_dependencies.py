@@ -2,6 +2,8 @@
 overlap, dependent ones keep their barrier, and the TLB carries from kernel to kernel."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from h2m2sim.decode.iteration import layer_kernels
@@ -66,3 +68,17 @@ def test_tlb_carries_across_kernels(attention):
     assert twice.tlb_misses == once.tlb_misses
     warm = run_kernels(system, "hbm", [a], warm=list(a.operands) + list(a.outputs))
     assert warm.tlb_misses == 0 and warm.tlb_hits > 0
+
+
+def test_packed_kv_shares_pages_across_requests(attention):
+    """Two requests' K (and V) of 128 KiB each: per-request tensors take a page each,
+    packed they share one, so the run fills fewer pages."""
+    system, k = attention
+    ks = [k[(r, op)] for r in (0, 1) for op in ("attn_score", "softmax", "attn_value")]
+    per_req = run_kernels(system, "hbm", ks)
+    packed_sys = dataclasses.replace(system, mmu=dataclasses.replace(system.mmu,
+                                                                     kv_layout="packed"))
+    packed = run_kernels(packed_sys, "hbm", ks)
+    # K and V: a page each per request (4), packed one K page and one V page (2)
+    assert per_req.tlb_misses - packed.tlb_misses >= 2
+    assert packed.bytes == pytest.approx(per_req.bytes, rel=1e-3)
