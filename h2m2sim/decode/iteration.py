@@ -47,8 +47,9 @@ CACHE_NS = "system-piece"
 #: dependency-driven execution of request groups, TLB carried over, merged misses)
 PIECE_VERSION = 3
 #: request groups of one shape simulated together (at ``sampled`` fidelity; ``cycle``
-#: runs all): the others add the marginal time of a group in that steady state, measured
-#: between this many and half as many groups (a sampling parameter, like SAMPLE_PREFIX)
+#: runs all): the piece counts count / CONCURRENT_GROUPS such runs (a sampling
+#: parameter, like SAMPLE_PREFIX; the mean over a run is steadier than the marginal
+#: between two run sizes, docs/dev/validation-history.md)
 CONCURRENT_GROUPS = 8
 PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
                 "stall_tlb_ns", "bytes", "tlb_hits", "tlb_misses", "flops")
@@ -204,7 +205,7 @@ def touched_before(ks: Sequence, others: Sequence) -> list:
     return [t for k in others for t in list(k.operands) + list(k.outputs) if t.base in mine]
 
 
-def _fields(r, times: int = 1) -> dict:
+def _fields(r, times: float = 1) -> dict:
     """Cached fields of a simulated result that stands for ``times`` identical runs."""
     return {**{f: float(getattr(r, f)) for f in PIECE_FIELDS}, "counts": result_counts(r),
             "dram": r.dram.as_dict(), "times": times}
@@ -214,8 +215,8 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
                      fidelity: str, translate: str | None, others: Sequence) -> dict:
     """Cached fields of ``count`` identical kernel groups (``members``: their kernels).
     Groups whose kernels are short run together, each as its dependencies allow
-    (requests overlap); ``sampled`` fidelity runs CONCURRENT_GROUPS of them and half as
-    many and adds the marginal time per group for the rest. Groups of long kernels (which
+    (requests overlap); ``sampled`` fidelity runs CONCURRENT_GROUPS of them and counts
+    that run count / CONCURRENT_GROUPS times. Groups of long kernels (which
     ``sampled`` extrapolates) run once and count ``count`` times. ``others``: the
     piece's other kernels (:func:`touched_before`)."""
     def one(ks, times=1):
@@ -232,34 +233,7 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
     if count == 1 or len(members) < count or needs_sampling(system, side, group, fidelity):
         return one(group, count)
     W = count if fidelity == "cycle" else min(count, CONCURRENT_GROUPS)
-    full = one(flat(members[:W]))
-    if W == count:
-        return full
-    half = one(flat(members[:W // 2]))
-    return _extend_fields(full, half, (count - W) / (W - W // 2))
-
-
-#: DRAM statistics that add up over runs (the others are rates or settings)
-_DRAM_ADDITIVE = ("sim_cycles", "sim_ns", "reads", "writes", "bytes", "row_hits",
-                  "row_misses", "row_conflicts", "tlb_hits", "tlb_misses", "tlb_stall_ns",
-                  "pte_reads", "tlb_merged")
-
-
-def _extend_fields(full: dict, part: dict, k: float) -> dict:
-    """``full + k * (full - part)`` for every additive field of a cached piece."""
-    def ext(a, b):
-        return a + k * (a - b)
-    out = {f: ext(full[f], part[f]) for f in PIECE_FIELDS}
-    out["counts"] = {x: ext(v, part["counts"][x]) for x, v in full["counts"].items()}
-    d = dict(full["dram"])
-    for f in _DRAM_ADDITIVE:
-        v = ext(full["dram"][f], part["dram"][f])
-        d[f] = int(round(v)) if isinstance(d[f], int) else float(v)
-    d["commands"] = {c: int(round(ext(v, part["dram"]["commands"][c])))
-                     for c, v in full["dram"]["commands"].items()}
-    out["dram"] = d
-    out["times"] = 1
-    return out
+    return one(flat(members[:W]), count / W)
 
 
 def _sum_piece(results, counts) -> Piece:
