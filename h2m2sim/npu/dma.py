@@ -23,6 +23,11 @@ writes were issued: writes are posted and may complete while the next kernel run
 next kernel's first tiles wait for the barrier. Barrier groups form their own chain, so
 a kernel never starts before all earlier ones ended. Descriptors of different kernels
 never mix in a queue: a queue holds kernel 0's, then kernel 1's, ...
+
+Kernels that need not wait for each other run as :func:`build_dag_streams` lays them out:
+one chain per (core, unit), a join only before a kernel that reads another's results,
+descriptors of all kernels interleaved in the queues in the order of a static list
+schedule (:func:`list_schedule`).
 """
 from __future__ import annotations
 

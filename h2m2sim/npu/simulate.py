@@ -8,8 +8,10 @@ Public API:
   its tensors placed in a private memory;
 * :func:`run_kernel` -- one :class:`h2m2sim.model.Kernel` of a layer graph, its tensors
   at given virtual addresses (a :class:`~h2m2sim.memory.SystemMemory` or a mapping);
-* :func:`run_kernels` -- a list of graph kernels of one side back to back (a sublayer
-  partition), separated by barriers, in one engine run.
+* :func:`run_kernels` -- a list of graph kernels of one side (a sublayer partition) in
+  one engine run: as their data dependencies allow (independent kernels overlap, a
+  kernel waits only for its producers), or back to back with a barrier between each two
+  when every kernel reads its predecessor's result.
 
 Fidelity: ``cycle`` simulates every tile. ``sampled`` simulates a prefix of every core's
 tile chain -- a warm-up and a measurement window, doubled until the per-tile time is
