@@ -444,8 +444,8 @@ class _Builder:
 
         # qkv-linear: normalization on the side with most qkv units, fused projection per side
         qparts = parts["qkv"]
-        lead_q = max(qparts, key=lambda p: p[2] - p[1])[0]
-        self._norm("qkv.ln1", "qkv", lead_q, self.need("x", lead_q, 0, self.Nf, "qkv"),
+        home_q = max(qparts, key=lambda p: p[2] - p[1])[0]
+        self._norm("qkv.ln1", "qkv", home_q, self.need("x", home_q, 0, self.Nf, "qkv"),
                    "xn", "ln1", [])
         for side, lo, hi in qparts:
             if self.ssm:  # Mamba in_proj: x and gate z of the unit's channel groups
@@ -471,7 +471,7 @@ class _Builder:
 
         # fc: output projection and FFN split by column slices
         fparts = parts["fc"]
-        lead_f = max(fparts, key=lambda p: p[2] - p[1])[0]
+        home_f = max(fparts, key=lambda p: p[2] - p[1])[0]
         ao = {side: self.need("attn_out", side, 0, self.Nq, "fc") for side, _, _ in fparts}
         bar = self.barrier("attention", "fc")
         bar_l = [bar] if bar else []
@@ -488,16 +488,16 @@ class _Builder:
             xs = self.need("x", side, lo, hi, "fc")
             self._vector("fc.residual1", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
                          [(o, [n_o])] + xs, "h1", bar_l)
-        self._norm("fc.ln2", "fc", lead_f, self.need("h1", lead_f, 0, Nf, "fc"), "hn", "ln2",
+        self._norm("fc.ln2", "fc", home_f, self.need("h1", home_f, 0, Nf, "fc"), "hn", "ln2",
                    bar_l)
         if m.moe_experts:
-            self._moe_ffn(fparts, lead_f, bar_l)
+            self._moe_ffn(fparts, home_f, bar_l)
         else:
             self._dense_ffn(fparts, "", m.ffn_dim, ["h1"])
         if self.partitioned:
             # steady state with the same split in every layer: the next layer's ln1 needs
-            # the whole output on the qkv lead side; each fc side already holds its columns
-            self.need("y", lead_q, 0, Nf, "next_layer")
+            # the whole output on the qkv home side; each fc side already holds its columns
+            self.need("y", home_q, 0, Nf, "next_layer")
             self.barrier("fc", "next_layer")
         return self.G
 
@@ -529,13 +529,13 @@ class _Builder:
             self._vector("fc.residual2", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
                          [(dn, [n_d])] + extra, "y")
 
-    def _moe_ffn(self, fparts, lead_f, bar_l) -> None:
-        """Router GEMV/GEMM on the lead side, then per side the touched experts' column
+    def _moe_ffn(self, fparts, home_f, bar_l) -> None:
+        """Router GEMV/GEMM on the home side, then per side the touched experts' column
         slices (expected distinct experts of the batch, :func:`expected_experts`), the
         shared experts if any, and the residual add of their sum."""
         m, d, T, Nf = self.m, self.m.hidden, self.T, self.Nf
         n_route = m.moe_experts + (1 if m.moe_shared_gate else 0)  # shared gate: one column
-        self._linear("fc.router", "fc", lead_f, 0, 1, 1, self.need("hn", lead_f, 0, 1, "fc"),
+        self._linear("fc.router", "fc", home_f, 0, 1, 1, self.need("hn", home_f, 0, 1, "fc"),
                      "W_router", "b_router", d, n_route, False, ("route",), bar_l)
         eu = expected_experts(m.moe_experts, m.moe_top_k, T)
         pairs = T * m.moe_top_k
