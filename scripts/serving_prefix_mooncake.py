@@ -51,18 +51,7 @@ KEYS = ("prefix_hit_rate", "prefix_hit_rate_blocks", "prefill_tokens_total",
 def ideal_hit_rate(trace, block: int) -> float:
     """Prompt tokens an unbounded cache serves when requests come one after another
     (each request's leading blocks seen before; at least its last token computed)."""
-    seen: set[int] = set()
-    hit = 0
-    for i in range(len(trace)):
-        hashes = trace.block_hashes(i).tolist()
-        k = 0
-        for h in hashes:
-            if h not in seen:
-                break
-            k += 1
-        hit += min(k * block, int(trace.prompt_tokens[i]) - 1)
-        seen.update(hashes)
-    return hit / float(trace.prompt_tokens.sum())
+    return lru_hit_rate(trace, block, float("inf"))
 
 
 def lru_hit_rate(trace, block: int, capacity_blocks: float) -> float:

@@ -59,6 +59,18 @@ def _tables(max_tokens=CTX, points=14):
     return _TABLES[key]
 
 
+def _record_finishes(loop) -> list[int]:
+    """The request ids ``loop`` finishes, in order (a wrapper around its finish step)."""
+    finished: list[int] = []
+    inner = loop.finish
+
+    def finish(j):
+        finished.append(int(loop.running.idx[j]))
+        inner(j)
+    loop.finish = finish
+    return finished
+
+
 def _loop(trace, alloc="paged", cap_tokens=10**6, check=True, **cfg):
     cfg.setdefault("max_batch", 16)
     cfg.setdefault("max_context_tokens", CTX)
@@ -68,13 +80,7 @@ def _loop(trace, alloc="paged", cap_tokens=10**6, check=True, **cfg):
     loop = ServingLoop(trace, c, a, _tables())
     if loop.prefix is not None:
         loop.prefix.check = check
-    finished: list[int] = []
-    inner = loop.finish
-
-    def finish(j):
-        finished.append(int(loop.running.idx[j]))
-        inner(j)
-    loop.finish = finish
+    finished = _record_finishes(loop)
     return loop, a, finished
 
 
@@ -332,13 +338,7 @@ def _chunked_run(trace, alloc, cap_tokens, **cfg):
                           cache=False)
     loop = ServingLoop(trace, c, a, tables)
     loop.prefix.check = True
-    finished: list[int] = []
-    inner = loop.finish
-
-    def finish(j):
-        finished.append(int(loop.running.idx[j]))
-        inner(j)
-    loop.finish = finish
+    finished = _record_finishes(loop)
     res = loop.run()
     a.check_invariants()
     return res, loop, finished
