@@ -24,7 +24,8 @@ from .engine.inputs import AddressMap, Config, Inputs, Paging, Rules, Traffic
 from .engine.run import Results
 from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
     C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
-    NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
+    NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PREFETCH, TL_PTE, TL_SETS, \
+    TL_SHIFT, \
     TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
@@ -72,7 +73,14 @@ class Translation:
 
     ``page_table[i]`` is the physical frame of virtual page ``vpn_base + i``;
     ``miss_ticks`` is the fixed miss penalty, or, with ``walk``, each miss reads the PTE at
-    ``pte_base + 8 * i`` through the DRAM and waits for it."""
+    ``pte_base + 8 * i`` through the DRAM and waits for it. A miss to a page whose fill is
+    under way waits for that fill (merged, no walk of its own). ``warm``: virtual pages
+    resident when the run starts (least recently used first), the TLB state earlier
+    kernels left. ``prefetch`` (fixed miss latency only): a stream that translates a page,
+    with no prefetch of its own under way, starts the fill of the first other page among
+    its next ``engine.general.PREFETCH_AHEAD`` descriptors that is neither held nor under
+    way, without waiting for it; for a sequential stream that is the next page. A
+    prefetch counts as a miss (a fill)."""
 
     page_shift: int
     page_table: np.ndarray
@@ -82,6 +90,8 @@ class Translation:
     miss_ticks: int = 0
     walk: bool = False
     pte_base: int = 0
+    warm: np.ndarray | None = None
+    prefetch: bool = False
 
     def __post_init__(self):
         if self.entries % self.ways:
@@ -403,6 +413,7 @@ class MemorySystem:
         if ng and ((group >= ng).any() or (gate >= ng).any()):
             raise ConfigError("streams.group", "group or gate index out of range")
         tl = np.zeros(NTLB, dtype=np.int64)
+        warm = np.zeros(0, dtype=np.int64)
         if translation is None:
             pt = np.zeros(0, dtype=np.int64)
             tl[TL_SETS] = 1
@@ -415,11 +426,14 @@ class MemorySystem:
             tl[TL_WAYS] = translation.ways
             tl[TL_MISS] = translation.miss_ticks
             tl[TL_WALK] = translation.walk
+            tl[TL_PREFETCH] = translation.prefetch
             tl[TL_PTE] = translation.pte_base
+            if translation.warm is not None:
+                warm = np.ascontiguousarray(translation.warm, dtype=np.int64)
         return Inputs(self.config(cfg), self.rules, self.amap,
                       Traffic(first, last, maxout, addr, nb, is_write, arrival, group, gate,
                               compute, prev, nxt),
-                      Paging(pt, tl))
+                      Paging(pt, tl, warm))
 
     def _bursts_stay(self, addr: np.ndarray, nb: np.ndarray, most: int) -> bool:
         """Whether every descriptor's bursts (``nb``, at most ``most`` per descriptor) lie

@@ -8,7 +8,7 @@ import numpy as np
 
 from .commands import CMDS
 from .engine.layout import S_CONFLICTS, S_END, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, \
-    S_TLBHIT, S_TLBMISS, S_TLBSTALL, S_WRITES
+    S_TLBHIT, S_TLBMERGE, S_TLBMISS, S_TLBSTALL, S_WRITES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,9 @@ class DramStats:
     tlb_misses: int = 0
     tlb_stall_ns: float = 0.0
     pte_reads: int = 0
+    #: lookups that missed while the same page's fill was under way: they waited for
+    #: that fill (no walk of their own); ``tlb_misses`` counts the fills
+    tlb_merged: int = 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -80,4 +83,5 @@ def summarize(spec, mapping: str, stat: np.ndarray, cmdc: np.ndarray, lat_hist: 
         row_hit_rate=hits / served if served else 0.0,
         commands={name: int(counts[i]) for i, name in enumerate(CMDS)},
         tlb_hits=int(stat[S_TLBHIT]), tlb_misses=int(stat[S_TLBMISS]),
-        tlb_stall_ns=float(stat[S_TLBSTALL]) * tick_ns, pte_reads=int(stat[S_PTE]))
+        tlb_stall_ns=float(stat[S_TLBSTALL]) * tick_ns, pte_reads=int(stat[S_PTE]),
+        tlb_merged=int(stat[S_TLBMERGE]))

@@ -70,8 +70,8 @@ from .layout import BF_ASEQ, BF_CNT, BF_CONF, BF_CSEQ, BF_HEAD, BF_HIT, BF_HSEQ,
     F_FLAG, F_GRP, F_KIND, F_NEXT, F_PREV, F_ROW, F_SEQ, F_STREAM, INF, K_ACT, K_COL, \
     K_PRE, LANE_BITS, LANE_MASK, LAT_BINS, NBF, NOLINK, NQF, S_CONFLICTS, S_DEADLOCK, \
     S_DECISIONS, S_END, S_EVENTS, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, S_TLBHIT, \
-    S_TLBMISS, S_TLBSTALL, S_WRITES, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, TL_VBASE, \
-    TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
+    S_TLBMERGE, S_TLBMISS, S_TLBSTALL, S_WRITES, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
+    TL_PREFETCH, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
 from .timing import _bank_part, _log_cmd, _raise, _rank_lb, _refresh_cmd
 from .tree import _targmin, _tset
 
@@ -129,6 +129,26 @@ def _bus_release(busfree, ch, split):
     return bt
 
 
+
+#: descriptors a stream looks ahead for the next page to prefetch (its DMA queue)
+PREFETCH_AHEAD = 64
+
+
+@njit(inline="always", _nrt=False)
+def _tlb_victim(tlb_use, tlb_rdy, ts, ways, now):
+    """The way of the set at ``ts`` a new page replaces: the least recently used one whose
+    translation is in hand (one still being filled only if every way is)."""
+    victim = -1
+    for w in range(ways):
+        if tlb_rdy[ts + w] <= now and (victim < 0 or tlb_use[ts + w] < tlb_use[victim]):
+            victim = ts + w
+    if victim < 0:
+        victim = ts
+        for w in range(ways):
+            if tlb_use[ts + w] < tlb_use[victim]:
+                victim = ts + w
+    return victim
+
 @njit(cache=True, nogil=True, _nrt=False)
 def _loop(inp, st):
     """The event loop over the :class:`~dram_models.engine.inputs.Inputs` ``inp`` and the
@@ -142,7 +162,7 @@ def _loop(inp, st):
     m_sizes = amap.sizes
     s_first, s_last, s_maxout, d_addr, d_nb, d_write, d_arrival, d_grp, d_gate, \
         g_compute, g_prev, g_next = inp.traffic
-    pt, tlbc = inp.paging
+    pt, tlbc = inp.paging.pt, inp.paging.tlbc
     rl, bp, busfree, cs, qe, bq, km = st.rl, st.bp, st.busfree, st.cs, st.qe, st.bq, st.km
     fr, qn, seqc, open_row, hits_since = st.fr, st.qn, st.seqc, st.open_row, st.hits_since
     drain, ref_due, ref_pend, ref_sum = st.drain, st.ref_due, st.ref_pend, st.ref_sum
@@ -153,6 +173,7 @@ def _loop(inp, st):
     d_left, d_done, g_left, g_ready, g_end = st.d_left, st.d_done, st.g_left, st.g_ready, \
         st.g_end
     b_done, b_cnt, tlb_tag, tlb_use = st.b_done, st.b_cnt, st.tlb_tag, st.tlb_use
+    tlb_rdy, tlb_whead, s_tlbe, s_pref = st.tlb_rdy, st.tlb_whead, st.s_tlbe, st.s_pref
     fifo, fh, ft, ch_tree, st_tree = st.fifo, st.fh, st.ft, st.ch_tree, st.st_tree
     fields, gm, skipped, ctl = st.fields, st.gm, st.skipped, st.ctl
     C = cfg[C_CH]
@@ -272,9 +293,18 @@ def _loop(inp, st):
                     end_tick = tc
                 if kind == 1:           # page-table read: the stream may go on
                     s_hold[s] = 0
-                    s_ptdone[s] = 1
                     s_tlbstall[s] += tc - s_holdt[s]
                     _tset(st_tree, PST, s, now)
+                    e = s_tlbe[s]
+                    tlb_rdy[e] = tc
+                    w = tlb_whead[e]        # the misses merged into this walk go on too
+                    while w >= 0:
+                        nw = s_wnext[w]
+                        s_wnext[w] = NOLINK
+                        s_tlbstall[w] += tc - s_holdt[w]
+                        _tset(st_tree, PST, w, now)
+                        w = nw
+                    tlb_whead[e] = -1
                     continue
                 if rec:
                     b_done[bid] = tc
@@ -342,30 +372,73 @@ def _loop(inp, st):
                                 hit = ts + w
                                 break
                         tlb_clock += 1
-                        if hit >= 0 or s_ptdone[s]:
-                            if hit >= 0:
+                        if hit >= 0 and tlb_rdy[hit] <= now:
+                            # (s_ptdone: this lookup was counted when it missed)
+                            if s_ptdone[s] == 0:
                                 stat[S_TLBHIT] += 1
-                            else:
-                                s_ptdone[s] = 0
-                            victim = hit
-                            if victim < 0:
-                                victim = ts
-                                for w in range(tl_ways):
-                                    if tlb_use[ts + w] < tlb_use[victim]:
-                                        victim = ts + w
-                                tlb_tag[victim] = vpn
-                            tlb_use[victim] = tlb_clock
+                            s_ptdone[s] = 0
+                            tlb_use[hit] = tlb_clock
                             s_vpn[s] = vpn
                             s_pfn[s] = pt[idx]
-                        else:
-                            if tlbc[TL_WALK] == 0:
-                                stat[S_TLBMISS] += 1
-                                # fixed miss latency, then the translation is in hand
+                            if tlbc[TL_PREFETCH] != 0 and tlbc[TL_WALK] == 0 and \
+                                    s_pref[s] <= now:
+                                # prefetch (one at a time per stream): the first other
+                                # page among the stream's next descriptors that is not
+                                # held starts its fill; nobody waits for it
+                                last_v = vpn
+                                dd = d + 1
+                                while dd < s_last[s] and dd <= d + PREFETCH_AHEAD:
+                                    nv = np.int64(d_addr[dd] >> np.uint64(pshift))
+                                    dd += 1
+                                    if nv == last_v:
+                                        continue
+                                    last_v = nv
+                                    i2 = nv - tlbc[TL_VBASE]
+                                    if i2 < 0 or i2 >= pt.shape[0] or pt[i2] < 0:
+                                        continue
+                                    ts2 = (i2 % tl_sets) * tl_ways
+                                    held = False
+                                    for w in range(tl_ways):
+                                        if tlb_tag[ts2 + w] == nv:
+                                            held = True
+                                            break
+                                    if not held:
+                                        stat[S_TLBMISS] += 1
+                                        v2w = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
+                                        tlb_tag[v2w] = nv
+                                        tlb_use[v2w] = tlb_clock
+                                        tlb_rdy[v2w] = now + tlbc[TL_MISS]
+                                        s_pref[s] = tlb_rdy[v2w]
+                                        break
+                        elif hit >= 0:
+                            # the page's fill is under way (another stream missed on it):
+                            # wait for it, as an MSHR merges misses to one line
+                            if s_ptdone[s] == 0:
+                                stat[S_TLBMERGE] += 1
                                 s_ptdone[s] = 1
-                                s_tlbstall[s] += tlbc[TL_MISS]
-                                nt = now + tlbc[TL_MISS]
-                                break
-                            # page-table walk: one read of the PTE through the DRAM
+                                s_holdt[s] = now
+                                if tlb_rdy[hit] < INF:
+                                    s_tlbstall[s] += tlb_rdy[hit] - now
+                            if tlb_rdy[hit] < INF:
+                                nt = tlb_rdy[hit]
+                            elif s_wnext[s] == NOLINK:      # woken when the walk returns
+                                s_wnext[s] = tlb_whead[hit]
+                                tlb_whead[hit] = s
+                            break
+                        elif tlbc[TL_WALK] == 0:
+                            # fixed miss latency; the entry is filled when it has passed
+                            stat[S_TLBMISS] += 1
+                            victim = _tlb_victim(tlb_use, tlb_rdy, ts, tl_ways, now)
+                            tlb_tag[victim] = vpn
+                            tlb_use[victim] = tlb_clock
+                            tlb_rdy[victim] = now + tlbc[TL_MISS]
+                            s_ptdone[s] = 1
+                            s_tlbstall[s] += tlbc[TL_MISS]
+                            nt = now + tlbc[TL_MISS]
+                            break
+                        else:
+                            # page-table walk: one read of the PTE through the DRAM (the
+                            # entry is reserved once the read is queued, below)
                             kind = 1
                             addr = (np.uint64(tlbc[TL_PTE] + idx * 8) >> shift) << shift
                     if kind == 0:
@@ -460,6 +533,23 @@ def _loop(inp, st):
                     stat[S_TLBMISS] += 1    # counted once the walk is under way
                     s_hold[s] = 1
                     s_holdt[s] = now
+                    s_ptdone[s] = 1
+                    # reserve the entry: misses to this page until the walk returns merge
+                    vpn = np.int64(((d_addr[d] >> shift) + np.uint64(s_k[s])) << shift
+                                   >> np.uint64(pshift))
+                    ts = ((vpn - tlbc[TL_VBASE]) % tl_sets) * tl_ways
+                    victim = _tlb_victim(tlb_use, tlb_rdy, ts, tl_ways, now)
+                    w = tlb_whead[victim]   # (only if every way's walk is under way)
+                    while w >= 0:
+                        nw = s_wnext[w]
+                        s_wnext[w] = NOLINK
+                        _tset(st_tree, PST, w, now)
+                        w = nw
+                    tlb_whead[victim] = -1
+                    tlb_tag[victim] = vpn
+                    tlb_use[victim] = tlb_clock
+                    tlb_rdy[victim] = INF
+                    s_tlbe[s] = victim
                     continue            # the loop re-checks s_hold and waits
                 qe[ei + F_BID] = bid_next
                 bid_next += 1

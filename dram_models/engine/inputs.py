@@ -66,6 +66,8 @@ class Paging(NamedTuple):
 
     pt: np.ndarray          # physical frame of each virtual page from TL_VBASE
     tlbc: np.ndarray        # TLB settings
+    warm: np.ndarray = np.zeros(0, dtype=np.int64)   # pages resident at the start, oldest
+    #                                                  first (TLB state of earlier kernels)
 
 
 class Inputs(NamedTuple):

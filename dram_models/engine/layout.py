@@ -19,8 +19,8 @@ NCFG = 19
 T_CL, T_CWL, T_BL, T_FAW, T_REFI, T_REFIPB = range(6)
 NTIM = 6
 # tlb cfg indices
-TL_SHIFT, TL_VBASE, TL_SETS, TL_WAYS, TL_MISS, TL_WALK, TL_PTE = range(7)
-NTLB = 7
+TL_SHIFT, TL_VBASE, TL_SETS, TL_WAYS, TL_MISS, TL_WALK, TL_PTE, TL_PREFETCH = range(8)
+NTLB = 8
 # queue entry fields (flat array qe[entry * NQF + field]; entries never move)
 F_BANK, F_ROW, F_ENQ, F_STREAM, F_DESC, F_GRP, F_FLAG, F_KIND, F_BID, F_SEQ, F_NEXT, \
     F_PREV = range(12)
@@ -34,9 +34,11 @@ NBF = 9
 # kinds of the next command of a queued request
 K_COL, K_ACT, K_PRE = range(3)
 # statistics indices
+# (S_TLBMERGE: misses to a page whose fill was already under way; they wait for that
+# fill instead of starting their own, as MSHRs merge misses to one line)
 S_READS, S_WRITES, S_HITS, S_MISSES, S_CONFLICTS, S_LATSUM, S_END, S_TLBHIT, S_TLBMISS, \
-    S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS = range(14)
-NSTAT = 14
+    S_TLBSTALL, S_DEADLOCK, S_PTE, S_EVENTS, S_DECISIONS, S_TLBMERGE = range(15)
+NSTAT = 15
 LAT_BINS = 1 << 16
 LANE_BITS = 8                       # ranks have at most 256 banks (scan keys)
 LANE_MASK = (1 << LANE_BITS) - 1

@@ -73,7 +73,7 @@ def _perch_ok(inp):
     page-table walks) and nothing recorded in global order (no burst record, no command
     log)."""
     cfg = inp.config.cfg
-    pt, tlbc = inp.paging
+    pt, tlbc = inp.paging.pt, inp.paging.tlbc
     s_maxout = inp.traffic.s_maxout
     C = cfg[C_CH]
     S = inp.traffic.s_first.shape[0]

@@ -10,7 +10,7 @@ from numba import njit
 from ..commands import NCMD
 from .layout import BF_CONF, BF_HEAD, BF_HIT, BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CH, \
     C_LOG, C_PC, C_REC, C_REFMODE, C_RK, C_RQ, C_WQ, INF, LAT_BINS, NBF, NOLINK, NQF, \
-    NSTAT, TL_SETS, TL_WAYS
+    NSTAT, TL_SETS, TL_VBASE, TL_WAYS
 from .timing import _first_refresh
 from .tree import _tset
 
@@ -57,7 +57,7 @@ class State(NamedTuple):
     s_pfn: np.ndarray       # per stream: its frame
     s_hold: np.ndarray      # per stream: 1 while a page-table read is under way
     s_holdt: np.ndarray     # per stream: tick that read started
-    s_ptdone: np.ndarray    # per stream: 1 once the translation it waited for is in hand
+    s_ptdone: np.ndarray    # per stream: 1 while its lookup waits for a fill (counted)
     s_tlbstall: np.ndarray  # per stream: ticks stalled on translation
     s_wnext: np.ndarray     # per stream: next stream waiting on the same gate or queue
     ch_whead: np.ndarray    # per channel: first stream waiting for queue room
@@ -73,6 +73,10 @@ class State(NamedTuple):
     # TLB
     tlb_tag: np.ndarray     # per way: virtual page held (-1: none)
     tlb_use: np.ndarray     # per way: last use (LRU clock)
+    tlb_rdy: np.ndarray     # per way: tick its translation is in hand (INF: walk under way)
+    tlb_whead: np.ndarray   # per way: first stream waiting for its walk (merged misses)
+    s_tlbe: np.ndarray      # per stream: TLB way its own page-table walk fills
+    s_pref: np.ndarray      # per stream: tick its TLB prefetch completes (one at a time)
     # events
     fifo: np.ndarray        # per queue kind, a ring of data returns in tick order: tick,
     #                         stream, descriptor, group, burst, kind (0 data, 1 PTE)
@@ -191,6 +195,24 @@ def _alloc(inp, log_cap):
     tl = max(tlbc[TL_SETS] * tlbc[TL_WAYS], 1)
     tlb_tag = np.full(tl, -1, dtype=np.int64)
     tlb_use = np.zeros(tl, dtype=np.int64)
+    tlb_rdy = np.zeros(tl, dtype=np.int64)
+    tlb_whead = np.full(tl, -1, dtype=np.int64)
+    s_tlbe = np.full(S, -1, dtype=np.int64)
+    s_pref = np.zeros(S, dtype=np.int64)
+    # pages resident from earlier kernels, oldest first: LRU order below any use of the run
+    warm = inp.paging.warm
+    nw = warm.shape[0]
+    for i in range(nw):
+        ts = ((warm[i] - tlbc[TL_VBASE]) % tlbc[TL_SETS]) * tlbc[TL_WAYS]
+        v = ts
+        for w in range(tlbc[TL_WAYS]):
+            if tlb_tag[ts + w] == warm[i]:
+                v = ts + w
+                break
+            if tlb_use[ts + w] < tlb_use[v]:
+                v = ts + w
+        tlb_tag[v] = warm[i]
+        tlb_use[v] = i - nw
     FS = 16
     while FS < C * (cfg[C_RQ] + cfg[C_WQ]) + 64 * C + 64:
         FS *= 2
@@ -222,5 +244,6 @@ def _alloc(inp, log_cap):
                  hits_since, drain, ref_due, ref_pend, ref_sum, pb_ptr, cmdc, stat,
                  lat_hist, log, nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt,
                  s_ptdone, s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
-                 g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, fifo, fh, ft, ch_tree,
+                 g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, tlb_rdy, tlb_whead, s_tlbe,
+                 s_pref,                  fifo, fh, ft, ch_tree,
                  st_tree, fields, gm, skipped, ctl, ch_at, st_at, ends)

@@ -37,14 +37,20 @@ from h2m2sim.model import (ModelSpec, build_layer_graph, dtype_bytes, expected_e
                            footprint, kernels, normalize_batch, partition_layer, split_units,
                            transfers)
 from h2m2sim.npu.energy import Activity, activity, result_counts
-from h2m2sim.npu.simulate import run_kernels
+from h2m2sim.npu.simulate import needs_sampling, run_kernels
 from h2m2sim.parallel import map_ordered
 from h2m2sim.system.chip import ENERGY_FIELDS as CHIP_ENERGY
 from h2m2sim.system.mmu import ENERGY_FIELDS as MMU_ENERGY
 
 CACHE_NS = "system-piece"
-#: version of what a cached piece holds (2: activity counts and DRAM statistics)
-PIECE_VERSION = 2
+#: version of what a cached piece holds (2: activity counts and DRAM statistics; 3:
+#: dependency-driven execution of request groups, TLB carried over, merged misses)
+PIECE_VERSION = 3
+#: request groups of one shape simulated together (at ``sampled`` fidelity; ``cycle``
+#: runs all): the piece counts count / CONCURRENT_GROUPS such runs (a sampling
+#: parameter, like SAMPLE_PREFIX; the mean over a run is steadier than the marginal
+#: between two run sizes, docs/dev/validation-history.md)
+CONCURRENT_GROUPS = 8
 PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
                 "stall_tlb_ns", "bytes", "tlb_hits", "tlb_misses", "flops")
 
@@ -196,34 +202,75 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
     tasks = []
     skey = _side_key(system, side)
     dram_spec = system.side(side).dram_spec
-    for group, count, members in _groups(ks):
+    groups = _groups(ks)
+    for gi, (group, count, members) in enumerate(groups):
         if att.launch == "fused" and count > 1:
             fused = fuse_requests(members)
             if fused is not None:
-                group, count = fused, 1
+                group, count, members = fused, 1, [fused]
+        others = [k for j, (_, _, ms) in enumerate(groups) if j != gi for m in ms for k in m]
         key = {"side": skey, "kernels": [list(map(str, kernel_signature(k))) for k in group],
-               "fidelity": fidelity, "translate": translate or "default"}
+               "fidelity": fidelity, "translate": translate or "default", "count": count,
+               "warm": [list(map(str, kernel_signature(k))) for k in others]}
         if att.unit != "auto" and any(k.op in ATTENTION_PRODUCTS for k in group):
             key["attention_unit"] = att.unit    # the default's keys stay as they were
 
-        def compute(group=group):
-            r = run_kernels(system, side, group, fidelity=fidelity, translate=translate,
-                            attention_unit=att.unit)
-            if r.deadlock:
-                raise ConfigError("system", f"the simulation of {group[0].name} on side "
-                                  f"{side} deadlocked")
-            return {**{f: float(getattr(r, f)) for f in PIECE_FIELDS},
-                    "counts": result_counts(r), "dram": r.dram.as_dict()}
+        def compute(group=group, count=count, members=members, others=others):
+            return _simulate_groups(system, side, group, count, members, fidelity,
+                                    translate, others, att.unit)
 
         def run(key=key, compute=compute):
             d = cached(CACHE_NS, key, compute, **(cache or {}))
             return Piece(**{f: d[f] for f in PIECE_FIELDS},
-                         activity=activity(d["counts"], dram_spec, DramStats(**d["dram"])))
+                         activity=activity(d["counts"], dram_spec, DramStats(**d["dram"]))
+                         ).scaled(d["times"])
 
         # what the simulation costs grows with the bytes it moves
         nbytes = sum(t.bytes for k in group for t in list(k.operands) + list(k.outputs))
-        tasks.append((count, run, nbytes))
+        tasks.append((1, run, nbytes * min(count, CONCURRENT_GROUPS)))
     return tasks
+
+
+def touched_before(ks: Sequence, others: Sequence) -> list:
+    """The tensors (views too) of ``others`` -- kernels of the piece that run before or
+    beside ``ks`` -- on base tensors ``ks`` use: the query and attention-output buffers
+    all requests share, the KV pages the KV append wrote. Their pages are in the TLB when
+    ``ks`` run (the TLB carries across kernels and request groups)."""
+    mine = {t.base for k in ks for t in list(k.operands) + list(k.outputs)}
+    return [t for k in others for t in list(k.operands) + list(k.outputs) if t.base in mine]
+
+
+def _fields(r, times: float = 1) -> dict:
+    """Cached fields of a simulated result that stands for ``times`` identical runs."""
+    return {**{f: float(getattr(r, f)) for f in PIECE_FIELDS}, "counts": result_counts(r),
+            "dram": r.dram.as_dict(), "times": times}
+
+
+def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,
+                     fidelity: str, translate: str | None, others: Sequence,
+                     attention_unit: str = "auto") -> dict:
+    """Cached fields of ``count`` identical kernel groups (``members``: their kernels).
+    Groups whose kernels are short run together, each as its dependencies allow
+    (requests overlap); ``sampled`` fidelity runs CONCURRENT_GROUPS of them and counts
+    that run count / CONCURRENT_GROUPS times. Groups of long kernels (which
+    ``sampled`` extrapolates) run once and count ``count`` times. ``others``: the
+    piece's other kernels (:func:`touched_before`); ``attention_unit``: see
+    :func:`~h2m2sim.npu.simulate.plan_graph_kernel`."""
+    def one(ks, times=1):
+        ids = {id(k) for k in ks}
+        rest = list(others) + [k for m in members for k in m if id(k) not in ids]
+        r = run_kernels(system, side, ks, fidelity=fidelity, translate=translate,
+                        warm=touched_before(ks, rest), attention_unit=attention_unit)
+        if r.deadlock:
+            raise ConfigError("system", f"the simulation of {ks[0].name} on side {side} "
+                              "deadlocked")
+        return _fields(r, times)
+
+    flat = lambda ms: [k for m in ms for k in m]  # noqa: E731
+    if count == 1 or len(members) < count or needs_sampling(system, side, group, fidelity):
+        return one(group, count)
+    W = count if fidelity == "cycle" else min(count, CONCURRENT_GROUPS)
+    return one(flat(members[:W]), count / W)
 
 
 def _sum_piece(results, counts) -> Piece:

@@ -23,6 +23,11 @@ writes were issued: writes are posted and may complete while the next kernel run
 next kernel's first tiles wait for the barrier. Barrier groups form their own chain, so
 a kernel never starts before all earlier ones ended. Descriptors of different kernels
 never mix in a queue: a queue holds kernel 0's, then kernel 1's, ...
+
+Kernels that need not wait for each other run as :func:`build_dag_streams` lays them out:
+one chain per (core, unit), a join only before a kernel that reads another's results,
+descriptors of all kernels interleaved in the queues in the order of a static list
+schedule (:func:`list_schedule`).
 """
 from __future__ import annotations
 
@@ -71,6 +76,42 @@ def dma_params(chip, ms: MemorySystem, page_size: int) -> tuple[int, int, int]:
     chunk = chip.dma_chunk_bytes or min(max(gran, 256), 1 << 16)
     chunk = min(chunk, page_size)
     return q, chunk, gran
+
+
+
+def _expand(plan: TilePlan, sub: np.ndarray, t_arr, op_arr, off_arr, len_arr):
+    """(tile, virtual address, length) of the ranges of tiles in ``sub``, in plan order."""
+    keep = sub[t_arr]
+    t_arr, op_arr, off_arr, len_arr = t_arr[keep], op_arr[keep], off_arr[keep], len_arr[keep]
+    T_l, A_l, L_l, K_l = [], [], [], []
+    for o in np.unique(op_arr):
+        sel = np.nonzero(op_arr == o)[0]
+        src, va, ln = plan.operands[int(o)].map(off_arr[sel], len_arr[sel])
+        T_l.append(t_arr[sel][src])
+        A_l.append(va)
+        L_l.append(ln)
+        K_l.append(sel[src])
+    if not T_l:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    # keep the plan's order of ranges
+    key = np.concatenate(K_l)
+    o = np.argsort(key, kind="stable")
+    return np.concatenate(T_l)[o], np.concatenate(A_l)[o], np.concatenate(L_l)[o]
+
+
+def _descriptors(plan: TilePlan, sub: np.ndarray, memory, side: str, chunk: int):
+    """Read then write descriptors of the tiles in ``sub``, cut at ``chunk`` bytes:
+    (tile, kind, virtual address, bytes)."""
+    rt, ra, rl = _expand(plan, sub, plan.r_tile, plan.r_op, plan.r_off, plan.r_len)
+    wt, wa, wl = _expand(plan, sub, plan.w_tile, plan.w_op, plan.w_off, plan.w_len)
+    d_tile = np.concatenate((rt, wt))
+    d_kind = np.concatenate((np.zeros(len(rt), np.int64), np.ones(len(wt), np.int64)))
+    va = np.concatenate((ra, wa))
+    vl = np.concatenate((rl, wl))
+    memory.check_mapped(side, va, vl)
+    src, dva, pl = split_ranges(va, vl, chunk)
+    return d_tile[src], d_kind[src], dva, pl
 
 
 def build_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
@@ -143,34 +184,7 @@ def build_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
         gate_r = np.where(cross, prev_k[kt], back)
 
     # ---- descriptors: logical ranges -> virtual pieces -> split -> physical
-    def expand(t_arr, op_arr, off_arr, len_arr):
-        keep = sub[t_arr]
-        t_arr, op_arr, off_arr, len_arr = t_arr[keep], op_arr[keep], off_arr[keep], len_arr[keep]
-        T_l, A_l, L_l, K_l = [], [], [], []
-        for o in np.unique(op_arr):
-            sel = np.nonzero(op_arr == o)[0]
-            src, va, ln = plan.operands[int(o)].map(off_arr[sel], len_arr[sel])
-            T_l.append(t_arr[sel][src])
-            A_l.append(va)
-            L_l.append(ln)
-            K_l.append(sel[src])
-        if not T_l:
-            z = np.zeros(0, dtype=np.int64)
-            return z, z, z
-        # keep the plan's order of ranges
-        key = np.concatenate(K_l)
-        o = np.argsort(key, kind="stable")
-        return np.concatenate(T_l)[o], np.concatenate(A_l)[o], np.concatenate(L_l)[o]
-
-    rt, ra, rl = expand(plan.r_tile, plan.r_op, plan.r_off, plan.r_len)
-    wt, wa, wl = expand(plan.w_tile, plan.w_op, plan.w_off, plan.w_len)
-    d_tile = np.concatenate((rt, wt))
-    d_kind = np.concatenate((np.zeros(len(rt), np.int64), np.ones(len(wt), np.int64)))
-    va = np.concatenate((ra, wa))
-    vl = np.concatenate((rl, wl))
-    memory.check_mapped(side, va, vl)
-    src, dva, pl = split_ranges(va, vl, chunk)
-    d_tile, d_kind = d_tile[src], d_kind[src]
+    d_tile, d_kind, dva, pl = _descriptors(plan, sub, memory, side, chunk)
     d_core = plan.core[d_tile]
     if shared:
         # kernel by kernel; within a kernel round-robin over the cores tile by tile
@@ -258,8 +272,10 @@ def build_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
 DENSE_LIMIT = 1 << 22
 
 
-def translation_for(layout: DmaLayout, memory, side: str, tick_ns: float) -> DmaLayout:
-    """Attach the engine Translation covering every page the descriptors touch.
+def translation_for(layout: DmaLayout, memory, side: str, tick_ns: float,
+                    warm: np.ndarray | None = None) -> DmaLayout:
+    """Attach the engine Translation covering every page the descriptors touch;
+    ``warm``: virtual pages resident in the TLB when the run starts (oldest first).
 
     Normally a dense slice of the side's flat table from the lowest to the highest
     touched page. When that span exceeds :data:`DENSE_LIMIT` entries (small pages over
@@ -274,8 +290,10 @@ def translation_for(layout: DmaLayout, memory, side: str, tick_ns: float) -> Dma
     v0 = va >> shift
     v1 = ((va + st.nbytes - 1) >> shift) + 1
     lo, hi = int(v0.min()), int(v1.max())
+    warm = np.zeros(0, dtype=np.int64) if warm is None else np.asarray(warm, np.int64)
     if hi - lo <= DENSE_LIMIT:
         tr = memory.translation(side, lo << shift, hi << shift, tick_ns)
+        tr = dataclasses.replace(tr, warm=warm[(warm >= lo) & (warm < hi)])
         return dataclasses.replace(layout, translation=tr)
     rs, re_ = merge_extents(v0, v1)
     lens = re_ - rs
@@ -284,7 +302,213 @@ def translation_for(layout: DmaLayout, memory, side: str, tick_ns: float) -> Dma
     new_va = ((local[k] + (v0 - rs[k])) << shift) | (va & ((1 << shift) - 1))
     pt = memory.tables[memory._side(side)]
     table = np.concatenate([pt.dense(int(a), int(b)) for a, b in zip(rs, re_)])
+    kw = np.searchsorted(rs, warm, side="right") - 1
+    inside = (kw >= 0) & (warm < re_[np.maximum(kw, 0)])
+    local_warm = local[kw[inside]] + (warm[inside] - rs[kw[inside]])
     tr = make_translation(memory.system.mmu, table, 0, memory.pte_base(side) +
                           PTE_BYTES * lo, tick_ns, memory.page_size)
+    tr = dataclasses.replace(tr, warm=local_warm)
     st2 = dataclasses.replace(st, addr=new_va.astype(np.uint64))
     return dataclasses.replace(layout, streams=st2, translation=tr)
+
+
+#: unit kinds of a core: each runs its own chain of tiles (one kernel at a time per unit)
+UNITS = ("mm", "mv", "vector")
+
+
+def unit_index(unit: str) -> int:
+    """Index in :data:`UNITS` of a plan's unit (vector and SFU ops share the vector
+    unit)."""
+    return UNITS.index(unit) if unit in UNITS else UNITS.index("vector")
+
+
+@dataclasses.dataclass
+class Schedule:
+    """Static list schedule of a dependency graph of kernels on one chip (estimates,
+    ticks): ``order`` kernels in the order the scheduler issued them, ``chain`` per tile
+    its (core, unit) chain, ``est_start`` / ``est_end`` per tile."""
+
+    order: list
+    chain: np.ndarray
+    est_start: np.ndarray
+    est_end: np.ndarray
+    kernel_start: np.ndarray
+
+
+def list_schedule(plan: TilePlan, kern: np.ndarray, units: np.ndarray, deps: list,
+                  est: np.ndarray, cores: int) -> Schedule:
+    """Kernels issued as their inputs are ready and their unit is free: among the kernels
+    whose producers are all issued, the one that can start earliest goes next (ties: the
+    lower index). A kernel's tiles stay on the cores the plan gave them; each (core, unit)
+    runs its kernels' tiles one after another. Times are the tiles' estimates: they fix
+    the issue order and the order of descriptors in the DMA queues, never a duration."""
+    nk = len(deps)
+    chain = plan.core * len(UNITS) + units[kern]
+    NC = cores * len(UNITS)
+    dur = np.zeros((nk, NC))
+    np.add.at(dur, (kern, chain), est)
+    has = np.zeros((nk, NC), dtype=bool)
+    has[kern, chain] = True
+    free = np.zeros(NC)
+    end = np.zeros(nk)
+    kstart = np.zeros(nk)
+    start_jc = np.zeros((nk, NC))
+    done = np.zeros(nk, dtype=bool)
+    order = []
+    for _ in range(nk):
+        best, best_t = -1, np.inf
+        for j in range(nk):
+            if done[j] or not all(done[i] for i in deps[j]):
+                continue
+            ready = max((end[i] for i in deps[j]), default=0.0)
+            t = max(ready, free[has[j]].min()) if has[j].any() else ready
+            if t < best_t:
+                best, best_t = j, t
+        j = best
+        ready = max((end[i] for i in deps[j]), default=0.0)
+        st = np.maximum(free, ready)
+        start_jc[j] = st
+        fin = st + dur[j]
+        free[has[j]] = fin[has[j]]
+        end[j] = fin[has[j]].max() if has[j].any() else ready
+        kstart[j] = st[has[j]].min() if has[j].any() else ready
+        done[j] = True
+        order.append(j)
+    # per tile: start of its (kernel, chain) plus the estimates of the tiles before it
+    o = np.lexsort((np.arange(len(kern)), chain, kern))
+    cum = np.cumsum(est[o]) - est[o]
+    first = np.r_[True, (kern[o][1:] != kern[o][:-1]) | (chain[o][1:] != chain[o][:-1])]
+    base = np.maximum.accumulate(np.where(first, np.arange(len(o)), 0))
+    within = cum - cum[base]
+    est_start = np.empty(len(kern))
+    est_start[o] = start_jc[kern[o], chain[o]] + within
+    return Schedule(order, chain, est_start, est_start + est, kstart)
+
+
+def build_dag_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
+                      compute_ticks: np.ndarray, kern: np.ndarray, deps: list,
+                      sched: Schedule, ideal: bool = False) -> DmaLayout:
+    """Engine streams for kernels that run as their dependencies allow (all tiles
+    simulated). Each (core, unit) is a chain of tiles in the schedule's kernel order; a
+    unit starts its part of a kernel once its previous tile is done. A kernel that reads
+    another's results waits for it through a *join* per chain: a zero-compute group
+    whose flag reads are gated by the last tile of every producer on every chain (and by
+    the chain's previous tile); that kernel's first tiles read only after the join. A
+    kernel without producers has no join: its reads start as soon as its scratchpad
+    buffer is free, while other kernels run on the other units. Descriptors sit in the
+    shared queues in the order of their estimated issue time (then schedule order), an
+    order every gate respects, so the run cannot deadlock."""
+    T = plan.n_tiles
+    P = chip.cores
+    Q, chunk, gran = dma_params(chip, ms, memory.page_size)
+    nbuf = chip.spm_buffers
+    rank = np.empty(len(deps), dtype=np.int64)
+    rank[sched.order] = np.arange(len(deps))
+    chain = sched.chain
+    tid = np.arange(T)
+    # chain order: kernels in schedule order, tiles by id
+    o = np.lexsort((tid, rank[kern], chain))
+    pos = np.empty(T, dtype=np.int64)
+    newc = np.r_[True, chain[o][1:] != chain[o][:-1]]
+    start_of = np.maximum.accumulate(np.where(newc, np.arange(T), 0))
+    pos[o] = np.arange(T) - start_of
+    prev = np.full(T, -1, dtype=np.int64)
+    prev[o[pos[o] >= 1]] = o[np.nonzero(pos[o] >= 1)[0] - 1]
+    back = np.full(T, -1, dtype=np.int64)
+    okb = pos[o] >= nbuf
+    back[o[okb]] = o[np.nonzero(okb)[0] - nbuf]
+    # joins: one per (kernel with producers, chain it runs on)
+    jk, jc, jgate, jkey = [], [], [], []
+    j_of = {}
+    last_of = {}                                   # (kernel, chain) -> its last tile
+    first_of = {}
+    for t in o:
+        last_of[(int(kern[t]), int(chain[t]))] = int(t)
+        first_of.setdefault((int(kern[t]), int(chain[t])), int(t))
+    for j in sched.order:
+        if not deps[j]:
+            continue
+        for (k, c), t0 in first_of.items():
+            if k != j:
+                continue
+            g = T + len(jk)
+            j_of[(k, c)] = g
+            gates = [last_of[(i, c2)] for i in deps[j] for c2 in range(P * len(UNITS))
+                     if (i, c2) in last_of]
+            if prev[t0] >= 0:
+                gates.append(int(prev[t0]))
+            jk.append(k)
+            jc.append(c)
+            jgate.append(gates)
+            jkey.append(sched.est_start[t0])
+    NJ = len(jk)
+    gate_r = back.copy()
+    for t in range(T):
+        g = j_of.get((int(kern[t]), int(chain[t])))
+        if g is not None and (back[t] < 0 or kern[back[t]] != kern[t]):
+            gate_r[t] = g
+    # schedule sequence (ties of the estimated times): joins before their kernel's tiles
+    seq = np.empty(T + NJ, dtype=np.int64)
+    n = 0
+    for j in sched.order:
+        for g in range(NJ):
+            if jk[g] == j:
+                seq[T + g] = n
+                n += 1
+        mine = np.nonzero(kern == j)[0]
+        mine = mine[np.lexsort((chain[mine], pos[mine]))]
+        seq[mine] = np.arange(n, n + len(mine))
+        n += len(mine)
+
+    d_tile, d_kind, dva, pl = _descriptors(plan, np.ones(T, dtype=bool), memory, side,
+                                           chunk)
+    is_r = d_kind == KIND_READ
+    key = np.where(is_r, sched.est_start[d_tile], sched.est_end[d_tile])
+    kseq = seq[d_tile]
+    group = d_tile.copy()
+    gate = np.where(is_r, gate_r[d_tile], d_tile)
+    if NJ:
+        f_tile = np.array([t for gs in jgate for t in gs], dtype=np.int64)
+        f_group = np.repeat(np.arange(T, T + NJ), [len(gs) for gs in jgate])
+        # flag address: the first result byte of the gating tile's kernel
+        flag = {}
+        for kk in np.unique(kern[f_tile]):
+            wsel = np.nonzero(kern[plan.w_tile] == kk)[0]
+            src = (plan.w_op, plan.w_off) if len(wsel) else (plan.r_op, plan.r_off)
+            i = wsel[0] if len(wsel) else np.nonzero(kern[plan.r_tile] == kk)[0][0]
+            _, fva, _ = plan.operands[int(src[0][i])].map(src[1][i:i + 1],
+                                                          np.ones(1, np.int64))
+            flag[int(kk)] = int(fva[0] - fva[0] % ms.spec.burst_bytes)
+        f_va = np.array([flag[int(k)] for k in kern[f_tile]], dtype=np.int64)
+        d_tile = np.concatenate((d_tile, f_tile))
+        d_kind = np.concatenate((d_kind, np.full(len(f_tile), KIND_BARRIER)))
+        dva = np.concatenate((dva, f_va))
+        pl = np.concatenate((pl, np.full(len(f_tile), ms.spec.burst_bytes)))
+        key = np.concatenate((key, np.array(jkey)[f_group - T]))
+        kseq = np.concatenate((kseq, seq[f_group]))
+        group = np.concatenate((group, f_group))
+        gate = np.concatenate((gate, f_tile))
+    d_core = plan.core[d_tile]
+    phys = memory.physical(side, dva)
+    queue = (phys // gran) % Q
+    wside = (d_kind != KIND_READ).astype(np.int64)
+    stream = wside * Q + queue
+    S = 2 * Q
+    order = np.lexsort((np.arange(len(stream)), kseq, key, stream))
+    counts = np.bincount(stream, minlength=S)
+    last = np.cumsum(counts)
+    first = last - counts
+    compute = np.zeros(T + NJ, dtype=np.int64)
+    compute[:T] = compute_ticks
+    gprev = np.full(T + NJ, -1, dtype=np.int64)
+    gprev[:T] = prev
+    isw = d_kind == KIND_WRITE
+    addr = phys if ideal else dva
+    cap = max(1, P * chip.dma_outstanding // Q)
+    st = Streams(first=first, last=last, addr=addr[order].astype(np.uint64),
+                 nbytes=pl[order], is_write=isw[order], group=group[order],
+                 gate=gate[order], max_outstanding=np.full(S, cap, dtype=np.int64),
+                 compute=compute, prev=gprev)
+    return DmaLayout(st, None, np.arange(T), np.full(len(deps), -1, dtype=np.int64),
+                     d_tile[order], d_kind[order], d_core[order], np.full(S, -1, np.int64),
+                     compute, Q, chunk)

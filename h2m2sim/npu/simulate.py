@@ -8,8 +8,10 @@ Public API:
   its tensors placed in a private memory;
 * :func:`run_kernel` -- one :class:`h2m2sim.model.Kernel` of a layer graph, its tensors
   at given virtual addresses (a :class:`~h2m2sim.memory.SystemMemory` or a mapping);
-* :func:`run_kernels` -- a list of graph kernels of one side back to back (a sublayer
-  partition), separated by barriers, in one engine run.
+* :func:`run_kernels` -- a list of graph kernels of one side (a sublayer partition) in
+  one engine run: as their data dependencies allow (independent kernels overlap, a
+  kernel waits only for its producers), or back to back with a barrier between each two
+  when every kernel reads its predecessor's result.
 
 Fidelity: ``cycle`` simulates every tile. ``sampled`` simulates a prefix of every core's
 tile chain -- a warm-up and a measurement window, doubled until the per-tile time is
@@ -37,12 +39,13 @@ from h2m2sim.memory.system_memory import SystemMemory
 from h2m2sim.model import VECTOR_FLOPS, dtype_bytes
 from h2m2sim.system.config import SystemSpec, resolve_system
 
-from .dma import KIND_READ, DmaLayout, build_streams, dma_params, translation_for
+from .dma import (KIND_READ, UNITS, DmaLayout, build_dag_streams, build_streams, dma_params,
+                  list_schedule, translation_for, unit_index)
 from .tiling import Operand, TilePlan, concat_plans, plan_matmul, plan_vector
 from .units import vector_passes
 
 __all__ = ["KernelResult", "simulate_kernel", "run_kernel", "run_kernels", "OPS",
-           "FIDELITIES", "plan_graph_kernel"]
+           "FIDELITIES", "plan_graph_kernel", "kernel_dependencies", "is_chain"]
 
 OPS = ("gemm", "gemv", "attention", "attn_score", "attn_value", "softmax", "layernorm",
        "residual", "activation", "elementwise")
@@ -77,7 +80,8 @@ class KernelResult:
     loaded operands waited for the compute unit (the memory side was ahead),
     ``stall_tlb_ns`` the largest TLB stall of its DMA queues. ``compute_bound``: the
     critical core computes longer than the side needs to stream the kernel's bytes
-    (compute_ns >= bytes / streaming bandwidth measured with the engine). ``kernels`` holds a per-kernel breakdown for lists."""
+    (compute_ns >= bytes / streaming bandwidth measured with the engine). ``kernels``
+    holds a per-kernel breakdown for lists; ``timeline`` per-tile times when asked for."""
 
     op: str
     side: str
@@ -101,10 +105,11 @@ class KernelResult:
     simulated_fraction: float = 1.0
     deadlock: bool = False
     kernels: tuple = ()
+    timeline: tuple = ()
 
     def as_dict(self, dram: bool = True) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name not in ("dram", "kernels")}
+             if f.name not in ("dram", "kernels", "timeline")}
         if dram:
             d["dram"] = self.dram.as_dict()
         if self.kernels:
@@ -139,6 +144,15 @@ class _Ctx:
         q, chunk, _ = dma_params(self.chip, self.ms, self.memory.page_size)
         # bytes the cores' buffers must hold in flight to keep every channel streaming
         self.inflight = min(q, self.ms.channels) * chunk * INFLIGHT_PER_CHANNEL
+        #: virtual pages resident in the TLB when the run starts (earlier kernels' pages)
+        self.warm: np.ndarray | None = None
+
+    def warm_ranges(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Mark the pages of the virtual byte ranges (address, bytes) TLB-resident at the
+        start: earlier kernels of the iteration touched them, and the TLB carries over."""
+        sh = self.memory.page_shift
+        vp = [np.arange(a >> sh, ((a + max(n, 1) - 1) >> sh) + 1) for a, n in ranges]
+        self.warm = np.unique(np.concatenate(vp)) if vp else None
 
     def ticks(self, cycles: np.ndarray) -> np.ndarray:
         c = np.asarray(cycles, dtype=np.float64) * self.chip.cycle_ns / self.tick_ns
@@ -169,11 +183,12 @@ class _Run:
 
 
 def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray,
-                kern: np.ndarray | None) -> _Run:
-    lay = build_streams(plan, ctx.chip, ctx.ms, ctx.memory, ctx.side.name, ticks, subset,
-                        kern, ctx.ideal, SHARED_QUEUES)
+                kern: np.ndarray | None, lay: DmaLayout | None = None) -> _Run:
+    if lay is None:
+        lay = build_streams(plan, ctx.chip, ctx.ms, ctx.memory, ctx.side.name, ticks, subset,
+                            kern, ctx.ideal, SHARED_QUEUES)
     if not ctx.ideal:
-        lay = translation_for(lay, ctx.memory, ctx.side.name, ctx.tick_ns)
+        lay = translation_for(lay, ctx.memory, ctx.side.name, ctx.tick_ns, ctx.warm)
     res = ctx.ms.run(lay.streams, lay.translation)
     if res.deadlock:
         raise RuntimeError(f"engine deadlock simulating {plan.op} on side {ctx.side.name} "
@@ -435,6 +450,91 @@ def _simulate(ctx: _Ctx, plans: list[TilePlan], fidelity: str):
     return plan, kidx, run, sums, over
 
 
+
+# ------------------------------------------------------------------- dependency graphs
+def kernel_dependencies(kernels: Sequence[Any]) -> list[list[int]]:
+    """For every graph kernel, the earlier kernels of the list whose results it reads (a
+    tensor, or a view of one, that the earlier kernel writes)."""
+    written: list[set] = []
+    deps = []
+    for kn in kernels:
+        reads = {t.base for t in kn.operands}
+        deps.append([i for i, w in enumerate(written) if w & reads])
+        written.append({t.base for t in kn.outputs})
+    return deps
+
+
+def is_chain(deps: Sequence[Sequence[int]]) -> bool:
+    """Whether every kernel depends (directly or through others) on the one before it:
+    then running them in list order with a barrier between each two is what the
+    dataflow requires anyway."""
+    anc: list[set] = []
+    for j, d in enumerate(deps):
+        a = set(d)
+        for i in d:
+            a |= anc[i]
+        anc.append(a)
+        if j and (j - 1) not in a:
+            return False
+    return True
+
+
+def _simulate_dag(ctx: _Ctx, plans: list[TilePlan], deps: list):
+    """Kernels as their dependencies allow (:func:`~h2m2sim.npu.dma.build_dag_streams`),
+    every tile simulated. Same returns as :func:`_simulate`."""
+    plan, kidx = concat_plans(plans)
+    ticks = ctx.ticks(plan.cycles)
+    est = _est_ticks(ctx, plan, ticks)
+    units = np.array([unit_index(p.unit) for p in plans], dtype=np.int64)
+    sched = list_schedule(plan, kidx, units, deps, est, ctx.chip.cores)
+    lay = build_dag_streams(plan, ctx.chip, ctx.ms, ctx.memory, ctx.side.name, ticks, kidx,
+                            deps, sched, ctx.ideal)
+    subset = np.ones(plan.n_tiles, dtype=bool)
+    run = _engine_run(ctx, plan, ticks, subset, kidx, lay)
+    fin = np.maximum(run.end, run.wdone)
+    total = float(max(fin.max(), float(run.res.stats.sim_ns) / ctx.tick_ns))
+    begin = run.end - ticks
+    sums = []
+    for j in range(len(plans)):
+        m = kidx == j
+        b, e = float(begin[m].min()), float(fin[m].max())
+        sums.append({"t_start": b, "duration": e - b, "compute": float(ticks[m].sum()),
+                     "stall_mem": 0.0, "stall_comp": 0.0, "extrapolated": False})
+    # breakdown on the chain (core, unit) that finishes last
+    crit = sched.chain[int(np.argmax(fin))]
+    c = np.nonzero(sched.chain == crit)[0]
+    c = c[np.argsort(run.end[c])]
+    prev_end = np.r_[0.0, run.end[c][:-1]]
+    comp = float(ticks[c].sum())
+    cst = float(np.maximum(prev_end - run.ready[c], 0).sum())
+    over = {"time": total, "compute": comp, "stall_mem": max(total - comp, 0.0),
+            "stall_comp": cst, "tlb": float(run.res.stream_tlb_stall.max(initial=0)),
+            "fraction": 1.0, "scale": 1.0, "tlb_miss_scale": None, "sampled": False}
+    return plan, kidx, run, sums, over
+
+
+def _timeline(ctx: _Ctx, units: list[str], plan: TilePlan, kidx: np.ndarray, run: _Run,
+              names: list[str], ticks: np.ndarray) -> tuple:
+    """Per simulated tile: (kernel name, unit, core, DMA start, reads back, compute start,
+    compute end), ns. DMA start = when its scratchpad buffer was free (the tile its reads
+    were gated by finished), or 0."""
+    tn = ctx.tick_ns
+    lay = run.layout
+    gate_of = np.full(plan.n_tiles, -1, dtype=np.int64)
+    rd = (lay.d_kind == KIND_READ)
+    g = lay.streams.gate[rd]
+    gate_of[lay.d_tile[rd]] = g
+    gend = run.res.group_end
+    out = []
+    for t in np.nonzero(~np.isnan(run.end))[0]:
+        ga = gate_of[t]
+        d0 = float(gend[ga]) if ga >= 0 else 0.0
+        e = float(run.end[t])
+        k = int(kidx[t])
+        out.append((names[k], UNITS[unit_index(units[k])], int(plan.core[t]), d0 * tn,
+                    float(run.ready[t]) * tn, (e - float(ticks[t])) * tn, e * tn))
+    return tuple(out)
+
 def _pages(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> int:
     """Distinct virtual pages the tiles in ``subset`` touch."""
     sh = ctx.memory.page_shift
@@ -465,8 +565,11 @@ def _page_scale(ctx: _Ctx, plan: TilePlan, subset: np.ndarray) -> float | None:
 
 
 def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
-            op: str) -> KernelResult:
-    plan, kidx, run, sums, s = _simulate(ctx, plans, fidelity)
+            op: str, deps: list | None = None, timeline: bool = False) -> KernelResult:
+    if deps is not None and not is_chain(deps):
+        plan, kidx, run, sums, s = _simulate_dag(ctx, plans, deps)
+    else:
+        plan, kidx, run, sums, s = _simulate(ctx, plans, fidelity)
     tn = ctx.tick_ns
     time_ns = float(s["time"] * tn)
     stats = _scale_stats(run.res.stats, s["scale"], time_ns)
@@ -499,7 +602,9 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
         tlb_misses=int(stats.tlb_misses), dram=stats, compute_ns=comp_ns,
         unit=units.pop() if len(units) == 1 else "mixed", tiles=int(plan.n_tiles),
         fidelity=fidelity, simulated_fraction=float(s["fraction"]),
-        deadlock=bool(run.res.deadlock), kernels=per)
+        deadlock=bool(run.res.deadlock), kernels=per,
+        timeline=_timeline(ctx, [p.unit for p in plans], plan, kidx, run, names,
+                           ctx.ticks(plan.cycles)) if timeline else ())
 
 
 # ------------------------------------------------------------------------- kernel plans
@@ -510,6 +615,26 @@ def _private_place(ctx: _Ctx, tensors: Sequence[tuple[str, int, str]]) -> dict[s
             out[name] = ctx.memory.address(name)
         else:
             out[name] = ctx.memory.place(name, nbytes, ctx.side.name, kind).vaddr
+    return out
+
+
+
+def _place_private(ctx: _Ctx, sizes: Mapping[str, tuple[int, str]]) -> dict[str, int]:
+    """Place the base tensors ``sizes`` (name -> (bytes, kind)) in the run's memory;
+    their addresses. With ``mmu.kv_layout: packed`` the KV tensors of one kind (the
+    name before its ``[request]``: K, V) are one tensor, requests back to back."""
+    plain = {n: v for n, v in sizes.items()
+             if ctx.system.mmu.kv_layout != "packed" or v[1] != "kv"}
+    out = _private_place(ctx, [(nm, nb, kd) for nm, (nb, kd) in plain.items()])
+    packs: dict[str, list[str]] = {}
+    for n, (_, kd) in sizes.items():
+        if n not in plain:
+            packs.setdefault(n.split("[", 1)[0], []).append(n)
+    for pre, names in packs.items():
+        offs = np.cumsum([0] + [sizes[n][0] for n in names])
+        base = _private_place(ctx, [(f"{pre}[packed]", int(offs[-1]), "kv")])
+        for n, o in zip(names, offs[:-1]):
+            out[n] = base[f"{pre}[packed]"] + int(o)
     return out
 
 
@@ -683,17 +808,57 @@ def run_kernel(system: Any, side: str, kernel: Any, memory: SystemMemory | None 
                        translate=translate)
 
 
+def _graph_ctx(system: Any, side: str, kernels: list, translate: str | None
+               ) -> tuple[_Ctx, dict[str, int]]:
+    """Context of a run of graph kernels whose tensors are placed privately; their
+    addresses."""
+    ctx = _Ctx(system, side, None, None, "contiguous", 0, translate)
+    sizes: dict[str, tuple[int, str]] = {}
+    for kn in kernels:
+        for t in list(kn.operands) + list(kn.outputs):
+            need = int(t.offset) + int(t.bytes)
+            old = sizes.get(t.base, (0, t.kind))
+            kind = t.kind if t.view_of is None else old[1]
+            sizes[t.base] = (max(old[0], need, 1), kind)
+    return ctx, _place_private(ctx, sizes)
+
+
+def needs_sampling(system: Any, side: str, kernels: Sequence[Any], fidelity: str) -> bool:
+    """Whether ``sampled`` fidelity would extrapolate some of these graph kernels (a
+    core's chain of tiles of one kernel has at least SAMPLE_MIN_TILES tiles)."""
+    if fidelity != "sampled":
+        return False
+    ctx, addr = _graph_ctx(system, side, list(kernels), None)
+    for kn in kernels:
+        p = plan_graph_kernel(ctx, kn, addr)
+        if np.bincount(p.core, minlength=ctx.chip.cores).max(initial=0) >= SAMPLE_MIN_TILES:
+            return True
+    return False
+
+
 def run_kernels(system: Any, side: str, kernels: Sequence[Any],
                 memory: SystemMemory | None = None,
                 addresses: Mapping[str, int] | None = None, fidelity: str = "cycle", *,
-                translate: str | None = None, attention_unit: str = "auto") -> KernelResult:
+                translate: str | None = None, dependencies: bool = True,
+                warm: Sequence[Any] = (), timeline: bool = False,
+                attention_unit: str = "auto") -> KernelResult:
     """Simulate graph kernels of one side back to back (in the given order, each
     starting after all earlier ones finished: one barrier between consecutive kernels),
     all cores of the chip, in one engine run. With ``sampled`` fidelity the run holds
     only a prefix of every large kernel's per-core tile chains and the rest of each is
     extrapolated. The result's ``kernels`` lists per kernel: name, op, unit, start_ns,
     time_ns (incl. the barrier after it), flops, bytes, tiles, compute_ns,
-    stall_memory_ns, stall_compute_ns, extrapolated. ``attention_unit``: see
+    stall_memory_ns, stall_compute_ns, extrapolated.
+
+    ``dependencies`` (default): when some kernel does not read what the one before it
+    wrote, the kernels run as their data dependencies allow instead
+    (:func:`kernel_dependencies`; a kernel starts when its producers are done and its
+    unit is free, independent kernels overlap; every tile is simulated, whatever the
+    fidelity). ``warm``: tensors (graph TensorRefs, views too) that earlier kernels
+    touched: their pages are TLB-resident at the start (those of tensors this run does
+    not place are ignored). ``timeline``: also return per-tile times
+    (``result.timeline``: kernel, unit, core, DMA start, reads back, compute start,
+    compute end, ns). ``attention_unit``: see
     :func:`plan_graph_kernel`."""
     _check_fidelity(fidelity)
     if attention_unit not in ("auto", "mm", "mv"):
@@ -701,17 +866,19 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
     kernels = list(kernels)
     if not kernels:
         raise ConfigError("kernels", "needs at least one kernel")
-    ctx = _Ctx(system, side, memory, None, "contiguous", 0, translate)
     if memory is None and addresses is None:
-        sizes: dict[str, tuple[int, str]] = {}
-        for kn in kernels:
-            for t in list(kn.operands) + list(kn.outputs):
-                need = int(t.offset) + int(t.bytes)
-                old = sizes.get(t.base, (0, t.kind))
-                kind = t.kind if t.view_of is None else old[1]
-                sizes[t.base] = (max(old[0], need, 1), kind)
-        _private_place(ctx, [(nm, nb, kd) for nm, (nb, kd) in sizes.items()])
+        ctx, addresses = _graph_ctx(system, side, kernels, translate)
+    else:
+        ctx = _Ctx(system, side, memory, None, "contiguous", 0, translate)
+    if warm:
+        known = lambda b: b in addresses if addresses is not None else \
+            b in ctx.memory.tensors  # noqa: E731
+        at = lambda b: addresses[b] if addresses is not None and b in addresses else \
+            ctx.memory.address(b)  # noqa: E731
+        ctx.warm_ranges([(at(t.base) + int(t.offset), int(t.bytes)) for t in warm
+                         if known(t.base)])
     plans = [plan_graph_kernel(ctx, kn, addresses, attention_unit) for kn in kernels]
     names = [kn.name for kn in kernels]
     op = kernels[0].op if len(kernels) == 1 else "kernels"
-    return _result(ctx, plans, names, fidelity, op)
+    deps = kernel_dependencies(kernels) if dependencies else None
+    return _result(ctx, plans, names, fidelity, op, deps, timeline)

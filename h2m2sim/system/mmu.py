@@ -48,6 +48,17 @@ class MmuSpec:
     miss_mode: Literal["fixed", "walk"] = param(
         "fixed", doc="fixed: every miss costs miss_ns; walk: every miss reads its page-table "
         "entry through the side's DRAM (flat table: one read)")
+    prefetch: Literal["ahead", "none"] = param(
+        "ahead", doc="TLB prefetch of the DMA: ahead (a DMA queue that translates a page "
+        "starts the fill of the next page among its next 64 queued descriptors, one "
+        "prefetch at a time per queue, without waiting for it: the next page of a "
+        "stream, the next request's KV) or "
+        "none (every page's first use waits for its fill). Fixed miss_mode only (a "
+        "walk-mode prefetch would read the PTE; not modelled)",
+        source="assumed: DMA descriptors are known ahead, cf. sequential TLB prefetching "
+        "(Kandiraju and Sivasubramaniam, ISCA 2002); H2M2 Sec. 5 reports < 2 % "
+        "translation overhead at 2 MB pages, which needs page misses hidden behind "
+        "streaming")
     tlb_lookup_pj: float = param(
         240.0, ge=0, le=1e6, unit="pJ", doc="energy of one TLB lookup (one set of "
         "tlb_ways 8-byte entries read and compared)",
@@ -58,6 +69,12 @@ class MmuSpec:
         "read of its entry (which the DRAM model prices): the walker's TLB fill, one "
         "entry written",
         source="Horowitz ISSCC 2014 (45 nm): one 64-bit write of a 16 KB SRAM, as a read")
+    kv_layout: Literal["per-request", "packed"] = param(
+        "per-request", doc="virtual layout of one layer's KV cache: per-request (each "
+        "request's K and V its own page-aligned tensor) or packed (the K, and the V, of all "
+        "requests of a layer one tensor, requests back to back, so short contexts share "
+        "pages and TLB entries)",
+        source="assumed (H2M2 Sec. 4.2 does not say how KV is laid out in its pages)")
     virtual_bytes: int = param(2**40, unit="bytes", doc="size of the virtual (logical) "
                                "address space; the flat page table has virtual_bytes / "
                                "page_size entries of 8 B per side",
