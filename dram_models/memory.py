@@ -76,11 +76,11 @@ class Translation:
     ``pte_base + 8 * i`` through the DRAM and waits for it. A miss to a page whose fill is
     under way waits for that fill (merged, no walk of its own). ``warm``: virtual pages
     resident when the run starts (least recently used first), the TLB state earlier
-    kernels left. ``prefetch`` (fixed miss latency only): a stream that translates a page,
-    with no prefetch of its own under way, starts the fill of the first other page among
-    its next ``engine.general.PREFETCH_AHEAD`` descriptors that is neither held nor under
-    way, without waiting for it; for a sequential stream that is the next page. A
-    prefetch counts as a miss (a fill)."""
+    kernels left. ``prefetch`` (fixed miss latency only; 0: none): a stream that
+    translates a page starts the fills of the next other pages among its next
+    ``engine.general.PREFETCH_AHEAD`` descriptors that are neither held nor under way,
+    without waiting for them, keeping at most ``prefetch`` of its own in flight; for a
+    sequential stream that is the next page. A prefetch counts as a miss (a fill)."""
 
     page_shift: int
     page_table: np.ndarray
@@ -91,9 +91,12 @@ class Translation:
     walk: bool = False
     pte_base: int = 0
     warm: np.ndarray | None = None
-    prefetch: bool = False
+    prefetch: int = 0
 
     def __post_init__(self):
+        if not 0 <= self.prefetch <= 1024:
+            raise ConfigError("tlb.prefetch", f"must be 0..1024 fills in flight per stream, "
+                              f"got {self.prefetch}")
         if self.entries % self.ways:
             raise ConfigError("tlb.entries", f"must be a multiple of the associativity "
                               f"({self.ways}), got {self.entries}")
@@ -426,7 +429,7 @@ class MemorySystem:
             tl[TL_WAYS] = translation.ways
             tl[TL_MISS] = translation.miss_ticks
             tl[TL_WALK] = translation.walk
-            tl[TL_PREFETCH] = translation.prefetch
+            tl[TL_PREFETCH] = int(translation.prefetch)
             tl[TL_PTE] = translation.pte_base
             if translation.warm is not None:
                 warm = np.ascontiguousarray(translation.warm, dtype=np.int64)

@@ -129,8 +129,7 @@ def _bus_release(busfree, ch, split):
     return bt
 
 
-
-#: descriptors a stream looks ahead for the next page to prefetch (its DMA queue)
+#: descriptors a stream looks ahead for the next pages to prefetch (its DMA queue)
 PREFETCH_AHEAD = 64
 
 
@@ -148,6 +147,49 @@ def _tlb_victim(tlb_use, tlb_rdy, ts, ways, now):
             if tlb_use[ts + w] < tlb_use[victim]:
                 victim = ts + w
     return victim
+
+
+@njit(inline="always", _nrt=False)
+def _prefetch(s, d, vpn, s_last, d_addr, pshift, pt, tlbc, tl_sets, tl_ways, tlb_tag,
+              tlb_use, tlb_rdy, s_pref, now, tlb_clock, stat):
+    """TLB prefetch of stream ``s`` after it translated ``vpn`` at its descriptor ``d``:
+    the other pages among its next PREFETCH_AHEAD descriptors that are neither held nor
+    under way start their fills, in order, while one of its ``tlbc[TL_PREFETCH]`` slots
+    is free (``s_pref[s * K + j]``: the tick slot j's fill completes). Nobody waits for
+    them; each counts as a miss (a fill)."""
+    K = tlbc[TL_PREFETCH]
+    base = s * K
+    j = 0
+    last_v = vpn
+    dd = d + 1
+    while dd < s_last[s] and dd <= d + PREFETCH_AHEAD:
+        while j < K and s_pref[base + j] > now:
+            j += 1
+        if j == K:
+            return
+        nv = np.int64(d_addr[dd] >> np.uint64(pshift))
+        dd += 1
+        if nv == last_v:
+            continue
+        last_v = nv
+        i2 = nv - tlbc[TL_VBASE]
+        if i2 < 0 or i2 >= pt.shape[0] or pt[i2] < 0:
+            continue
+        ts2 = (i2 % tl_sets) * tl_ways
+        held = False
+        for w in range(tl_ways):
+            if tlb_tag[ts2 + w] == nv:
+                held = True
+                break
+        if not held:
+            stat[S_TLBMISS] += 1
+            v2w = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
+            tlb_tag[v2w] = nv
+            tlb_use[v2w] = tlb_clock
+            tlb_rdy[v2w] = now + tlbc[TL_MISS]
+            s_pref[base + j] = tlb_rdy[v2w]
+            j += 1
+
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _loop(inp, st):
@@ -380,36 +422,10 @@ def _loop(inp, st):
                             tlb_use[hit] = tlb_clock
                             s_vpn[s] = vpn
                             s_pfn[s] = pt[idx]
-                            if tlbc[TL_PREFETCH] != 0 and tlbc[TL_WALK] == 0 and \
-                                    s_pref[s] <= now:
-                                # prefetch (one at a time per stream): the first other
-                                # page among the stream's next descriptors that is not
-                                # held starts its fill; nobody waits for it
-                                last_v = vpn
-                                dd = d + 1
-                                while dd < s_last[s] and dd <= d + PREFETCH_AHEAD:
-                                    nv = np.int64(d_addr[dd] >> np.uint64(pshift))
-                                    dd += 1
-                                    if nv == last_v:
-                                        continue
-                                    last_v = nv
-                                    i2 = nv - tlbc[TL_VBASE]
-                                    if i2 < 0 or i2 >= pt.shape[0] or pt[i2] < 0:
-                                        continue
-                                    ts2 = (i2 % tl_sets) * tl_ways
-                                    held = False
-                                    for w in range(tl_ways):
-                                        if tlb_tag[ts2 + w] == nv:
-                                            held = True
-                                            break
-                                    if not held:
-                                        stat[S_TLBMISS] += 1
-                                        v2w = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
-                                        tlb_tag[v2w] = nv
-                                        tlb_use[v2w] = tlb_clock
-                                        tlb_rdy[v2w] = now + tlbc[TL_MISS]
-                                        s_pref[s] = tlb_rdy[v2w]
-                                        break
+                            if tlbc[TL_PREFETCH] > 0 and tlbc[TL_WALK] == 0:
+                                _prefetch(s, d, vpn, s_last, d_addr, pshift, pt, tlbc,
+                                          tl_sets, tl_ways, tlb_tag, tlb_use, tlb_rdy, s_pref,
+                                          now, tlb_clock, stat)
                         elif hit >= 0:
                             # the page's fill is under way (another stream missed on it):
                             # wait for it, as an MSHR merges misses to one line

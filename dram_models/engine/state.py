@@ -10,7 +10,7 @@ from numba import njit
 from ..commands import NCMD
 from .layout import BF_CONF, BF_HEAD, BF_HIT, BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CH, \
     C_LOG, C_PC, C_REC, C_REFMODE, C_RK, C_RQ, C_WQ, INF, LAT_BINS, NBF, NOLINK, NQF, \
-    NSTAT, TL_SETS, TL_VBASE, TL_WAYS
+    NSTAT, TL_PREFETCH, TL_SETS, TL_VBASE, TL_WAYS
 from .timing import _first_refresh
 from .tree import _tset
 
@@ -76,7 +76,7 @@ class State(NamedTuple):
     tlb_rdy: np.ndarray     # per way: tick its translation is in hand (INF: walk under way)
     tlb_whead: np.ndarray   # per way: first stream waiting for its walk (merged misses)
     s_tlbe: np.ndarray      # per stream: TLB way its own page-table walk fills
-    s_pref: np.ndarray      # per stream: tick its TLB prefetch completes (one at a time)
+    s_pref: np.ndarray      # per stream x prefetch slot: tick that TLB prefetch completes
     # events
     fifo: np.ndarray        # per queue kind, a ring of data returns in tick order: tick,
     #                         stream, descriptor, group, burst, kind (0 data, 1 PTE)
@@ -198,7 +198,7 @@ def _alloc(inp, log_cap):
     tlb_rdy = np.zeros(tl, dtype=np.int64)
     tlb_whead = np.full(tl, -1, dtype=np.int64)
     s_tlbe = np.full(S, -1, dtype=np.int64)
-    s_pref = np.zeros(S, dtype=np.int64)
+    s_pref = np.zeros(S * max(tlbc[TL_PREFETCH], 1), dtype=np.int64)
     # pages resident from earlier kernels, oldest first: LRU order below any use of the run
     warm = inp.paging.warm
     nw = warm.shape[0]
@@ -245,5 +245,5 @@ def _alloc(inp, log_cap):
                  lat_hist, log, nlog, s_cur, s_k, s_out, s_vpn, s_pfn, s_hold, s_holdt,
                  s_ptdone, s_tlbstall, s_wnext, ch_whead, g_whead, d_left, d_done, g_left,
                  g_ready, g_end, b_done, b_cnt, tlb_tag, tlb_use, tlb_rdy, tlb_whead, s_tlbe,
-                 s_pref,                  fifo, fh, ft, ch_tree,
+                 s_pref, fifo, fh, ft, ch_tree,
                  st_tree, fields, gm, skipped, ctl, ch_at, st_at, ends)

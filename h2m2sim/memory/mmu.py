@@ -28,4 +28,5 @@ def make_translation(mmu: MmuSpec, page_table: np.ndarray, vpn_base: int, pte_ba
                        page_table=np.ascontiguousarray(page_table, dtype=np.int64),
                        vpn_base=int(vpn_base), entries=mmu.tlb_entries, ways=mmu.tlb_ways,
                        miss_ticks=miss_ticks, walk=mmu.miss_mode == "walk",
-                       pte_base=int(pte_base), prefetch=mmu.prefetch == "ahead")
+                       pte_base=int(pte_base),
+                       prefetch=mmu.prefetch_depth if mmu.prefetch == "ahead" else 0)

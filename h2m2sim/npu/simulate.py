@@ -39,8 +39,8 @@ from h2m2sim.memory.system_memory import SystemMemory
 from h2m2sim.model import VECTOR_FLOPS, dtype_bytes
 from h2m2sim.system.config import SystemSpec, resolve_system
 
-from .dma import (KIND_READ, UNITS, DmaLayout, build_dag_streams, build_streams, dma_params,
-                  list_schedule, translation_for, unit_index)
+from .dma import (KIND_BARRIER, KIND_READ, UNITS, DmaLayout, build_dag_streams, build_streams,
+                  dma_params, list_schedule, translation_for, unit_index)
 from .tiling import Operand, TilePlan, concat_plans, plan_matmul, plan_vector
 from .units import vector_passes
 
@@ -80,8 +80,10 @@ class KernelResult:
     loaded operands waited for the compute unit (the memory side was ahead),
     ``stall_tlb_ns`` the largest TLB stall of its DMA queues. ``compute_bound``: the
     critical core computes longer than the side needs to stream the kernel's bytes
-    (compute_ns >= bytes / streaming bandwidth measured with the engine). ``kernels``
-    holds a per-kernel breakdown for lists; ``timeline`` per-tile times when asked for."""
+    (compute_ns >= bytes / streaming bandwidth measured with the engine). ``sync_bytes``:
+    the part of ``bytes`` that is synchronisation flag reads (barriers and joins), so
+    ``bytes - sync_bytes`` is the kernels' own data. ``kernels`` holds a per-kernel
+    breakdown for lists; ``timeline`` per-tile times when asked for."""
 
     op: str
     side: str
@@ -106,6 +108,7 @@ class KernelResult:
     deadlock: bool = False
     kernels: tuple = ()
     timeline: tuple = ()
+    sync_bytes: int = 0
 
     def as_dict(self, dram: bool = True) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -584,13 +587,16 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
         rb, wb = plan.tile_bytes()
         per = tuple({"name": names[j], "op": p.op, "unit": p.unit,
                      "start_ns": float(x["t_start"] * tn), "time_ns": float(x["duration"] * tn),
-                     "flops": int(p.flops), "bytes": int(rb[kidx == j].sum() + wb[kidx == j].sum()),
+                     "flops": int(p.flops),
+                     "bytes": int(rb[kidx == j].sum() + wb[kidx == j].sum()),
                      "tiles": int(p.n_tiles), "compute_ns": float(x["compute"] * tn),
                      "stall_memory_ns": float(x["stall_mem"] * tn),
                      "stall_compute_ns": float(x["stall_comp"] * tn),
                      "extrapolated": x["extrapolated"]}
                     for j, (p, x) in enumerate(zip(plans, sums)))
     units = {p.unit for p in plans}
+    lay = run.layout
+    sync = float(lay.streams.nbytes[lay.d_kind == KIND_BARRIER].sum()) * s["scale"]
     return KernelResult(
         op=op, side=ctx.side.name, cycles=int(math.ceil(time_ns / ctx.chip.cycle_ns - 1e-9)),
         time_ns=time_ns, flops=int(sum(p.flops for p in plans)), bytes=int(stats.bytes),
@@ -604,7 +610,8 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
         fidelity=fidelity, simulated_fraction=float(s["fraction"]),
         deadlock=bool(run.res.deadlock), kernels=per,
         timeline=_timeline(ctx, [p.unit for p in plans], plan, kidx, run, names,
-                           ctx.ticks(plan.cycles)) if timeline else ())
+                           ctx.ticks(plan.cycles)) if timeline else (),
+        sync_bytes=int(round(sync)))
 
 
 # ------------------------------------------------------------------------- kernel plans

@@ -50,15 +50,20 @@ class MmuSpec:
         "entry through the side's DRAM (flat table: one read)")
     prefetch: Literal["ahead", "none"] = param(
         "ahead", doc="TLB prefetch of the DMA: ahead (a DMA queue that translates a page "
-        "starts the fill of the next page among its next 64 queued descriptors, one "
-        "prefetch at a time per queue, without waiting for it: the next page of a "
-        "stream, the next request's KV) or "
+        "starts the fills of the next pages among its next 64 queued descriptors, up to "
+        "prefetch_depth in flight per queue, without waiting for them: the next page of a "
+        "stream, the next requests' KV) or "
         "none (every page's first use waits for its fill). Fixed miss_mode only (a "
         "walk-mode prefetch would read the PTE; not modelled)",
         source="assumed: DMA descriptors are known ahead, cf. sequential TLB prefetching "
         "(Kandiraju and Sivasubramaniam, ISCA 2002); H2M2 Sec. 5 reports < 2 % "
         "translation overhead at 2 MB pages, which needs page misses hidden behind "
         "streaming")
+    prefetch_depth: int = param(
+        8, ge=1, le=1024, doc="TLB fills one DMA queue's prefetch may have in flight (one per "
+        "page-table walker; no chip-wide cap is modelled)",
+        source="mNPUsim (Hwang et al., IISWC 2023, the NPU simulator H2M2 cites for its "
+        "MMU): 8 page-table walkers in its NPU memory configurations")
     tlb_lookup_pj: float = param(
         240.0, ge=0, le=1e6, unit="pJ", doc="energy of one TLB lookup (one set of "
         "tlb_ways 8-byte entries read and compared)",

@@ -63,7 +63,8 @@ def test_two_layers_cost_twice_one(system, model, sublayer):
 
 def test_iteration_is_layers_times_layer_and_layer_is_sum_of_sublayer_maxima(system, model):
     split = {"qkv": 10, "attention": 20, "fc": 5}
-    it = run_iteration(system, model, BATCH, SEQ, Mapping(split=split, mapper="fixed"), cache=NOCACHE)
+    it = run_iteration(system, model, BATCH, SEQ, Mapping(split=split, mapper="fixed"),
+                       cache=NOCACHE)
     lay = run_layer(system, model, BATCH, SEQ, split, cache=NOCACHE)
     assert it.layers == model.layers
     assert it.iteration_ns == pytest.approx(model.layers * lay.time_ns, rel=1e-12)
@@ -106,8 +107,26 @@ def test_run_piece_overlaps_identical_requests(system, model):
     assert whole.time_ns == pytest.approx(together.time_ns + sum(r.time_ns for r in append),
                                           rel=1e-9)
     assert whole.time_ns < BATCH * one.time_ns + rest.time_ns
-    # (the joins' flag reads differ: one burst per join)
-    assert whole.bytes == pytest.approx(BATCH * one.bytes + rest.bytes, rel=1e-3)
+    # the kernels' own data is conserved exactly; only the flag reads of the joins and
+    # barriers depend on how the kernels were launched
+    data = lambda p: p.bytes - p.sync_bytes  # noqa: E731
+    assert data(whole) == BATCH * data(one) + data(rest)
+    assert whole.sync_bytes > 0
+
+
+def test_sampled_request_groups_match_the_cycle_run(system, model):
+    """Sampled fidelity runs CONCURRENT_GROUPS of B identical request groups and counts
+    that run B / CONCURRENT_GROUPS times; the whole batch run together (cycle) must agree
+    within the documented error (2.2 %, docs/validation/npu.md), on both sides."""
+    B = 4 * CONCURRENT_GROUPS
+    per, _ = layer_kernels(model, B, SEQ, {"qkv": 32, "attention": 16, "fc": 0},
+                           system.side_names)
+    for side in system.side_names:
+        att = per[(side, "attention")]
+        cyc = run_piece(system, side, att, fidelity="cycle", cache=NOCACHE)
+        smp = run_piece(system, side, att, fidelity="sampled", cache=NOCACHE)
+        assert smp.time_ns == pytest.approx(cyc.time_ns, rel=0.025)
+        assert smp.bytes - smp.sync_bytes == cyc.bytes - cyc.sync_bytes
 
 
 def test_tables_match_direct_runs_at_grid_points_and_interpolate_between(system, model):

@@ -50,3 +50,40 @@ def test_warm_pages_do_not_miss():
                                                    miss_ticks=300, warm=np.array([0])))
     assert cold.stats.tlb_misses == 2
     assert warm.stats.tlb_misses == 1 and warm.stats.tlb_hits == 1
+
+
+def _page_hopping_stream(pages: int, shift: int) -> Streams:
+    """One stream writing 64 B into each of ``pages`` virtual pages, one after another
+    (the new token's K row of every request, each request's KV its own page)."""
+    addr = np.arange(pages, dtype=np.uint64) << np.uint64(shift)
+    return Streams(first=np.array([0]), last=np.array([pages]), addr=addr,
+                   nbytes=np.full(pages, 64), is_write=np.ones(pages, bool))
+
+
+@pytest.mark.parametrize("depth", [0, 1, 4, 8])
+def test_prefetch_depth_overlaps_a_streams_misses(depth):
+    """A stream that touches a new page at every descriptor waits one full miss per page
+    without prefetch; with prefetch each translation starts the next ``depth`` pages'
+    fills, so the misses overlap ``depth`` at a time: the run takes about
+    pages x miss / depth (and every page is filled exactly once)."""
+    spec = load_standard("hbm3-6400")
+    ms = MemorySystem(spec, {"refresh": "none"}, channels=4)
+    pages, shift, miss = 64, 21, ms.ns_to_ticks(300)
+    tr = Translation(shift, np.arange(pages, dtype=np.int64) + 5, entries=256, ways=16,
+                     miss_ticks=miss, prefetch=depth)
+    st = ms.run(_page_hopping_stream(pages, shift), translation=tr).stats
+    assert st.tlb_misses == pages                 # one fill per page, prefetched or not
+    serial = pages * 300.0
+    if depth == 0:
+        assert st.tlb_stall_ns == pytest.approx(serial, rel=0.01)
+    else:
+        # the first page waits a whole miss, then fills arrive ``depth`` per miss time
+        bound = 300.0 + (pages - 1) * 300.0 / depth
+        assert st.tlb_stall_ns == pytest.approx(bound, rel=0.1)
+        assert st.sim_ns < serial / depth + 2 * 300.0
+
+
+def test_prefetch_rejects_a_negative_depth():
+    from dram_models.errors import ConfigError
+    with pytest.raises(ConfigError, match="tlb.prefetch"):
+        Translation(21, np.zeros(1, dtype=np.int64), prefetch=-1)
