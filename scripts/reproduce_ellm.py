@@ -107,10 +107,13 @@ ALONE_RATE = 0.01                # the paper's uncontended run: rate 0.01 req/s
 CP_MODE = "vllm-cp"
 
 
-def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT):
+def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT, step_overhead_s=0.0,
+          expert_zipf=0.0):
     """Model, device (``cards`` x the ``SYSTEM`` preset, tensor parallel), pool,
     iteration-time tables, the per-request state of a hybrid model and the server's
-    ``context`` (tokens)."""
+    ``context`` (tokens). ``step_overhead_s`` (host seconds per iteration) and
+    ``expert_zipf`` (MoE routing skew) go to the roofline evaluator (sensitivity only:
+    both 0 in the reproduction)."""
     import dataclasses
 
     from h2m2sim.compute.llm_roofline import RooflineEvaluator
@@ -126,7 +129,8 @@ def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT):
         dataclasses.replace(load_system_preset(SYSTEM), cards=cards))
     sizes = model_sizes(spec, DTYPE, DTYPE)
     pool = kv_capacity_bytes(dev, sizes, MEMORY_FRACTION)
-    ev = RooflineEvaluator(spec, DTYPE, system=SYSTEM, cache_dir=cache_dir, cards=cards)
+    ev = RooflineEvaluator(spec, DTYPE, system=SYSTEM, cache_dir=cache_dir, cards=cards,
+                           step_overhead_s=step_overhead_s, expert_zipf=expert_zipf)
     acts = activation_model(model, DTYPE, cards)
     bpt = sizes["kv_bytes_per_token"]
     layout = KVLayout.paged(max(1, 2 * 2**20 // bpt))
@@ -230,14 +234,16 @@ def fixed_trace(prompt, output, n):
 _ENV: dict = {}     # this process's setup() per model (tables built once, shared)
 
 
-def env_of(model=MODEL, context=None) -> dict:
+def env_of(model=MODEL, context=None, step_overhead_s=0.0, expert_zipf=0.0) -> dict:
     """The setup of ``model`` (Jamba: on ``JAMBA_CARDS`` cards) at server ``context``
-    (default: Llama3-8B's ``CONTEXT``, Jamba's ``JAMBA_CONTEXT``)."""
+    (default: Llama3-8B's ``CONTEXT``, Jamba's ``JAMBA_CONTEXT``); the last two as in
+    :func:`setup`."""
     if context is None:
         context = CONTEXT if model != JAMBA else JAMBA_CONTEXT
-    key = (model, context)
+    key = (model, context, step_overhead_s, expert_zipf)
     if key not in _ENV:
-        _ENV[key] = setup(model, JAMBA_CARDS if model == JAMBA else 1, context=context)
+        _ENV[key] = setup(model, JAMBA_CARDS if model == JAMBA else 1, context=context,
+                          step_overhead_s=step_overhead_s, expert_zipf=expert_zipf)
     return _ENV[key]
 
 
@@ -256,9 +262,12 @@ SERVE_KEYS = ("requests", "decode_throughput_tps", "total_throughput_tps", "toke
 
 def serve_point(p: dict) -> dict:
     """One offline run (all requests at t = 0) of ``requests`` fixed-length requests in
-    memory ``mode`` (a point of the result store); ``model`` defaults to Llama3-8B."""
+    memory ``mode`` (a point of the result store); ``model`` defaults to Llama3-8B,
+    ``step_overhead_s`` and ``expert_zipf`` (sensitivity studies) to 0."""
     trace = fixed_trace(p["input"], p["output"], p["requests"])
-    m = run(env_of(p.get("model", MODEL), p.get("context")), p["mode"], trace).metrics
+    env = env_of(p.get("model", MODEL), p.get("context"), p.get("step_overhead_s", 0.0),
+                 p.get("expert_zipf", 0.0))
+    m = run(env, p["mode"], trace).metrics
     return {k: m[k] for k in SERVE_KEYS}
 
 

@@ -14,6 +14,7 @@ from dram_models.trace import FORMATS, save
 from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_footprint,
                            kernels, list_models, load_model, normalize_batch,
                            partition_layer, split_units, state_bytes, total_flops,
+                           STATE_TENSORS,
                            transfer_bytes, transfers, unique_bytes)
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
@@ -107,9 +108,9 @@ def run(args) -> int:
     G = build_layer_graph(model, batch, seqs, phase=phase, dtype=dtype)
     t_build = time.perf_counter() - t0
     ub = unique_bytes(G)
-    fp = graph_footprint(G)
     flops = total_flops(G)
     st = state_bytes(G)
+    fp = _footprint_with_state(G)
     kinds = _layer_kinds(model, G, batch, seqs, phase, dtype)
     out = {
         "name": model.name, "phase": phase, "batch": batch, "dtype": dtype,
@@ -184,6 +185,32 @@ def run(args) -> int:
     return 0
 
 
+def _footprint_with_state(G) -> dict:
+    """:func:`graph_footprint` with a hybrid layer's Mamba state (:data:`STATE_TENSORS`)
+    moved out of ``kv`` into its own ``ssm_state`` entry (0 where there is none), charged
+    like every tensor to the sublayer that first reads it (else writes it)."""
+    fp = graph_footprint(G)
+    reader: dict[str, str] = {}
+    writer: dict[str, str] = {}
+    size: dict[str, int] = {}
+    for _, a in G.nodes(data=True):          # the node order graph_footprint uses
+        if a["type"] != "kernel":
+            continue
+        k = a["kernel"]
+        for t, is_read in [(t, True) for t in k.operands] + [(t, False) for t in k.outputs]:
+            if t.kind == "kv" and t.base.startswith(STATE_TENSORS):
+                (reader if is_read else writer).setdefault(t.base, k.sublayer)
+                if t.view_of is None:
+                    size.setdefault(t.base, t.bytes)
+    for sub in fp:
+        fp[sub]["ssm_state"] = 0
+    for base, nbytes in size.items():
+        sub = reader.get(base) or writer[base]
+        fp[sub]["kv"] -= nbytes
+        fp[sub]["ssm_state"] += nbytes
+    return fp
+
+
 def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:
     """Per (mixer, ffn) kind of the stack: its layer count and one layer's bytes (KV
     cache and Mamba recurrent state apart) and FLOPs. ``G`` is layer 0's graph. The
@@ -248,9 +275,12 @@ def _print_text(o: dict) -> None:
                   f"{k['weight_bytes_per_layer']:>15,} {k['kv_bytes_per_layer']:>15,} "
                   f"{k['ssm_state_bytes_per_layer']:>13,} {k['flops_per_layer']:>17,}")
     print("footprint per layer (bytes):")
-    print(f"  {'sublayer':<10} {'weight':>15} {'kv':>15} {'activation':>13}")
+    state = o["ssm_state_bytes_per_layer"] > 0     # a column only where a layer has state
+    print(f"  {'sublayer':<10} {'weight':>15} {'kv':>15} {'activation':>13}"
+          + (f" {'ssm state':>13}" if state else ""))
     for sub, kinds in o["footprint_per_layer"].items():
-        print(f"  {sub:<10} {kinds['weight']:>15,} {kinds['kv']:>15,} {kinds['activation']:>13,}")
+        print(f"  {sub:<10} {kinds['weight']:>15,} {kinds['kv']:>15,} {kinds['activation']:>13,}"
+              + (f" {kinds['ssm_state']:>13,}" if state else ""))
     if "partition" in o:
         p = o["partition"]
         print(f"partition {p['split']} over {p['sides']}: {p['transfers']} transfers, "

@@ -80,13 +80,26 @@ class RooflineEvaluator(PointEvaluator):
     """Serving point evaluator on a :class:`RooflineDevice` for ``model`` in ``dtype``.
 
     ``device`` may be given (a RooflineDevice) or is built from ``system`` (default
-    ``a100-80gb``) with :data:`A100_ROOFLINE` merged with ``spec``."""
+    ``a100-80gb``) with :data:`A100_ROOFLINE` merged with ``spec``. For sensitivity
+    studies: ``step_overhead_s`` (s, default 0) is added to every prefill, decode and
+    mixed iteration (the serving engine's host time per step), ``expert_zipf`` (default 0,
+    uniform) skews MoE routing (:func:`h2m2sim.model.graph.expected_experts`)."""
 
     cycle_level = False
 
     def __init__(self, model, dtype: str = "fp16", *, system: str = "a100-80gb",
                  spec: dict | None = None, device=None, cache: bool = True,
-                 cache_dir=None, cards: int = 1, link: tuple[float, float] = NVLINK_A100):
+                 cache_dir=None, cards: int = 1, link: tuple[float, float] = NVLINK_A100,
+                 step_overhead_s: float = 0.0, expert_zipf: float = 0.0):
+        if not step_overhead_s >= 0:
+            raise ConfigError("step_overhead_s", f"must be >= 0 (s), got {step_overhead_s!r}")
+        if not expert_zipf >= 0:
+            raise ConfigError("expert_zipf", f"must be >= 0, got {expert_zipf!r}")
+        #: host time per iteration (s) on top of the kernels: the serving engine's
+        #: scheduling, input preparation and output processing (0: not modelled)
+        self.step_overhead_s = float(step_overhead_s)
+        #: Zipf exponent of expert popularity (0: uniform routing)
+        self.expert_zipf = float(expert_zipf)
         self.full_model = load_model(model) if isinstance(model, str) else model
         self.cards = int(cards)
         self.link_GBps, self.link_us = float(link[0]), float(link[1])
@@ -168,7 +181,7 @@ class RooflineEvaluator(PointEvaluator):
                        if name in ("up", "down"))
         from h2m2sim.model.graph import expected_experts
         k, f = m.moe_top_k, m.moe_ffn_dim
-        eu = expected_experts(m.moe_experts, k, max(int(round(tokens)), 1))
+        eu = expected_experts(m.moe_experts, k, max(int(round(tokens)), 1), self.expert_zipf)
         up = (m.ffn_matrices - 1) * f
         t = self._proj_ns(tokens, d, m.moe_experts)                       # router
         t += self._proj_ns(tokens * k, d, up, read_params=eu * d * up)    # gate + up
@@ -223,9 +236,10 @@ class RooflineEvaluator(PointEvaluator):
             attn = dev.kernel_ns(fl_tok * float(ctx.sum()), kv_read + b * self.heads * self.hd
                                  * self.db, b * self.kv_layer_token, self._kv_pattern(kv_layout))
             if not self.plain:
-                return (self._stack_ns(b, b, phase, attn) + self._lm_head_ns(b)) * 1e-9
+                return (self._stack_ns(b, b, phase, attn) + self._lm_head_ns(b)) * 1e-9 + \
+                    self.step_overhead_s
             layer = self._linears_ns(b) + attn
-            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
+            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9 + self.step_overhead_s
         if phase == "prefill":
             T = float(ctx.sum())
             pairs = float(np.sum(ctx * (ctx + 1) / 2.0))
@@ -233,9 +247,10 @@ class RooflineEvaluator(PointEvaluator):
             attn = dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + T * self.kv_layer_token,
                                  T * self.kv_layer_token)
             if not self.plain:
-                return (self._stack_ns(T, b, phase, attn) + self._lm_head_ns(b)) * 1e-9
+                return (self._stack_ns(T, b, phase, attn) + self._lm_head_ns(b)) * 1e-9 + \
+                    self.step_overhead_s
             layer = self._linears_ns(T) + attn
-            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9
+            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9 + self.step_overhead_s
         raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
 
     def mixed_cost(self, decode_context, chunks, kv_layout: KVLayout) -> PointCost:
@@ -258,11 +273,16 @@ class RooflineEvaluator(PointEvaluator):
         q_bytes = T * self.heads * self.hd * self.db
         layer += dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + float((prior + take).sum())
                                * self.kv_layer_token, T * self.kv_layer_token)
-        return PointCost((self.layers * layer + self._lm_head_ns(b + len(ch))) * 1e-9)
+        return PointCost((self.layers * layer + self._lm_head_ns(b + len(ch))) * 1e-9
+                         + self.step_overhead_s)
 
     def cache_key(self) -> Any:
         tp = {} if self.cards == 1 else {"cards": self.cards,
                                          "link": [self.link_GBps, self.link_us]}
+        # the host overhead and routing skew enter the key only when set, so the tables
+        # cached before they existed stay valid
+        tp.update({k: v for k, v in (("step_overhead_s", self.step_overhead_s),
+                                     ("expert_zipf", self.expert_zipf)) if v})
         return {"roofline_eval": {"model": to_dict(self.model), "dtype": self.dtype, **tp,
                                   "device": self.device.name,
                                   "spec": to_dict(self.device.spec),

@@ -47,8 +47,8 @@ from .spec import ModelSpec, dtype_bytes, load_model
 __all__ = ["TensorRef", "Kernel", "Transfer", "Barrier", "SUBLAYERS", "OPS", "KINDS",
            "VECTOR_FLOPS", "split_units", "build_layer_graph", "partition_layer",
            "normalize_batch", "kernels", "transfers", "barriers", "total_flops",
-           "unique_bytes", "transfer_bytes", "expected_experts", "layer_model",
-           "STATE_TENSORS", "state_bytes"]
+           "unique_bytes", "transfer_bytes", "expected_experts", "expert_pick_probabilities",
+           "layer_model", "STATE_TENSORS", "state_bytes"]
 
 SUBLAYERS = ("qkv", "attention", "fc")
 OPS = ("gemm", "gemv", "attn_score", "attn_value", "softmax", "layernorm", "residual",
@@ -207,16 +207,45 @@ def normalize_batch(batch, seq_lens, key: str = "seq_lens") -> tuple[int, list[i
     return batch, [int(s) for s in seqs]
 
 
-def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+def expert_pick_probabilities(experts: int, top_k: int, zipf: float = 0.0) -> np.ndarray:
+    """Probability that one token's top-``top_k`` choice includes each of ``experts``
+    experts (float64 array summing to ``top_k``) when expert popularity follows a Zipf law
+    of exponent ``zipf`` (popularity of the i-th most popular expert ~ i^-zipf; 0 =
+    uniform, k/E each). The pick probability is k x popularity, capped at 1 with the
+    excess spread over the other experts in proportion to their popularity (a token
+    cannot pick one expert twice)."""
+    if experts <= 0 or not 0 <= top_k <= experts:
+        raise ConfigError("moe", f"need 0 <= top_k <= experts, got {top_k} of {experts}")
+    if not zipf >= 0:
+        raise ConfigError("expert_zipf", f"must be >= 0, got {zipf!r}")
+    pop = np.arange(1, experts + 1, dtype=np.float64) ** -float(zipf)
+    q = np.zeros(experts)
+    full = np.zeros(experts, dtype=bool)
+    while True:                                   # water-filling: at most E rounds
+        free = ~full
+        q[free] = (top_k - full.sum()) * pop[free] / pop[free].sum()
+        over = free & (q > 1.0)
+        if not over.any():
+            break
+        full |= over
+        q[full] = 1.0
+    return q
+
+
+def expected_experts(experts: int, top_k: int, tokens: int, zipf: float = 0.0) -> float:
     """Expected number of distinct experts a batch of ``tokens`` touches when each token
-    picks ``top_k`` of ``experts`` and, as an approximation, every expert is picked with
-    the same probability k/E independently per token: E x (1 - (1 - k/E)^tokens).
-    1 token gives k, many tokens approach E."""
+    picks ``top_k`` of ``experts``, every token independently. Uniform routing (``zipf``
+    = 0; the approximation: each expert picked with probability k/E): E x (1 - (1 -
+    k/E)^tokens). Skewed routing (``zipf`` > 0, :func:`expert_pick_probabilities`):
+    sum over experts of 1 - (1 - q_i)^tokens. 1 token gives k, many tokens approach E."""
     if tokens <= 0 or experts <= 0:
         return 0.0
     if tokens == 1:
         return float(top_k)  # exact: one token picks k distinct experts
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    if zipf == 0:
+        return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    q = expert_pick_probabilities(experts, top_k, zipf)
+    return float(np.sum(1.0 - (1.0 - q) ** tokens))
 
 
 def _pairs(t: int, s: int) -> int:

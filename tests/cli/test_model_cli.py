@@ -133,5 +133,9 @@ def test_hybrid_footprint_separates_ssm_state_from_kv(capsys):
     assert kinds[("attention", "dense")]["kv_bytes_per_layer"] == 8192 * 2 * 8 * 128 * 2
     assert o1["total_ssm_state_bytes"] == o2["total_ssm_state_bytes"] == 28 * state
     assert o2["total_kv_bytes"] == 8 * o1["total_kv_bytes"] == 4 * 8192 * 4096
+    fp = o2["footprint_per_layer"]                 # layer 0 (Mamba): state apart from KV
+    assert sum(v["ssm_state"] for v in fp.values()) == state
+    assert sum(v["kv"] for v in fp.values()) == o2["kv_bytes_per_layer"] == 0
     main(["model", "jamba-mini", "--batch", "1", "--seq", "8192"])
-    assert "ssm+moe" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ssm+moe" in out and "ssm state" in out.split("footprint per layer")[1]

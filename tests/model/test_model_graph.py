@@ -263,6 +263,29 @@ def test_expected_experts_known_cases():
     assert expected_experts(64, 8, 0) == 0
 
 
+def test_expected_experts_under_skewed_routing():
+    """Zipf popularity: the pick probabilities are those of a top-k choice (sum k, each
+    <= 1); exponent 0 is the uniform formula; as the skew grows the batch reads fewer
+    distinct experts, down to the k that every token picks."""
+    import numpy as np
+    from h2m2sim.model.graph import expected_experts, expert_pick_probabilities
+    from h2m2sim.errors import ConfigError
+    for z in (0.0, 0.5, 1.0, 2.0, 20.0):
+        q = expert_pick_probabilities(16, 2, z)
+        assert q.sum() == pytest.approx(2) and np.all(q <= 1) and np.all(np.diff(q) <= 1e-12)
+        assert expected_experts(16, 2, 1, z) == 2
+    assert expert_pick_probabilities(16, 2, 0.0) == pytest.approx(np.full(16, 2 / 16))
+    assert sum(1 - (1 - expert_pick_probabilities(16, 2, 0.0)) ** 11) == \
+        pytest.approx(expected_experts(16, 2, 11))
+    eu = [expected_experts(16, 2, 11, z) for z in (0.0, 0.5, 1.0, 2.0, 20.0)]
+    assert eu == sorted(eu, reverse=True)
+    assert eu[-1] == pytest.approx(2, abs=0.01)     # two experts take ~every token
+    q = expert_pick_probabilities(16, 2, 1.0)       # popularity 1/i, normalised by H_16
+    assert q[0] == pytest.approx(2 / sum(1 / i for i in range(1, 17)))
+    with pytest.raises(ConfigError, match="expert_zipf"):
+        expert_pick_probabilities(16, 2, -1.0)
+
+
 @pytest.mark.parametrize("batch", [1, 4, 32])
 def test_moe_weights_read_are_touched_experts(batch):
     from h2m2sim.model import expected_experts
