@@ -385,6 +385,96 @@ def list_schedule(plan: TilePlan, kern: np.ndarray, units: np.ndarray, deps: lis
     return Schedule(order, chain, est_start, est_start + est, kstart)
 
 
+def _chain_links(plan: TilePlan, kern: np.ndarray, rank: np.ndarray, chain: np.ndarray,
+                 nbuf: int):
+    """Per tile: its position on its (core, unit) chain (kernels in schedule ``rank``
+    order, tiles by id), the tile before it (``prev``, -1) and the tile ``nbuf`` before
+    it (``back``: the one whose scratchpad buffer it reuses, -1), and the chain order."""
+    T = plan.n_tiles
+    o = np.lexsort((np.arange(T), rank[kern], chain))
+    pos = np.empty(T, dtype=np.int64)
+    newc = np.r_[True, chain[o][1:] != chain[o][:-1]]
+    start_of = np.maximum.accumulate(np.where(newc, np.arange(T), 0))
+    pos[o] = np.arange(T) - start_of
+    prev = np.full(T, -1, dtype=np.int64)
+    prev[o[pos[o] >= 1]] = o[np.nonzero(pos[o] >= 1)[0] - 1]
+    back = np.full(T, -1, dtype=np.int64)
+    okb = pos[o] >= nbuf
+    back[o[okb]] = o[np.nonzero(okb)[0] - nbuf]
+    return pos, prev, back, o
+
+
+def _joins(kern: np.ndarray, chain: np.ndarray, o: np.ndarray, prev: np.ndarray,
+           deps: list, sched: Schedule):
+    """One join per (kernel with producers, chain it runs on), in schedule order: its
+    kernel, chain, gating tiles (the last tile of every producer on every chain, and the
+    chain's previous tile) and its estimated start (ticks)."""
+    first_of: dict = {}                            # kernel -> {chain: first tile}
+    last_of: dict = {}                             # kernel -> {chain: last tile}
+    for t in o:
+        k, c = int(kern[t]), int(chain[t])
+        first_of.setdefault(k, {}).setdefault(c, int(t))
+        last_of.setdefault(k, {})[c] = int(t)
+    jk, jc, jgate, jkey = [], [], [], []
+    for j in sched.order:
+        if not deps[j]:
+            continue
+        producers = [t for i in deps[j] for _, t in sorted(last_of.get(i, {}).items())]
+        for c, t0 in sorted(first_of.get(j, {}).items()):
+            jk.append(j)
+            jc.append(c)
+            jgate.append(producers + ([int(prev[t0])] if prev[t0] >= 0 else []))
+            jkey.append(sched.est_start[t0])
+    return np.array(jk, dtype=np.int64), np.array(jc, dtype=np.int64), jgate, jkey
+
+
+def _read_gates(kern, chain, back, jk, jc, T: int, NC: int) -> np.ndarray:
+    """Group each tile's reads wait for: the tile whose buffer it reuses, or its chain's
+    join (group ``T + g``) for the first tiles of a kernel with producers."""
+    gate_r = back.copy()
+    if not len(jk):
+        return gate_r
+    jkey = jk * NC + jc
+    srt = np.argsort(jkey)
+    tkey = kern * NC + chain
+    i = np.minimum(np.searchsorted(jkey[srt], tkey), len(jk) - 1)
+    has = jkey[srt][i] == tkey
+    first = (back < 0) | (kern[np.maximum(back, 0)] != kern)
+    sel = has & first
+    gate_r[sel] = T + srt[i[sel]]
+    return gate_r
+
+
+def _schedule_sequence(kern, chain, pos, rank, jk) -> np.ndarray:
+    """Tie-break order of tiles and joins: kernels in schedule order, a kernel's joins
+    before its tiles, tiles by chain position then chain."""
+    T, NJ = len(kern), len(jk)
+    by = np.lexsort((np.r_[chain, np.zeros(NJ, np.int64)],
+                     np.r_[pos, np.arange(NJ)],
+                     np.r_[np.ones(T, np.int64), np.zeros(NJ, np.int64)],
+                     np.r_[rank[kern], rank[jk]]))
+    seq = np.empty(T + NJ, dtype=np.int64)
+    seq[by] = np.arange(T + NJ)
+    return seq
+
+
+def _join_flags(plan: TilePlan, kern: np.ndarray, jgate: list, T: int, burst: int):
+    """The flag reads of the joins: per gating tile, (tile, join group, address); the
+    address is the first result byte (or, without results, the first operand byte) of
+    the gating tile's kernel, aligned to a burst."""
+    f_tile = np.array([t for gs in jgate for t in gs], dtype=np.int64)
+    f_group = np.repeat(np.arange(T, T + len(jgate)), [len(gs) for gs in jgate])
+    flag = {}
+    for kk in np.unique(kern[f_tile]):
+        wsel = np.nonzero(kern[plan.w_tile] == kk)[0]
+        src = (plan.w_op, plan.w_off) if len(wsel) else (plan.r_op, plan.r_off)
+        i = wsel[0] if len(wsel) else np.nonzero(kern[plan.r_tile] == kk)[0][0]
+        _, fva, _ = plan.operands[int(src[0][i])].map(src[1][i:i + 1], np.ones(1, np.int64))
+        flag[int(kk)] = int(fva[0] - fva[0] % burst)
+    f_va = np.array([flag[int(k)] for k in kern[f_tile]], dtype=np.int64)
+    return f_tile, f_group, f_va
+
+
 def build_dag_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
                       compute_ticks: np.ndarray, kern: np.ndarray, deps: list,
                       sched: Schedule, ideal: bool = False) -> DmaLayout:
@@ -399,66 +489,15 @@ def build_dag_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
     shared queues in the order of their estimated issue time (then schedule order), an
     order every gate respects, so the run cannot deadlock."""
     T = plan.n_tiles
-    P = chip.cores
     Q, chunk, gran = dma_params(chip, ms, memory.page_size)
-    nbuf = chip.spm_buffers
     rank = np.empty(len(deps), dtype=np.int64)
     rank[sched.order] = np.arange(len(deps))
     chain = sched.chain
-    tid = np.arange(T)
-    # chain order: kernels in schedule order, tiles by id
-    o = np.lexsort((tid, rank[kern], chain))
-    pos = np.empty(T, dtype=np.int64)
-    newc = np.r_[True, chain[o][1:] != chain[o][:-1]]
-    start_of = np.maximum.accumulate(np.where(newc, np.arange(T), 0))
-    pos[o] = np.arange(T) - start_of
-    prev = np.full(T, -1, dtype=np.int64)
-    prev[o[pos[o] >= 1]] = o[np.nonzero(pos[o] >= 1)[0] - 1]
-    back = np.full(T, -1, dtype=np.int64)
-    okb = pos[o] >= nbuf
-    back[o[okb]] = o[np.nonzero(okb)[0] - nbuf]
-    # joins: one per (kernel with producers, chain it runs on)
-    jk, jc, jgate, jkey = [], [], [], []
-    j_of = {}
-    last_of = {}                                   # (kernel, chain) -> its last tile
-    first_of = {}
-    for t in o:
-        last_of[(int(kern[t]), int(chain[t]))] = int(t)
-        first_of.setdefault((int(kern[t]), int(chain[t])), int(t))
-    for j in sched.order:
-        if not deps[j]:
-            continue
-        for (k, c), t0 in first_of.items():
-            if k != j:
-                continue
-            g = T + len(jk)
-            j_of[(k, c)] = g
-            gates = [last_of[(i, c2)] for i in deps[j] for c2 in range(P * len(UNITS))
-                     if (i, c2) in last_of]
-            if prev[t0] >= 0:
-                gates.append(int(prev[t0]))
-            jk.append(k)
-            jc.append(c)
-            jgate.append(gates)
-            jkey.append(sched.est_start[t0])
+    pos, prev, back, o = _chain_links(plan, kern, rank, chain, chip.spm_buffers)
+    jk, jc, jgate, jkey = _joins(kern, chain, o, prev, deps, sched)
     NJ = len(jk)
-    gate_r = back.copy()
-    for t in range(T):
-        g = j_of.get((int(kern[t]), int(chain[t])))
-        if g is not None and (back[t] < 0 or kern[back[t]] != kern[t]):
-            gate_r[t] = g
-    # schedule sequence (ties of the estimated times): joins before their kernel's tiles
-    seq = np.empty(T + NJ, dtype=np.int64)
-    n = 0
-    for j in sched.order:
-        for g in range(NJ):
-            if jk[g] == j:
-                seq[T + g] = n
-                n += 1
-        mine = np.nonzero(kern == j)[0]
-        mine = mine[np.lexsort((chain[mine], pos[mine]))]
-        seq[mine] = np.arange(n, n + len(mine))
-        n += len(mine)
+    gate_r = _read_gates(kern, chain, back, jk, jc, T, chip.cores * len(UNITS))
+    seq = _schedule_sequence(kern, chain, pos, rank, jk)
 
     d_tile, d_kind, dva, pl = _descriptors(plan, np.ones(T, dtype=bool), memory, side,
                                            chunk)
@@ -468,18 +507,7 @@ def build_dag_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
     group = d_tile.copy()
     gate = np.where(is_r, gate_r[d_tile], d_tile)
     if NJ:
-        f_tile = np.array([t for gs in jgate for t in gs], dtype=np.int64)
-        f_group = np.repeat(np.arange(T, T + NJ), [len(gs) for gs in jgate])
-        # flag address: the first result byte of the gating tile's kernel
-        flag = {}
-        for kk in np.unique(kern[f_tile]):
-            wsel = np.nonzero(kern[plan.w_tile] == kk)[0]
-            src = (plan.w_op, plan.w_off) if len(wsel) else (plan.r_op, plan.r_off)
-            i = wsel[0] if len(wsel) else np.nonzero(kern[plan.r_tile] == kk)[0][0]
-            _, fva, _ = plan.operands[int(src[0][i])].map(src[1][i:i + 1],
-                                                          np.ones(1, np.int64))
-            flag[int(kk)] = int(fva[0] - fva[0] % ms.spec.burst_bytes)
-        f_va = np.array([flag[int(k)] for k in kern[f_tile]], dtype=np.int64)
+        f_tile, f_group, f_va = _join_flags(plan, kern, jgate, T, ms.spec.burst_bytes)
         d_tile = np.concatenate((d_tile, f_tile))
         d_kind = np.concatenate((d_kind, np.full(len(f_tile), KIND_BARRIER)))
         dva = np.concatenate((dva, f_va))
@@ -504,7 +532,7 @@ def build_dag_streams(plan: TilePlan, chip, ms: MemorySystem, memory, side: str,
     gprev[:T] = prev
     isw = d_kind == KIND_WRITE
     addr = phys if ideal else dva
-    cap = max(1, P * chip.dma_outstanding // Q)
+    cap = max(1, chip.cores * chip.dma_outstanding // Q)
     st = Streams(first=first, last=last, addr=addr[order].astype(np.uint64),
                  nbytes=pl[order], is_write=isw[order], group=group[order],
                  gate=gate[order], max_outstanding=np.full(S, cap, dtype=np.int64),
