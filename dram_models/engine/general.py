@@ -414,12 +414,18 @@ def _loop(inp, st):
                                 hit = ts + w
                                 break
                         tlb_clock += 1
-                        if hit >= 0 and tlb_rdy[hit] <= now:
-                            # (s_ptdone: this lookup was counted when it missed)
+                        ready = hit >= 0 and tlb_rdy[hit] <= now
+                        if ready or (hit < 0 and s_ptdone[s] == 1):
+                            # (s_ptdone: this lookup waited for a fill and was counted
+                            # when it missed. If another miss evicted that entry before
+                            # the stream woke, the stream still got its translation:
+                            # without this, streams thrashing one set could steal each
+                            # other's entries forever)
                             if s_ptdone[s] == 0:
                                 stat[S_TLBHIT] += 1
                             s_ptdone[s] = 0
-                            tlb_use[hit] = tlb_clock
+                            if ready:
+                                tlb_use[hit] = tlb_clock
                             s_vpn[s] = vpn
                             s_pfn[s] = pt[idx]
                             if tlbc[TL_PREFETCH] > 0 and tlbc[TL_WALK] == 0:
@@ -557,8 +563,10 @@ def _loop(inp, st):
                     victim = _tlb_victim(tlb_use, tlb_rdy, ts, tl_ways, now)
                     w = tlb_whead[victim]   # (only if every way's walk is under way)
                     while w >= 0:
+                        # its waiters lose the fill they waited for: they look up again
                         nw = s_wnext[w]
                         s_wnext[w] = NOLINK
+                        s_ptdone[w] = 0
                         _tset(st_tree, PST, w, now)
                         w = nw
                     tlb_whead[victim] = -1

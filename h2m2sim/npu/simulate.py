@@ -152,7 +152,8 @@ class _Ctx:
 
     def warm_ranges(self, ranges: Sequence[tuple[int, int]]) -> None:
         """Mark the pages of the virtual byte ranges (address, bytes) TLB-resident at the
-        start: earlier kernels of the iteration touched them, and the TLB carries over."""
+        start: earlier kernels of the iteration touched them, and the TLB carries over.
+        Their recency is not tracked: they enter the TLB in address order."""
         sh = self.memory.page_shift
         vp = [np.arange(a >> sh, ((a + max(n, 1) - 1) >> sh) + 1) for a, n in ranges]
         self.warm = np.unique(np.concatenate(vp)) if vp else None

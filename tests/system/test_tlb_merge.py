@@ -87,3 +87,25 @@ def test_prefetch_rejects_a_negative_depth():
     from dram_models.errors import ConfigError
     with pytest.raises(ConfigError, match="tlb.prefetch"):
         Translation(21, np.zeros(1, dtype=np.int64), prefetch=-1)
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_streams_thrashing_one_set_all_finish(prefetch):
+    """More streams miss at once than the TLB set has ways: fills evict each other's
+    entries before their streams wake. Every stream must still get the translation it
+    waited for (no livelock) and read all its data."""
+    spec = load_standard("hbm3-6400")
+    ms = MemorySystem(spec, {"refresh": "none"}, channels=4)
+    shift, n, per = 21, 8, 4
+    # stream i reads 4 pieces of page i, then of page i + 8, ...: every page maps to the
+    # TLB's one set (1 set x 2 ways)
+    pages = np.arange(n * per, dtype=np.int64)
+    addr = np.concatenate([(pages[i::n] << shift).astype(np.uint64) for i in range(n)])
+    streams = Streams(first=np.arange(n) * per, last=np.arange(1, n + 1) * per, addr=addr,
+                      nbytes=np.full(n * per, 256), is_write=np.zeros(n * per, bool))
+    tr = Translation(shift, pages + 3, entries=2, ways=2, miss_ticks=ms.ns_to_ticks(300),
+                     prefetch=prefetch)
+    res = ms.run(streams, translation=tr)
+    assert not res.deadlock
+    assert res.stats.reads == n * per * 256 // spec.burst_bytes
+    assert res.stats.tlb_misses >= n * per
