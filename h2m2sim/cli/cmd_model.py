@@ -11,11 +11,10 @@ from dram_models.errors import ConfigError
 from dram_models.schema import suggest
 from dram_models.trace import FORMATS, save
 
-from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph, graph_footprint,
-                           kernels, list_models, load_model, normalize_batch,
-                           partition_layer, split_units, state_bytes, total_flops,
-                           STATE_TENSORS,
-                           transfer_bytes, transfers, unique_bytes)
+from h2m2sim.model import (DTYPE_BYTES, STATE_TENSORS, SUBLAYERS, build_layer_graph,
+                           graph_footprint, kernels, list_models, load_model,
+                           normalize_batch, partition_layer, split_units, state_bytes,
+                           total_flops, transfer_bytes, transfers, unique_bytes)
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
 from h2m2sim.store import atomic_output_path, prepare_file, writing_to
