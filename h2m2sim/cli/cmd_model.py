@@ -11,7 +11,7 @@ from dram_models.errors import ConfigError
 from dram_models.schema import suggest
 from dram_models.trace import FORMATS, save
 
-from h2m2sim.model import (DTYPE_BYTES, STATE_TENSORS, SUBLAYERS, build_layer_graph,
+from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph,
                            graph_footprint, kernels, list_models, load_model,
                            normalize_batch, partition_layer, split_units, state_bytes,
                            total_flops, transfer_bytes, transfers, unique_bytes)
@@ -109,7 +109,7 @@ def run(args) -> int:
     ub = unique_bytes(G)
     flops = total_flops(G)
     st = state_bytes(G)
-    fp = _footprint_with_state(G)
+    fp = graph_footprint(G, state_apart=True)
     kinds = _layer_kinds(model, G, batch, seqs, phase, dtype)
     out = {
         "name": model.name, "phase": phase, "batch": batch, "dtype": dtype,
@@ -182,32 +182,6 @@ def run(args) -> int:
         return 0
     _print_text(out)
     return 0
-
-
-def _footprint_with_state(G) -> dict:
-    """:func:`graph_footprint` with a hybrid layer's Mamba state (:data:`STATE_TENSORS`)
-    moved out of ``kv`` into its own ``ssm_state`` entry (0 where there is none), charged
-    like every tensor to the sublayer that first reads it (else writes it)."""
-    fp = graph_footprint(G)
-    reader: dict[str, str] = {}
-    writer: dict[str, str] = {}
-    size: dict[str, int] = {}
-    for _, a in G.nodes(data=True):          # the node order graph_footprint uses
-        if a["type"] != "kernel":
-            continue
-        k = a["kernel"]
-        for t, is_read in [(t, True) for t in k.operands] + [(t, False) for t in k.outputs]:
-            if t.kind == "kv" and t.base.startswith(STATE_TENSORS):
-                (reader if is_read else writer).setdefault(t.base, k.sublayer)
-                if t.view_of is None:
-                    size.setdefault(t.base, t.bytes)
-    for sub in fp:
-        fp[sub]["ssm_state"] = 0
-    for base, nbytes in size.items():
-        sub = reader.get(base) or writer[base]
-        fp[sub]["kv"] -= nbytes
-        fp[sub]["ssm_state"] += nbytes
-    return fp
 
 
 def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import networkx as nx
 
-from .graph import KINDS, SUBLAYERS, build_layer_graph
+from .graph import KINDS, STATE_TENSORS, SUBLAYERS, build_layer_graph
 
 __all__ = ["footprint", "graph_footprint"]
 
 
-def graph_footprint(G: nx.DiGraph, by_side: bool = False) -> dict:
+def graph_footprint(G: nx.DiGraph, by_side: bool = False, state_apart: bool = False) -> dict:
     """Footprint of a built layer graph: ``{sublayer: {kind: bytes}}``, or with
     ``by_side`` ``{side: {sublayer: {kind: bytes}}}`` where a tensor used on both sides
     (a replicated input, a transferred copy) is counted on each side that holds it.
     Where a side only touches views of a tensor (a column slice of the layer input), only
-    those views are counted there."""
+    those views are counted there. ``state_apart``: a hybrid layer's recurrent Mamba
+    state (:data:`~h2m2sim.model.graph.STATE_TENSORS`, stored as kind ``kv``) is counted
+    under its own kind ``ssm_state`` (0 where there is none) instead of ``kv``."""
     stored: dict[tuple, object] = {}      # (side, name) -> TensorRef (non-view)
     views: dict[tuple, dict] = {}         # (side, base) -> {view name: bytes}
     reader: dict[str, str] = {}           # base -> sublayer of first reader
@@ -34,22 +36,24 @@ def graph_footprint(G: nx.DiGraph, by_side: bool = False) -> dict:
         side = k.side if by_side else None
         for t, is_read in [(t, True) for t in k.operands] + [(t, False) for t in k.outputs]:
             base = t.base
-            kinds.setdefault(base, t.kind)
+            state = state_apart and t.kind == "kv" and base.startswith(STATE_TENSORS)
+            kinds.setdefault(base, "ssm_state" if state else t.kind)
             (reader if is_read else writer).setdefault(base, k.sublayer)
             if t.view_of is None:
                 stored.setdefault((side, base), t)
             else:
                 views.setdefault((side, base), {})[t.name] = t.bytes
+    kind_keys = KINDS + ("ssm_state",) if state_apart else KINDS
+    empty = lambda: {s: {kd: 0 for kd in kind_keys} for s in SUBLAYERS}  # noqa: E731
     totals: dict = {}
     for key in set(stored) | set(views):
         side, base = key
         nbytes = stored[key].bytes if key in stored else sum(views[key].values())
         sub = reader.get(base) or writer[base]
-        per = totals.setdefault(side, {s: {kd: 0 for kd in KINDS} for s in SUBLAYERS})
-        per[sub][kinds[base]] += nbytes
+        totals.setdefault(side, empty())[sub][kinds[base]] += nbytes
     if by_side:
         return {side: totals[side] for side in sorted(totals, key=str)}
-    return totals.get(None, {s: {kd: 0 for kd in KINDS} for s in SUBLAYERS})
+    return totals.get(None, empty())
 
 
 def footprint(model, batch, seq_lens, dtype: str | None = None,
