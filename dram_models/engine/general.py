@@ -134,9 +134,11 @@ PREFETCH_AHEAD = 64
 
 
 @njit(inline="always", _nrt=False)
-def _tlb_victim(tlb_use, tlb_rdy, ts, ways, now):
-    """The way of the set at ``ts`` a new page replaces: the least recently used one whose
-    translation is in hand (one still being filled only if every way is)."""
+def _tlb_fill(tlb_tag, tlb_use, tlb_rdy, ts, ways, vpn, clock, now, ready):
+    """Reserve a way of the set at ``ts`` for page ``vpn``, its translation in hand at tick
+    ``ready`` (INF: when its walk returns); returns the way. The victim is the least
+    recently used way whose translation is in hand (one still being filled only if every
+    way is)."""
     victim = -1
     for w in range(ways):
         if tlb_rdy[ts + w] <= now and (victim < 0 or tlb_use[ts + w] < tlb_use[victim]):
@@ -146,6 +148,9 @@ def _tlb_victim(tlb_use, tlb_rdy, ts, ways, now):
         for w in range(ways):
             if tlb_use[ts + w] < tlb_use[victim]:
                 victim = ts + w
+    tlb_tag[victim] = vpn
+    tlb_use[victim] = clock
+    tlb_rdy[victim] = ready
     return victim
 
 
@@ -183,11 +188,9 @@ def _prefetch(s, d, vpn, s_last, d_addr, pshift, pt, tlbc, tl_sets, tl_ways, tlb
                 break
         if not held:
             stat[S_TLBMISS] += 1
-            v2w = _tlb_victim(tlb_use, tlb_rdy, ts2, tl_ways, now)
-            tlb_tag[v2w] = nv
-            tlb_use[v2w] = tlb_clock
-            tlb_rdy[v2w] = now + tlbc[TL_MISS]
-            s_pref[base + j] = tlb_rdy[v2w]
+            s_pref[base + j] = now + tlbc[TL_MISS]
+            _tlb_fill(tlb_tag, tlb_use, tlb_rdy, ts2, tl_ways, nv, tlb_clock, now,
+                      s_pref[base + j])
             j += 1
 
 
@@ -450,10 +453,8 @@ def _loop(inp, st):
                         elif tlbc[TL_WALK] == 0:
                             # fixed miss latency; the entry is filled when it has passed
                             stat[S_TLBMISS] += 1
-                            victim = _tlb_victim(tlb_use, tlb_rdy, ts, tl_ways, now)
-                            tlb_tag[victim] = vpn
-                            tlb_use[victim] = tlb_clock
-                            tlb_rdy[victim] = now + tlbc[TL_MISS]
+                            _tlb_fill(tlb_tag, tlb_use, tlb_rdy, ts, tl_ways, vpn, tlb_clock,
+                                      now, now + tlbc[TL_MISS])
                             s_ptdone[s] = 1
                             s_tlbstall[s] += tlbc[TL_MISS]
                             nt = now + tlbc[TL_MISS]
@@ -560,7 +561,8 @@ def _loop(inp, st):
                     vpn = np.int64(((d_addr[d] >> shift) + np.uint64(s_k[s])) << shift
                                    >> np.uint64(pshift))
                     ts = ((vpn - tlbc[TL_VBASE]) % tl_sets) * tl_ways
-                    victim = _tlb_victim(tlb_use, tlb_rdy, ts, tl_ways, now)
+                    victim = _tlb_fill(tlb_tag, tlb_use, tlb_rdy, ts, tl_ways, vpn,
+                                       tlb_clock, now, INF)
                     w = tlb_whead[victim]   # (only if every way's walk is under way)
                     while w >= 0:
                         # its waiters lose the fill they waited for: they look up again
@@ -570,9 +572,6 @@ def _loop(inp, st):
                         _tset(st_tree, PST, w, now)
                         w = nw
                     tlb_whead[victim] = -1
-                    tlb_tag[victim] = vpn
-                    tlb_use[victim] = tlb_clock
-                    tlb_rdy[victim] = INF
                     s_tlbe[s] = victim
                     continue            # the loop re-checks s_hold and waits
                 qe[ei + F_BID] = bid_next
