@@ -221,6 +221,16 @@ class RooflineEvaluator(PointEvaluator):
                                      rows * self.vocab * self.db)
 
     # ------------------------------------------------------------------ interface
+    def _iteration_s(self, rows: float, requests: float, phase: str, attn_ns: float) -> float:
+        """Seconds of one iteration of ``rows`` token rows of ``requests`` sequences whose
+        attention takes ``attn_ns`` per attention layer: the layer stack, the LM head of
+        every sequence and the host overhead."""
+        if self.plain:
+            stack = self.layers * (self._linears_ns(rows) + attn_ns)
+        else:
+            stack = self._stack_ns(rows, requests, phase, attn_ns)
+        return (stack + self._lm_head_ns(requests)) * 1e-9 + self.step_overhead_s
+
     def evaluate(self, phase: str, batch: int, context_tokens_per_request,
                  kv_layout: KVLayout) -> float:
         """Seconds of one iteration (see the module docstring)."""
@@ -235,22 +245,14 @@ class RooflineEvaluator(PointEvaluator):
             kv_read = float(ctx.sum()) * self.kv_layer_token
             attn = dev.kernel_ns(fl_tok * float(ctx.sum()), kv_read + b * self.heads * self.hd
                                  * self.db, b * self.kv_layer_token, self._kv_pattern(kv_layout))
-            if not self.plain:
-                return (self._stack_ns(b, b, phase, attn) + self._lm_head_ns(b)) * 1e-9 + \
-                    self.step_overhead_s
-            layer = self._linears_ns(b) + attn
-            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9 + self.step_overhead_s
+            return self._iteration_s(b, b, phase, attn)
         if phase == "prefill":
             T = float(ctx.sum())
             pairs = float(np.sum(ctx * (ctx + 1) / 2.0))
             q_bytes = T * self.heads * self.hd * self.db
             attn = dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + T * self.kv_layer_token,
                                  T * self.kv_layer_token)
-            if not self.plain:
-                return (self._stack_ns(T, b, phase, attn) + self._lm_head_ns(b)) * 1e-9 + \
-                    self.step_overhead_s
-            layer = self._linears_ns(T) + attn
-            return (self.layers * layer + self._lm_head_ns(b)) * 1e-9 + self.step_overhead_s
+            return self._iteration_s(T, b, phase, attn)
         raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
 
     def mixed_cost(self, decode_context, chunks, kv_layout: KVLayout) -> PointCost:
