@@ -304,8 +304,8 @@ class ControllerConfig:
 
     mapping: str = param("RoBaRaCoCh", doc="address mapping: a named mapping or a bit-order "
                          "string, most significant field first (see dram_models.mapping)")
-    read_queue: int = param(32, ge=1, le=64, doc="read queue entries per channel")
-    write_queue: int = param(32, ge=1, le=64, doc="write queue entries per channel")
+    read_queue: int = param(32, ge=1, le=1024, doc="read queue entries per channel (bursts)")
+    write_queue: int = param(32, ge=1, le=1024, doc="write queue entries per channel (bursts)")
     write_high: float = param(0.8, gt=0, le=1, doc="start draining writes when the write "
                               "queue is this full")
     write_low: float = param(0.2, ge=0, lt=1, doc="stop draining writes at this fill")

@@ -222,7 +222,7 @@ def corpus() -> list[tuple[str, bool, object]]:
             for ref in refreshes:
                 cases.append((f"{std}/ch1/{pat}/ref-{ref}", True,
                               _trace_case(std, pat, 2500, 1, {"refresh": ref})))
-            for qd in (8, 32, 64):
+            for qd in (8, 32, 64, 256):
                 cases.append((f"{std}/ch1/{pat}/q{qd}", pat != "paged:4096",
                               _trace_case(std, pat, 2500, 1,
                                           {"read_queue": qd, "write_queue": qd})))

@@ -1,5 +1,6 @@
 """Workload data shipped with h2m2sim: the LLM model zoo (``models/*.yaml``), request
-traces (``traces/``) and example run configurations (``configs/``)."""
+traces (``traces/``), example run configurations (``configs/``) and hardware
+measurements (``hardware/``) that presets are checked against."""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent

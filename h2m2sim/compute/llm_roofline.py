@@ -240,20 +240,35 @@ class RooflineEvaluator(PointEvaluator):
             return float(dev.copy_ns(float(ctx.sum()) * self.kv_layer_token *
                                      self.attn_layers)) * 1e-9
         b = float(batch)
-        fl_tok = 4.0 * self.heads * self.hd          # attention FLOPs per (query, key) pair
         if phase == "decode":
-            kv_read = float(ctx.sum()) * self.kv_layer_token
-            attn = dev.kernel_ns(fl_tok * float(ctx.sum()), kv_read + b * self.heads * self.hd
-                                 * self.db, b * self.kv_layer_token, self._kv_pattern(kv_layout))
-            return self._iteration_s(b, b, phase, attn)
+            return self._iteration_s(b, b, phase,
+                                     self._decode_attention_ns(ctx, kv_layout, b))
         if phase == "prefill":
-            T = float(ctx.sum())
-            pairs = float(np.sum(ctx * (ctx + 1) / 2.0))
-            q_bytes = T * self.heads * self.hd * self.db
-            attn = dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + T * self.kv_layer_token,
-                                 T * self.kv_layer_token)
-            return self._iteration_s(T, b, phase, attn)
+            attn = self._chunk_attention_ns(np.zeros_like(ctx), ctx)
+            return self._iteration_s(float(ctx.sum()), b, phase, attn)
         raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
+
+    def _decode_attention_ns(self, ctx: np.ndarray, kv_layout: KVLayout,
+                             b: float) -> float:
+        """One decode attention kernel over ``b`` requests holding ``ctx`` KV tokens
+        (together): their K and V read in the layout's pattern, one new K/V token each
+        written."""
+        return self.device.kernel_ns(4.0 * self.heads * self.hd * float(ctx.sum()),
+                                     float(ctx.sum()) * self.kv_layer_token
+                                     + b * self.heads * self.hd * self.db,
+                                     b * self.kv_layer_token, self._kv_pattern(kv_layout))
+
+    def _chunk_attention_ns(self, prior: np.ndarray, take: np.ndarray) -> float:
+        """One causal attention kernel over prefill chunks of ``take`` tokens after
+        ``prior`` tokens of their prompts (a whole prompt: prior 0): each query attends
+        to its earlier tokens and itself; Q, K, V read and the output written once
+        (scores stay on chip), the chunk's K/V written."""
+        T = float(take.sum())
+        pairs = float(np.sum(take * prior + take * (take + 1) / 2.0))
+        q_bytes = T * self.heads * self.hd * self.db
+        return self.device.kernel_ns(4.0 * self.heads * self.hd * pairs,
+                                     2 * q_bytes + float((prior + take).sum())
+                                     * self.kv_layer_token, T * self.kv_layer_token)
 
     def mixed_cost(self, decode_context, chunks, kv_layout: KVLayout) -> PointCost:
         """One mixed iteration (chunked prefill): the projections of all rows at once (the
@@ -261,20 +276,11 @@ class RooflineEvaluator(PointEvaluator):
         attention over its earlier tokens and itself, the LM head of every sequence."""
         ctx = np.asarray(decode_context, dtype=np.float64).ravel()
         ch = np.asarray(chunks, dtype=np.float64).reshape(-1, 2)
-        prior, take = ch[:, 0], ch[:, 1]
-        dev = self.device
-        b, T = float(ctx.size), float(take.sum())
-        fl_tok = 4.0 * self.heads * self.hd
+        b, T = float(ctx.size), float(ch[:, 1].sum())
         layer = self._linears_ns(b + T)
         if ctx.size:
-            layer += dev.kernel_ns(fl_tok * float(ctx.sum()),
-                                   float(ctx.sum()) * self.kv_layer_token
-                                   + b * self.heads * self.hd * self.db,
-                                   b * self.kv_layer_token, self._kv_pattern(kv_layout))
-        pairs = float(np.sum(take * prior + take * (take + 1) / 2.0))
-        q_bytes = T * self.heads * self.hd * self.db
-        layer += dev.kernel_ns(fl_tok * pairs, 2 * q_bytes + float((prior + take).sum())
-                               * self.kv_layer_token, T * self.kv_layer_token)
+            layer += self._decode_attention_ns(ctx, kv_layout, b)
+        layer += self._chunk_attention_ns(ch[:, 0], ch[:, 1])
         return PointCost((self.layers * layer + self._lm_head_ns(b + len(ch))) * 1e-9
                          + self.step_overhead_s)
 

@@ -22,6 +22,8 @@ Built-in presets (:data:`SYSTEMS`, one YAML file each in ``presets/``):
 * ``hbm8`` -- eight HBM3 modules (768 GB) on two chips;
 * ``mlu370-x4`` -- the ODMA device (LPDDR5, 24 GB per card);
 * ``a100-80gb`` -- HBM2E, 80 GB (NPU stand-in for the GPU's compute);
+* ``h200``, ``h100-sxm`` -- NVIDIA GPUs: HBM3E 141 GB / HBM3 80 GB with the GPU kernel model
+  (``gpu`` section, :mod:`h2m2sim.system.gpu`), checked against measurements of the cards;
 * ``cpu-ddr5`` -- a 12-channel DDR5-4800 server (NPU stand-in for the CPU's compute).
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dram_models.schema import deep_merge, load, param, suggest
 from dram_models.spec import DramSpec, load_standard, preset_file
 from h2m2sim.registry import Registry
 from h2m2sim.system.chip import NpuChipConfig, resolve_chip
+from h2m2sim.system.gpu import GpuSpec
 from h2m2sim.system.mmu import MmuSpec
 from h2m2sim.system.collective import CollectiveSpec
 
@@ -66,6 +69,10 @@ class SideSpec:
                                 "most the DRAM organization's capacity)")
     chip: NpuChipConfig = param(default_factory=NpuChipConfig, doc="accelerator chip "
                                 "attached to this side (preset name or mapping)")
+    gpu: Optional[GpuSpec] = param(None, doc="a GPU on this side instead of an NPU chip: "
+                                   "steps are then priced kernel by kernel with the GPU "
+                                   "kernel model over this side's simulated DRAM (the "
+                                   "chip's fields are not used for timing)")
     nominal_bandwidth_gbps: Optional[float] = param(
         None, gt=0, unit="GB/s", doc="bandwidth of the real device when the simulated "
         "DRAM organization only approximates it; informational, the simulation uses the "
@@ -116,7 +123,13 @@ class SideSpec:
 
     @property
     def peak_tflops(self) -> float:
-        return self.chip.peak_tflops
+        """Peak dense throughput of the side's compute (the GPU's highest declared peak,
+        else the NPU chip's), 1e12 ops/s."""
+        return self.gpu.peak_tflops_max if self.gpu is not None else self.chip.peak_tflops
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu is not None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,7 +220,7 @@ class SystemSpec:
     @property
     def peak_tflops(self) -> float:
         """Peak dense throughput of all chips together, 1e12 ops/s."""
-        return sum(s.chip.peak_tflops for s in self.sides)
+        return sum(s.peak_tflops for s in self.sides)
 
 
 # ---------------------------------------------------------------------------- resolving

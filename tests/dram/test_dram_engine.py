@@ -295,7 +295,7 @@ def test_bad_mappings_and_settings_are_named():
     with pytest.raises(ConfigError, match="controller.mapping"):
         MemorySystem(spec, {"mapping": "RoBaXX"})
     with pytest.raises(ConfigError, match="read_queue"):
-        MemorySystem(spec, {"read_queue": 128})
+        MemorySystem(spec, {"read_queue": 2048})
     with pytest.raises(ConfigError, match="per-bank"):
         MemorySystem(load_standard("ddr4-3200"), {"refresh": "per_bank"})
 

@@ -64,6 +64,7 @@ EXPECTED = {
     "opt-30b": gpt_like(48, 7168, 50272, 2050),
     "opt-66b": gpt_like(64, 9216, 50272, 2050),
     "llama2-7b": 6_738_415_616,   # HF count
+    "llama2-13b": 13_015_864_320,  # HF count
     "llama2-70b": 68_976_648_192,  # HF count
     "llama3-8b": 8_030_261_248,   # HF count
     "qwen2-7b": 7_615_616_512,    # HF count
@@ -101,6 +102,7 @@ def test_independent_formulas_agree_with_pinned_counts():
 
 NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
     "gpt3-175b": (175e9, 0.005), "llama2-70b": (69e9, 0.005), "llama2-7b": (6.7e9, 0.01),
+    "llama2-13b": (13e9, 0.01),
     "llama3-8b": (8.0e9, 0.01), "opt-1.3b": (1.3e9, 0.02), "opt-2.7b": (2.7e9, 0.02),
     "opt-6.7b": (6.7e9, 0.01), "opt-13b": (13e9, 0.02), "opt-30b": (30e9, 0.01),
     "opt-66b": (66e9, 0.01), "qwen2-7b": (7.6e9, 0.01),

@@ -1,0 +1,225 @@
+"""Step times on a GPU side: the kernels of a decoder step, each priced from the GPU's
+measured kernel figures (:class:`h2m2sim.system.gpu.GpuSpec`) over the side's DRAM as the
+DRAM engine simulates it.
+
+A GPU step is a sequence of kernels (replayed from a CUDA graph in decode, as serving
+engines do), and three things make it slower than bytes over bandwidth:
+
+* every kernel that streams a large operand (a projection's weights, attention's KV)
+  pays ``stream_kernel_ns``: launch, the ramp to full bandwidth and the uneven last
+  wave, measured as the intercept of GEMM time against bytes;
+* every other kernel (residual adds, the activation, KV writes) pays ``launch_ns`` and one
+  memory round trip (the on-chip path ``l2_hit_ns`` and the DRAM's idle read latency)
+  besides its bytes, a norm ``norm_kernel_ns``; kernels on strided views (the activation
+  on halves of the gate/up output, K/V scattered into the cache) run unvectorized at
+  ``strided_elements_per_ns``;
+* decode attention runs one block per (request, query head), ``sms`` at a time, each
+  with ``attention_cta_ns`` of fixed work: at short contexts and large batches that, not
+  the KV bytes, sets its time;
+* projections turn compute-bound with the rows of the step: ``max(bytes / bandwidth,
+  FLOPs / (peak x efficiency))``, where the efficiency is ``matrix_efficiency`` in decode
+  and ``sustained_matrix_efficiency`` in a prefill: tensor-core work that lasts a whole
+  step makes the card lower its SM clock to stay within its power limit (measured: 1.3-1.5
+  GHz instead of 1.98 during prefill steps, 1.98 during decode); causal prefill attention
+  computes whole
+  ``attention_tile`` x ``attention_tile`` tiles (the diagonal ones included) plus
+  ``attention_tile_overhead`` tiles of fixed work per query tile, at
+  ``attention_efficiency`` of the peak.
+
+Bandwidths are the DRAM engine's, per access pattern (sequential weights, the KV
+layout's pattern), measured once per DRAM configuration and cached
+(:class:`h2m2sim.compute.roofline.RooflineDevice`). The layer's kernels are those of a
+dense decoder without fused element-wise kernels (as the PyTorch decoder of
+``scripts/measure_gpu_steps.py`` runs): RMSNorm, QKV, K and V writes, attention, output
+projection, residual add, RMSNorm, gate/up, SiLU, multiply, down, residual add; then the
+final norm and the LM head of every sequence. The rest of the pricing (MoE, Mamba, chunked
+prefill, tensor parallelism) is the roofline evaluator's (:mod:`.llm_roofline`), with
+these kernel costs.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+
+from dram_models.schema import to_dict
+from h2m2sim.compute.llm_roofline import RooflineEvaluator
+from h2m2sim.compute.roofline import RooflineDevice
+from h2m2sim.errors import ConfigError
+from h2m2sim.system import SystemSpec, resolve_system
+
+__all__ = ["GpuEvaluator", "gpu_side", "ELEMENTWISE_PER_LAYER", "MEASURE_BYTES"]
+
+#: bytes of each engine run that measures a bandwidth: several times what the whole
+#: device's controller queues hold, so the figure is a steady state (an H200 has 94
+#: channels x 256 bursts of 32 B = 770 KB queued)
+MEASURE_BYTES = 256 * 2**20
+
+#: element-wise kernels of one decoder layer (module docstring) and what each moves, in
+#: rows x width units: (name, kind, read widths, write widths); widths: "h" hidden, "kv"
+#: one token's K or V of all KV heads, "f" FFN width; kinds: "norm" (a reduction per
+#: row), "strided" (reads or writes a strided view: unvectorized), "plain"
+ELEMENTWISE_PER_LAYER = (
+    ("rmsnorm", "norm", ("h",), ("h",)),
+    ("write_k", "strided", ("kv",), ("kv",)),
+    ("write_v", "strided", ("kv",), ("kv",)),
+    ("residual", "plain", ("h", "h"), ("h",)),
+    ("rmsnorm", "norm", ("h",), ("h",)),
+    ("silu", "strided", ("f",), ("f",)),
+    ("multiply", "strided", ("f", "f"), ("f",)),
+    ("residual", "plain", ("h", "h"), ("h",)),
+)
+
+
+def gpu_side(system: Any, key: str = "system"):
+    """The GPU side of ``system`` (its one side with a ``gpu``), or None if it has none;
+    a system with several GPU sides is refused (the kernel model runs one GPU)."""
+    system = resolve_system(system, key)
+    sides = [s for s in system.sides if s.gpu is not None]
+    if len(sides) > 1:
+        raise ConfigError(key, f"system {system.name!r} has {len(sides)} GPU sides; the GPU "
+                          "kernel model prices one")
+    return sides[0] if sides else None
+
+
+class GpuEvaluator(RooflineEvaluator):
+    """Point evaluator of ``model`` on the GPU side of ``system`` (module docstring);
+    ``cards`` tensor-parallel GPUs joined by ``link`` (GB/s, us per ring step)."""
+
+    def __init__(self, model, system: SystemSpec | str, dtype: str | None = None, *,
+                 cards: int = 1, link: tuple[float, float] | None = None,
+                 cache: bool = True, cache_dir=None, step_overhead_s: float = 0.0):
+        system = resolve_system(system, "system")
+        side = gpu_side(system)
+        if side is None:
+            raise ConfigError("system", f"system {system.name!r} has no GPU side (a side "
+                              "with a gpu section)")
+        from h2m2sim.model import load_model
+        full = load_model(model) if isinstance(model, str) else model
+        dtype = dtype or full.dtype
+        gpu = side.gpu
+        spec = {"peak_tflops": gpu.peak(dtype, "model.dtype"),
+                "efficiency": gpu.matrix_efficiency, "vector_efficiency": 1.0,
+                "kernel_overhead_ns": gpu.stream_kernel_ns, "measure_bytes": MEASURE_BYTES,
+                "description": gpu.name, "sources": dict(gpu.sources)}
+        device = RooflineDevice(system, side.name, spec=spec, cache=cache,
+                                cache_dir=cache_dir)
+        #: the same device as tensor-core work runs at the power-limited clock of a
+        #: whole prefill (the bandwidth measurements are shared through the cache)
+        self.sustained_device = RooflineDevice(
+            system, side.name, spec={**spec, "efficiency": gpu.sustained_matrix_efficiency},
+            cache=cache, cache_dir=cache_dir)
+        kw = {} if link is None else {"link": link}
+        super().__init__(full, dtype, device=device, cards=cards,
+                         step_overhead_s=step_overhead_s, **kw)
+        self.gpu = gpu
+        self.system = system
+        m = self.model
+        self.widths = {"h": int(m.hidden), "kv": int(m.kv_dim), "f": int(m.ffn_dim)}
+        dram = side.dram_spec
+        #: one memory round trip of a dependent kernel: on-chip path + idle DRAM read, ns
+        self.round_trip_ns = gpu.l2_hit_ns + dram.idle_read_latency_ck() * dram.tck_ns
+        self.label = (f"GPU kernel model {gpu.name} ({gpu.peak(dtype):g} TFLOP/s {dtype} x "
+                      f"{gpu.matrix_efficiency:g}; launch {gpu.launch_ns:g} ns, streaming "
+                      f"kernel {gpu.stream_kernel_ns:g} ns) over the DRAM engine's "
+                      f"{side.kind}; not cycle-level")
+
+    # ------------------------------------------------------------------ kernels
+    def elementwise_ns(self, rows: float) -> float:
+        """The element-wise kernels of one layer for ``rows`` token rows, ns."""
+        w = self.widths
+        return sum(self.vector_kernel_ns(kind, rows * sum(w[x] for x in reads),
+                                         rows * sum(w[x] for x in writes))
+                   for _, kind, reads, writes in ELEMENTWISE_PER_LAYER)
+
+    def vector_kernel_ns(self, kind: str, read_elems: float, write_elems: float) -> float:
+        """One element-wise kernel of ``kind`` (see :data:`ELEMENTWISE_PER_LAYER`) reading
+        and writing that many elements, ns: its fixed cost (a norm's, else the launch gap
+        and one memory round trip), then the larger of its DRAM time and, for a strided
+        kernel, its element rate."""
+        g = self.gpu
+        fixed = g.norm_kernel_ns if kind == "norm" else g.launch_ns + self.round_trip_ns
+        t = float(self.device.memory_ns(read_elems * self.db, write_elems * self.db))
+        if kind == "strided":        # one thread per output element, unvectorized
+            t = max(t, write_elems / g.strided_elements_per_ns)
+        return fixed + t
+
+    def _linears_ns(self, tokens: float) -> float:
+        return super()._linears_ns(tokens) + self.elementwise_ns(tokens)
+
+    def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float) -> float:
+        return super()._stack_ns(tokens, requests, phase, attn_ns) + \
+            self.layers * self.elementwise_ns(tokens)
+
+    def _lm_head_ns(self, rows: float) -> float:
+        # the final norm of each sequence's last token, then the head
+        h = self.widths["h"]
+        return self.vector_kernel_ns("norm", rows * h, rows * h) + super()._lm_head_ns(rows)
+
+    def _decode_attention_ns(self, ctx: np.ndarray, kv_layout, b: float) -> float:
+        # one block per (request, query head), sms at a time: short contexts at large
+        # batch are bound by the blocks' fixed work, not by the KV bytes
+        t = super()._decode_attention_ns(ctx, kv_layout, b)
+        waves = math.ceil(b * self.heads / self.gpu.sms)
+        return max(t, self.gpu.stream_kernel_ns + waves * self.gpu.attention_cta_ns)
+
+    def attention_tiles(self, prior: np.ndarray, take: np.ndarray) -> float:
+        """Tile work of causal attention over chunks of ``take`` queries after ``prior``
+        earlier tokens, summed over chunks, in (query tile x key tile) units: each query
+        tile visits the key tiles up to its last query (whole tiles, the diagonal one
+        included) plus the fixed work of ``attention_tile_overhead`` tiles."""
+        T = self.gpu.attention_tile
+        total = 0.0
+        for p, n in zip(np.asarray(prior, float).ravel(), np.asarray(take, float).ravel()):
+            if n <= 0:
+                continue
+            q_tiles = math.ceil(n / T)
+            ends = p + np.minimum(np.arange(1, q_tiles + 1) * T, n)  # last key of each
+            total += float(np.ceil(ends / T).sum()) + self.gpu.attention_tile_overhead * q_tiles
+        return total
+
+    def _chunk_attention_ns(self, prior: np.ndarray, take: np.ndarray) -> float:
+        T = self.gpu.attention_tile
+        flops = 4.0 * self.heads * self.hd * T * T * self.attention_tiles(prior, take)
+        # the attention kernel's own efficiency, lowered with the clock as the matrix
+        # work is when this evaluator prices a whole prefill (the sustained view)
+        eff = self.gpu.attention_efficiency * self.device.spec.efficiency / \
+            self.gpu.matrix_efficiency
+        compute = flops / (self.device.spec.peak_tflops * 1e3 * eff)
+        tokens = float(np.sum(take))
+        q_bytes = tokens * self.heads * self.hd * self.db
+        memory = float(self.device.memory_ns(
+            2 * q_bytes + float(np.sum(prior) + tokens) * self.kv_layer_token,
+            tokens * self.kv_layer_token))
+        return self.gpu.stream_kernel_ns + max(compute, memory)
+
+    # ------------------------------------------------------------------ interface
+    def _sustained(self) -> "GpuEvaluator":
+        """This evaluator with tensor-core work at the sustained (power-limited) rate."""
+        view = copy.copy(self)
+        view.device = self.sustained_device
+        return view
+
+    def evaluate(self, phase: str, batch: int, context_tokens_per_request,
+                 kv_layout) -> float:
+        """Seconds of one step; a prefill runs its tensor-core work at the sustained rate
+        (module docstring), decode and copies at the short-run rate."""
+        ev = self._sustained() if phase == "prefill" else self
+        return RooflineEvaluator.evaluate(ev, phase, batch, context_tokens_per_request,
+                                          kv_layout)
+
+    def mixed_cost(self, decode_context, chunks, kv_layout):
+        """A chunked-prefill step: with prefill chunks in it, at the sustained rate."""
+        ev = self._sustained() if np.size(chunks) else self
+        return RooflineEvaluator.mixed_cost(ev, decode_context, chunks, kv_layout)
+
+    def cache_key(self) -> Any:
+        key = super().cache_key()
+        key["roofline_eval"]["gpu"] = to_dict(self.gpu)
+        return {"gpu_eval": key["roofline_eval"]}
+
+    def summary(self) -> dict:
+        return {**self.device.summary(), "gpu": to_dict(self.gpu),
+                "round_trip_ns": self.round_trip_ns}
