@@ -4,6 +4,8 @@ The work itself is done by a *job* chosen by the kind of workload (:data:`JOBS`)
 
 * ``"iteration"`` (no ``workload.serving``): decode iterations of a fixed batch,
   :func:`h2m2sim.decode.job.run_iteration`;
+* ``"prefill"`` (``workload.phase: prefill``): one prefill step of a fixed batch,
+  :func:`h2m2sim.serving.prefill_job.run_prefill`;
 * ``"serving"`` (``workload.serving`` set): a request-level serving run,
   :func:`h2m2sim.serving.job.run_serving`.
 
@@ -40,6 +42,7 @@ from h2m2sim.errors import SimError
 from h2m2sim.parallel import use_threads
 from h2m2sim.registry import Registry
 from h2m2sim.serving.job import run_serving
+from h2m2sim.serving.prefill_job import run_prefill
 from h2m2sim.store import split_timing
 
 __all__ = ["JOBS", "TIME_METRIC", "ENERGY_METRIC", "job_kind", "get_job", "run", "RunResult",
@@ -51,16 +54,19 @@ Job = Callable[[Any], Mapping[str, Any]]
 JOBS: Registry[Job] = Registry("job", key="workload")
 JOBS.register("iteration", run_iteration)
 JOBS.register("serving", run_serving)
+JOBS.register("prefill", run_prefill)
 
 #: Workload kind -> the metric (lower is better) that speedups compare.
 TIME_METRIC: dict[str, str] = {
     "iteration": "iteration_time_ns",
+    "prefill": "iteration_time_ns",
     "serving": "total_time_ns",
 }
 
 #: Workload kind -> the energy metric (J per token) that ``relative_energy`` compares.
 ENERGY_METRIC: dict[str, str] = {
     "iteration": "energy_per_token_j",
+    "prefill": "energy_per_token_j",
     "serving": "energy_per_output_token_j",
 }
 

@@ -26,7 +26,7 @@ import numpy as np
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 
-__all__ = ["PointEvaluator", "PointCost", "PHASES"]
+__all__ = ["PointEvaluator", "PointCost", "PHASES", "step_metrics"]
 
 PHASES = ("prefill", "decode", "kv_copy")
 
@@ -69,6 +69,13 @@ class PointEvaluator(abc.ABC):
         raise ConfigError("serving.chunked_prefill", f"the evaluator '{self.label}' cannot "
                           "price mixed (decode + prefill chunk) iterations")
 
+    def breakdown_ns(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
+                     kv_layout: KVLayout) -> dict[str, float]:
+        """Where one iteration's time goes, ns; this default gives the total only."""
+        return {"total_ns": 1e9 * float(self.evaluate(phase, batch,
+                                                        context_tokens_per_request,
+                                                        kv_layout))}
+
     @abc.abstractmethod
     def cache_key(self) -> Any:
         """JSON-able description of everything the times depend on but the code."""
@@ -82,3 +89,25 @@ class PointEvaluator(abc.ABC):
         """The grid to sample given the requested one; an evaluator whose points are
         simulations may coarsen it."""
         return grid
+
+
+def step_metrics(ev: PointEvaluator, phase: str, batch: int, lens: np.ndarray,
+                 kv_layout: KVLayout) -> dict[str, Any]:
+    """The metrics of one step of ``batch`` requests priced by ``ev``: decode (each
+    request holds ``lens`` KV tokens) or prefill (prompts of ``lens`` tokens).
+    ``iteration_time_ns`` / ``iteration_ms`` (the step), ``tokens_per_s`` (tokens the
+    step processes: one per request in decode, the prompts in prefill), ``energy_j`` and
+    ``energy_per_token_j`` (per processed token; NaN when ``ev`` prices no energy),
+    ``breakdown_ns``; a prefill adds ``time_to_first_token_ms`` (the step alone)."""
+    lens = np.asarray(lens, dtype=np.float64)
+    c = ev.cost(phase, batch, lens, kv_layout)
+    tokens = float(batch) if phase == "decode" else float(lens.sum())
+    ns = c.time_s * 1e9
+    out: dict[str, Any] = {"phase": phase, "step_model": ev.label, "iteration_time_ns": ns,
+                           "iteration_ms": ns / 1e6, "tokens_per_s": tokens / c.time_s,
+                           "energy_j": c.energy_j,
+                           "energy_per_token_j": c.energy_j / tokens}
+    if phase == "prefill":
+        out["time_to_first_token_ms"] = ns / 1e6
+    out["breakdown_ns"] = ev.breakdown_ns(phase, batch, lens, kv_layout)
+    return out

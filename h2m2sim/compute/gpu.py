@@ -45,9 +45,11 @@ from typing import Any
 import numpy as np
 
 from dram_models.schema import to_dict
+from h2m2sim.compute.evaluator import PointCost
 from h2m2sim.compute.llm_roofline import RooflineEvaluator
 from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
+from h2m2sim.npu.energy import stream_energy
 from h2m2sim.system import SystemSpec, resolve_system
 
 __all__ = ["GpuEvaluator", "gpu_side", "ELEMENTWISE_PER_LAYER", "MEASURE_BYTES"]
@@ -122,9 +124,10 @@ class GpuEvaluator(RooflineEvaluator):
         #: one memory round trip of a dependent kernel: on-chip path + idle DRAM read, ns
         self.round_trip_ns = gpu.l2_hit_ns + dram.idle_read_latency_ck() * dram.tck_ns
         self.label = (f"GPU kernel model {gpu.name} ({gpu.peak(dtype):g} TFLOP/s {dtype} x "
-                      f"{gpu.matrix_efficiency:g}; launch {gpu.launch_ns:g} ns, streaming "
-                      f"kernel {gpu.stream_kernel_ns:g} ns) over the DRAM engine's "
-                      f"{side.kind}; not cycle-level")
+                      f"{gpu.matrix_efficiency:g}, {gpu.sustained_matrix_efficiency:g} "
+                      f"sustained; launch {gpu.launch_ns:g} ns, streaming kernel "
+                      f"{gpu.stream_kernel_ns:g} ns) over the DRAM engine's {side.kind}; "
+                      "SMs not cycle-level")
 
     # ------------------------------------------------------------------ kernels
     def elementwise_ns(self, rows: float) -> float:
@@ -214,6 +217,62 @@ class GpuEvaluator(RooflineEvaluator):
         """A chunked-prefill step: with prefill chunks in it, at the sustained rate."""
         ev = self._sustained() if np.size(chunks) else self
         return RooflineEvaluator.mixed_cost(ev, decode_context, chunks, kv_layout)
+
+    def cost(self, phase: str, batch: int, context_tokens_per_request,
+             kv_layout) -> PointCost:
+        """Seconds of one step and the DRAM energy (J, all cards) of its weight and KV
+        traffic (:meth:`step_bytes`) over that time, priced as a stream by the side's
+        DRAM power model. The SMs, L2 and network are not priced."""
+        t = self.evaluate(phase, batch, context_tokens_per_request, kv_layout)
+        return PointCost(t, self.dram_energy_j(*self.step_bytes(
+            phase, batch, context_tokens_per_request), t))
+
+    def step_bytes(self, phase: str, batch: int, context_tokens_per_request
+                   ) -> tuple[float, float]:
+        """(read, written) DRAM bytes of one step on one card: the weights of the layers
+        and the LM head read once, each request's KV read (decode) and the new tokens' KV
+        written; activations left out (a few % of a step's bytes)."""
+        ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
+        m, db = self.model, self.db
+        weights = (m.layers * m.params_per_layer + self.vocab * self.hidden) * db
+        kv = self.kv_layer_token * self.attn_layers
+        if phase == "decode":
+            return weights + float(ctx.sum()) * kv, float(batch) * kv
+        if phase == "prefill":
+            return weights + float(ctx.sum()) * kv, float(ctx.sum()) * kv
+        if phase == "kv_copy":
+            return float(ctx.sum()) * kv, float(ctx.sum()) * kv
+        raise ConfigError("phase", f"unknown phase {phase!r}; known: prefill, decode, kv_copy")
+
+    def dram_energy_j(self, read: float, written: float, seconds: float) -> float:
+        """DRAM energy (J, all cards) of ``read`` + ``written`` bytes per card moved as
+        a stream over ``seconds``."""
+        nb = read + written
+        act = stream_energy(self.device.side.dram_spec, nb, seconds * 1e9,
+                            written / nb if nb else 0.0)
+        return self.cards * act.dram.total_nj * 1e-9
+
+    def breakdown_ns(self, phase: str, batch: int, context_tokens_per_request,
+                     kv_layout) -> dict[str, float]:
+        """Where one step's time goes, ns (a dense model; others give the total only):
+        projections, attention and element-wise kernels of all layers, and the LM head
+        (with the final norm)."""
+        ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
+        ev = self._sustained() if phase == "prefill" else self
+        total = ev.evaluate(phase, batch, ctx, kv_layout) * 1e9
+        if not self.plain or phase not in ("decode", "prefill"):
+            return {"total_ns": total}
+        rows = float(batch) if phase == "decode" else float(ctx.sum())
+        attn = ev._decode_attention_ns(ctx, kv_layout, float(batch)) if phase == "decode" \
+            else ev._chunk_attention_ns(np.zeros_like(ctx), ctx)
+        out = {"projections_ns": self.layers * RooflineEvaluator._linears_ns(ev, rows),
+               "attention_ns": self.layers * attn,
+               "elementwise_ns": self.layers * ev.elementwise_ns(rows),
+               "lm_head_ns": ev._lm_head_ns(float(batch))}
+        # what the parts leave out (host time per step, collectives): the rest
+        out["other_ns"] = total - sum(out.values())
+        out["total_ns"] = total
+        return out
 
     def cache_key(self) -> Any:
         key = super().cache_key()

@@ -22,6 +22,7 @@ from h2m2sim.model import load_model
 from h2m2sim.registry import Registry
 from h2m2sim.serving.config import resolve_serving
 from h2m2sim.serving.job import check_serving, check_serving_fits
+from h2m2sim.serving.prefill_job import check_prefill, check_prefill_fits
 from h2m2sim.system.config import expand_system, resolve_system
 
 __all__ = ["RESOLVERS", "REGISTRIES", "CHECKS", "FITS", "EXPANDERS", "SECTIONS",
@@ -50,6 +51,7 @@ REGISTRIES: dict[str, Registry] = {
 #: raising ConfigError; run when a configuration is loaded, so ``validate`` finds it.
 CHECKS: dict[str, Callable[[Any], None]] = {
     "iteration": check_iteration,
+    "prefill": check_prefill,
     "serving": check_serving,
 }
 
@@ -58,6 +60,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
 #: runs it too; a sweep records such a point as an out-of-memory result.
 FITS: dict[str, Callable[[Any], None]] = {
     "iteration": check_iteration_fits,
+    "prefill": check_prefill_fits,
     "serving": check_serving_fits,
 }
 
@@ -98,7 +101,9 @@ class WorkloadConfig:
             "system's memory.")
     phase: Literal["decode", "prefill"] = param(
         "decode", doc="Which inference phase one iteration models: decode (one new token "
-                      "per request) or prefill (the whole prompt).")
+                      "per request, `seq` tokens of KV each) or prefill (`batch` prompts of "
+                      "`seq` tokens, causal attention: the step that gives the first token). "
+                      "A serving workload runs both and ignores it.")
     # Optional[Any] values: dram_models.schema rejects null for a bare Any.
     serving: Optional[dict[str, Optional[Any]]] = param(
         None, doc="Request-level serving run instead of one iteration: a mapping "
@@ -178,5 +183,7 @@ class RunConfig:
 
 def job_kind(cfg: Any) -> str:
     """The kind of run ``cfg`` asks for: ``"serving"`` if the workload has a serving
-    section, else ``"iteration"``."""
-    return "serving" if cfg.workload.serving is not None else "iteration"
+    section, else ``"prefill"`` for a prefill step, else ``"iteration"`` (decode)."""
+    if cfg.workload.serving is not None:
+        return "serving"
+    return "prefill" if cfg.workload.phase == "prefill" else "iteration"

@@ -21,6 +21,7 @@ import numpy as np
 
 from dram_models.schema import load, param
 from h2m2sim.cache import options_from
+from h2m2sim.compute.gpu import gpu_side
 from h2m2sim.errors import ConfigError, OutOfMemoryError, format_bytes
 from h2m2sim.mapping import (
     MAPPERS,
@@ -34,6 +35,7 @@ from h2m2sim.model import normalize_batch
 from h2m2sim.npu.energy import Activity
 
 from .energy import IterationEnergy, estimate_energy, iteration_energy
+from .gpu_step import gpu_step
 from .hierarchical import HierarchicalOptions, run_hierarchical
 from .iteration import AttentionExec, build_problem, run_layer, sublayer_tables
 
@@ -110,9 +112,9 @@ def check_iteration(cfg) -> None:
 
 
 def _check_phase(w) -> None:
-    if w.phase != "decode":
+    if w.phase != "decode":        # (the runner gives a prefill to its own job)
         raise ConfigError("workload.phase", "the iteration job simulates decode iterations; "
-                          "prefill runs inside serving workloads")
+                          "a prefill runs in the prefill job")
 
 
 def _check_cards(system, key: str) -> None:
@@ -170,8 +172,11 @@ def communication_ns(system, model, batch: int, dtype: str | None = None) -> flo
 def simulate(system, model, batch, seq_lens, mapper: str = "greedy", params: dict | None = None,
              dtype: str | None = None, fidelity: str = "sampled", cache: dict | None = None,
              ) -> dict:
-    """Decide with ``mapper`` and simulate one iteration; returns the metrics dict."""
+    """Decide with ``mapper`` and simulate one iteration; returns the metrics dict. A
+    GPU system's step is priced by the GPU kernel model instead (:func:`gpu_step`)."""
     _check_cards(system, "system.cards")
+    if gpu_side(system) is not None:
+        return gpu_step(system, model, batch, seq_lens, "decode", dtype, fidelity, cache)
     opts = iteration_options(params)
     translate = opts.translate_mode
     att = AttentionExec(opts.attention, opts.attention_unit)

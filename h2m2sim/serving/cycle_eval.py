@@ -83,6 +83,7 @@ from dram_models.stats import DramStats
 from h2m2sim.allocators.traffic import steady_state_layout
 from h2m2sim.cache import cached, code_digest
 from h2m2sim.compute.evaluator import PointCost, PointEvaluator
+from h2m2sim.compute.gpu import GpuEvaluator, gpu_side
 from h2m2sim.decode.iteration import layer_kernels, layer_kinds
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
@@ -535,11 +536,15 @@ class CycleEvaluator(PointEvaluator):
         return PointCost(total_ns * 1e-9, self.cards * e)
 
 
-def cycle_evaluator(model, device, cfg, **options) -> CycleEvaluator:
+def cycle_evaluator(model, device, cfg, **options) -> PointEvaluator:
     """The ``"cycle"`` evaluator: the serving device's system and side, ``device.devices``
-    cards tensor parallel. The KV cache is simulated in the model's
+    cards tensor parallel (a GPU system: the GPU kernel model over the same cards). The KV cache is simulated in the model's
     dtype; a run whose ``kv_dtype`` has another size is refused rather than mispriced."""
     if dtype_bytes(cfg.kv_dtype) != model.dtype_bytes():
         raise ConfigError("kv_dtype", f"the cycle evaluator keeps KV in the model's dtype "
                           f"({model.dtype}); {cfg.kv_dtype!r} has another size")
+    if gpu_side(device.system) is not None:      # a GPU: its kernel model, not the NPU's
+        return GpuEvaluator(model, device.system, cards=device.devices,
+                            cache=options.get("cache", True),
+                            cache_dir=options.get("cache_dir"))
     return CycleEvaluator(model, device.system, device.side, cards=device.devices, **options)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from h2m2sim.compute.gpu import gpu_side
+
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
 
@@ -41,12 +43,13 @@ def run_serving(cfg: Any) -> dict:
     with ``cfg.policy.allocator`` / ``allocator_params`` on ``cfg.system`` (its ``cards``
     tensor parallel) and ``cfg.model``. ``simulation.fidelity: estimate`` uses the
     analytic placeholder; ``cycle`` / ``sampled`` the cycle-level evaluator
-    (:mod:`.cycle_eval`) at that fidelity."""
+    (:mod:`.cycle_eval`) at that fidelity; a GPU system the GPU kernel model at any
+    fidelity."""
     _fits(cfg, cfg.system)
     s = cfg.workload.serving
     device = ServingDevice.from_system(cfg.system)
     sim = cfg.simulation
-    if sim.fidelity in ("cycle", "sampled"):
+    if sim.fidelity in ("cycle", "sampled") or gpu_side(cfg.system) is not None:
         def evaluator(model, replica_device, c):
             return EVALUATORS.get("cycle")(model, replica_device, c, fidelity=sim.fidelity,
                                            cache=sim.cache, cache_dir=sim.cache_dir)

@@ -66,7 +66,7 @@ NONSENSE = [
      "error: policy.mapper_params.translate: must be one of default, mmu, ideal"),
     ("policy.mapper_params.table_points=1.0e+9",
      "error: policy.mapper_params.table_points: must be <= 65"),
-    ("workload.phase=prefill", "error: workload.phase: the iteration job simulates decode"),
+    ("workload.phase=training", "error: workload.phase: must be one of decode, prefill"),
     ("workload.batch=1e3", "error: workload.batch: must be an integer, got '1e3' (str) (YAML "
                            "reads 1e3 as text; write 1.0e+3)"),
     # latencies the cycle-level run would idle through for days
