@@ -1,8 +1,10 @@
 """Decode and prefill steps measured on a GPU against the same steps simulated on its
 system preset.
 
-    python scripts/gpu_step_validation.py --system h200 --measured workloads/hardware/h200-steps.json
-    python scripts/gpu_step_validation.py --system h100-sxm --measured workloads/hardware/h100-steps.json --json
+    python scripts/gpu_step_validation.py --system h200 \
+        --measured workloads/hardware/h200-steps.json
+    python scripts/gpu_step_validation.py --system h100-sxm \
+        --measured workloads/hardware/h100-steps.json --json
 
 The measured file is what ``scripts/measure_gpu_steps.py`` writes: whole steps of dense
 decoders (``steps``: decode replayed from a CUDA graph, ``graph_ms``; prefill launched

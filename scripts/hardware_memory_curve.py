@@ -50,6 +50,7 @@ from dram_models import patterns
 from dram_models.energy import dram_energy
 from dram_models.errors import ConfigError
 from dram_models.memory import MemorySystem
+from dram_models.schema import positive_int
 from dram_models.trace import Trace
 
 #: Requests (bursts) of the stream and chunk runs: enough for every channel of a whole
@@ -382,16 +383,6 @@ def write_plot(r: dict, path: str) -> None:
 
 
 # ---------------------------------------------------------------- command line
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--system", required=True, help="system preset name or YAML path "
@@ -400,7 +391,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(workloads/hardware/h200.json schema)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", help="write a PNG of the chunk curve here")
-    p.add_argument("--requests", type=_count, help="requests (bursts) of every run "
+    p.add_argument("--requests", type=positive_int, help="requests (bursts) of every run "
                    f"(default {DEFAULT_REQUESTS:,}; {SMALL_CHUNK_REQUESTS:,} for chunks "
                    f"below {SMALL_CHUNK_BYTES} B; latency probes at most "
                    f"{LATENCY_REQUESTS:,})")

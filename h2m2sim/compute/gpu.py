@@ -3,7 +3,7 @@ measured kernel figures (:class:`h2m2sim.system.gpu.GpuSpec`) over the side's DR
 DRAM engine simulates it.
 
 A GPU step is a sequence of kernels (replayed from a CUDA graph in decode, as serving
-engines do), and three things make it slower than bytes over bandwidth:
+engines do). What makes it slower than bytes over bandwidth:
 
 * every kernel that streams a large operand (a projection's weights, attention's KV)
   pays ``stream_kernel_ns``: launch, the ramp to full bandwidth and the uneven last
@@ -12,19 +12,18 @@ engines do), and three things make it slower than bytes over bandwidth:
   memory round trip (the on-chip path ``l2_hit_ns`` and the DRAM's idle read latency)
   besides its bytes, a norm ``norm_kernel_ns``; kernels on strided views (the activation
   on halves of the gate/up output, K/V scattered into the cache) run unvectorized at
-  ``strided_elements_per_ns``;
+  ``strided_elements_per_ns`` output elements;
 * decode attention runs one block per (request, query head), ``sms`` at a time, each
   with ``attention_cta_ns`` of fixed work: at short contexts and large batches that, not
   the KV bytes, sets its time;
 * projections turn compute-bound with the rows of the step: ``max(bytes / bandwidth,
-  FLOPs / (peak x efficiency))``, where the efficiency is ``matrix_efficiency`` in decode
-  and ``sustained_matrix_efficiency`` in a prefill: tensor-core work that lasts a whole
-  step makes the card lower its SM clock to stay within its power limit (measured: 1.3-1.5
-  GHz instead of 1.98 during prefill steps, 1.98 during decode); causal prefill attention
-  computes whole
-  ``attention_tile`` x ``attention_tile`` tiles (the diagonal ones included) plus
-  ``attention_tile_overhead`` tiles of fixed work per query tile, at
-  ``attention_efficiency`` of the peak.
+  FLOPs / (peak x efficiency))``, the efficiency ``matrix_efficiency`` in decode and
+  ``sustained_matrix_efficiency`` in a prefill: tensor-core work that lasts a whole step
+  makes the card lower its SM clock to stay within its power limit (measured: 1.3-1.5 GHz
+  during prefill steps, 1.98 during decode);
+* causal prefill attention computes whole ``attention_tile`` x ``attention_tile`` tiles
+  (the diagonal ones included) plus ``attention_tile_overhead`` tiles of fixed work per
+  query tile, at ``attention_efficiency`` of the peak (lowered with the clock in prefill).
 
 Bandwidths are the DRAM engine's, per access pattern (sequential weights, the KV
 layout's pattern), measured once per DRAM configuration and cached
@@ -49,15 +48,16 @@ from h2m2sim.compute.evaluator import PointCost
 from h2m2sim.compute.llm_roofline import RooflineEvaluator
 from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
+from h2m2sim.model import load_model
 from h2m2sim.npu.energy import stream_energy
 from h2m2sim.system import SystemSpec, resolve_system
 
 __all__ = ["GpuEvaluator", "gpu_side", "ELEMENTWISE_PER_LAYER", "MEASURE_BYTES"]
 
-#: bytes of each engine run that measures a bandwidth: several times what the whole
-#: device's controller queues hold, so the figure is a steady state (an H200 has 94
-#: channels x 256 bursts of 32 B = 770 KB queued)
-MEASURE_BYTES = 256 * 2**20
+#: bytes of each engine run that measures a bandwidth: far more than the whole device's
+#: controller queues hold (an H200: 94 channels x 256 bursts of 32 B = 770 KB), so the
+#: figure is a steady state (H200 stream read: 4,394 GB/s at 64 MiB, 4,407 at 256 MiB)
+MEASURE_BYTES = 64 * 2**20
 
 #: element-wise kernels of one decoder layer (module docstring) and what each moves, in
 #: rows x width units: (name, kind, read widths, write widths); widths: "h" hidden, "kv"
@@ -98,7 +98,6 @@ class GpuEvaluator(RooflineEvaluator):
         if side is None:
             raise ConfigError("system", f"system {system.name!r} has no GPU side (a side "
                               "with a gpu section)")
-        from h2m2sim.model import load_model
         full = load_model(model) if isinstance(model, str) else model
         dtype = dtype or full.dtype
         gpu = side.gpu

@@ -143,7 +143,8 @@ class SimulationConfig:
         "sampled", doc="cycle = every tile of every kernel through the cycle-level NPU and "
         "DRAM engine; sampled = the same models on a steady-state prefix of each core's "
         "tiles, extrapolated (error against cycle in docs/validation/npu.md); estimate = "
-        "roofline arithmetic only (no simulation).")
+        "roofline arithmetic only (no simulation). A GPU system prices its steps with the "
+        "GPU kernel model over engine-measured bandwidths at every fidelity.")
     seed: int = param(0, ge=0, doc="Seed of every random choice (arrivals, predictors, "
                                    "noise); same config and seed give identical results.")
     cache: bool = param(True, doc="Reuse cached kernel/iteration tables (content-hash "

@@ -10,16 +10,22 @@ import h2m2sim
 from h2m2sim.errors import ConfigError
 
 
-def _run(tmp_path, **over):
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One result cache for the module: the engine's bandwidth runs are made once."""
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def _run(cache_dir, **over):
     cfg = {"system": "h200", "model": "llama2-7b", "workload": {"batch": 4, "seq": 1024},
-           "simulation": {"cache_dir": str(tmp_path / "cache")}}
+           "simulation": {"cache_dir": cache_dir}}
     for k, v in over.items():
         cfg[k] = {**cfg.get(k, {}), **v} if isinstance(v, dict) else v
     return h2m2sim.run(cfg).metrics
 
 
-def test_gpu_decode_step(tmp_path):
-    m = _run(tmp_path)
+def test_gpu_decode_step(cache_dir):
+    m = _run(cache_dir)
     assert m["granularity"] == "gpu" and m["phase"] == "decode"
     assert m["iteration_ms"] == pytest.approx(m["iteration_time_ns"] / 1e6)
     assert m["tokens_per_s"] == pytest.approx(4 / (m["iteration_time_ns"] * 1e-9))
@@ -27,21 +33,21 @@ def test_gpu_decode_step(tmp_path):
     assert m["energy_per_token_j"] == pytest.approx(m["energy_j"] / 4)
 
 
-def test_gpu_prefill_step_gives_time_to_first_token(tmp_path):
-    m = _run(tmp_path, workload={"phase": "prefill"})
+def test_gpu_prefill_step_gives_time_to_first_token(cache_dir):
+    m = _run(cache_dir, workload={"phase": "prefill"})
     assert m["phase"] == "prefill"
     assert m["time_to_first_token_ms"] == m["iteration_ms"]
     assert m["tokens_per_s"] == pytest.approx(4 * 1024 / (m["iteration_time_ns"] * 1e-9))
     # every fidelity prices a GPU step with the same kernel model
     for fid in ("estimate", "cycle"):
-        o = _run(tmp_path, workload={"phase": "prefill"}, simulation={"fidelity": fid})
+        o = _run(cache_dir, workload={"phase": "prefill"}, simulation={"fidelity": fid})
         assert o["iteration_time_ns"] == m["iteration_time_ns"]
 
 
-def test_prefill_grows_faster_than_linearly_in_the_prompt(tmp_path):
+def test_prefill_grows_faster_than_linearly_in_the_prompt(cache_dir):
     # projections are linear in the tokens, causal attention quadratic
-    short = _run(tmp_path, workload={"phase": "prefill", "batch": 1, "seq": 1024})
-    long = _run(tmp_path, workload={"phase": "prefill", "batch": 1, "seq": 4096})
+    short = _run(cache_dir, workload={"phase": "prefill", "batch": 1, "seq": 1024})
+    long = _run(cache_dir, workload={"phase": "prefill", "batch": 1, "seq": 4096})
     assert long["iteration_time_ns"] > 4 * short["iteration_time_ns"]
     # 16x the pairs; whole tiles and the kernel's fixed cost weigh more at 1K
     ratio = long["breakdown_ns"]["attention_ns"] / short["breakdown_ns"]["attention_ns"]
@@ -49,8 +55,8 @@ def test_prefill_grows_faster_than_linearly_in_the_prompt(tmp_path):
 
 
 @pytest.mark.parametrize("fidelity", ["estimate", "sampled"])
-def test_npu_prefill_step(tmp_path, fidelity):
-    m = _run(tmp_path, system="h2m2", model="opt-1.3b",
+def test_npu_prefill_step(cache_dir, fidelity):
+    m = _run(cache_dir, system="h2m2", model="opt-1.3b",
              workload={"phase": "prefill", "batch": 2, "seq": 256},
              simulation={"fidelity": fidelity})
     assert m["phase"] == "prefill" and m["granularity"] == "single-side"
@@ -58,12 +64,12 @@ def test_npu_prefill_step(tmp_path, fidelity):
     assert m["step_model"].startswith("cycle-level") == (fidelity == "sampled")
 
 
-def test_prefill_longer_than_the_context_is_refused(tmp_path):
+def test_prefill_longer_than_the_context_is_refused(cache_dir):
     with pytest.raises(ConfigError, match="workload.seq.*context"):
-        _run(tmp_path, workload={"phase": "prefill", "batch": 1, "seq": 8192})
+        _run(cache_dir, workload={"phase": "prefill", "batch": 1, "seq": 8192})
 
 
-def test_gpu_baseline_speedup(tmp_path):
-    m = _run(tmp_path, policy={"baseline": "h100-sxm"})
+def test_gpu_baseline_speedup(cache_dir):
+    m = _run(cache_dir, policy={"baseline": "h100-sxm"})
     # the H200's 1.43x bandwidth makes a KV- and weight-bound step faster
     assert 1.1 < m["speedup"] < 1.5

@@ -1,0 +1,46 @@
+"""GPU sides of system presets: the presets load with their datasheet peaks, and a GPU
+section with nonsense is refused with one line naming the key."""
+from __future__ import annotations
+
+import pytest
+
+from h2m2sim.errors import ConfigError
+from h2m2sim.system import load_system_preset, resolve_system
+
+
+@pytest.mark.parametrize("name,gbps,cap", [("h200", 4812.8, 141e9), ("h100-sxm", 3352.3, 80e9)])
+def test_gpu_presets(name, gbps, cap):
+    s = load_system_preset(name)
+    side = s.sides[0]
+    assert side.is_gpu and side.gpu.sms == 132
+    assert side.bandwidth_gbps == pytest.approx(gbps, abs=0.1)
+    assert side.capacity_bytes == cap
+    assert side.gpu.peak("bf16") == side.gpu.peak("fp16") and \
+        side.gpu.peak("fp8") == pytest.approx(2 * side.gpu.peak("fp16"), rel=1e-3)
+    assert 0 < side.gpu.sustained_ratio < 1
+    assert s.peak_tflops == side.gpu.peak_tflops_max
+
+
+@pytest.mark.parametrize("gpu,key", [
+    ({"peak_tflops": {"fp16": float("inf")}}, "peak_tflops.fp16"),
+    ({"peak_tflops": {"fp12": 10.0}}, "peak_tflops.fp12"),
+    ({"matrix_efficiency": 1.5}, "matrix_efficiency"),
+    ({"launch_ns": -1}, "launch_ns"),
+    ({"l2_fetch_bytes": 16}, "l2_fetch_bytes"),
+    ({"sms": 0}, "sms"),
+])
+def test_bad_gpu_fields_are_named(gpu, key):
+    with pytest.raises(ConfigError, match=f"system.sides\\[0\\].gpu.{key}"):
+        resolve_system({"preset": "h200", "sides": {"hbm": {"gpu": gpu}}})
+
+
+def test_npu_sides_are_not_gpus():
+    assert not any(s.is_gpu for s in load_system_preset("h2m2").sides)
+
+
+def test_a_gpu_needs_a_peak():
+    from dram_models.schema import load, to_dict
+    from h2m2sim.system.gpu import GpuSpec
+    data = to_dict(load_system_preset("h200").sides[0].gpu)
+    with pytest.raises(ConfigError, match="peak_tflops: needs the peak"):
+        load(GpuSpec, dict(data, peak_tflops={}), "gpu")
