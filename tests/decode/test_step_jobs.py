@@ -73,3 +73,14 @@ def test_gpu_baseline_speedup(cache_dir):
     m = _run(cache_dir, policy={"baseline": "h100-sxm"})
     # the H200's 1.43x bandwidth makes a KV- and weight-bound step faster
     assert 1.1 < m["speedup"] < 1.5
+
+
+def test_serving_on_a_gpu_uses_the_gpu_kernel_model(cache_dir):
+    res = h2m2sim.serve({"system": "h200", "model": "llama2-7b",
+                         "simulation": {"cache_dir": cache_dir, "fidelity": "estimate"}},
+                        trace="azure2023_conv", max_requests=60)
+    m = res.metrics
+    assert m["iteration_time_model"].startswith("GPU kernel model NVIDIA H200")
+    assert m["ttft_p50_s"] > 0 and m["tpot_p50_s"] > 0 and m["energy_j"] > 0
+    # a decode step of a few requests: weights at about 4.4 TB/s, plus kernel overheads
+    assert 0.003 < m["tpot_p50_s"] < 0.01
