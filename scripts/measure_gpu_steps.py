@@ -25,13 +25,13 @@ sampling or paging. Needs PyTorch with CUDA and PyYAML.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from measure_gpu_memory import write_atomic  # noqa: E402  (a sibling script: no deps)
+
 DEVICE = "cuda"
 M_LIST = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 DECODE_POINTS = ((1, 512), (1, 2048), (1, 8192), (4, 2048), (16, 512), (16, 2048),
@@ -343,14 +343,6 @@ def profile_layer(torch, shape: dict, dtype, log) -> list[dict]:
     del dec
     torch.cuda.empty_cache()
     return rows
-
-
-def write_atomic(path: str, data: dict) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".measure-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:
