@@ -204,13 +204,15 @@ class Gpu:
     def grid(self, blocks_per_sm: int = 16) -> tuple[int]:
         return (self.sms * blocks_per_sm,)
 
-    def stream_read(self, nbytes: int) -> float:
+    def stream_read(self, nbytes: int) -> tuple[float, float]:
+        """GB/s of a stream read of ``nbytes``: the best and the median run."""
         n = nbytes // 16
         ms = self.time_ms(lambda: self.k["stream_read"](
             self.grid(), (THREADS,), (self.buf, self.cp.uint64(n), self.sink)))
         return nbytes / min(ms) / 1e6, nbytes / sorted(ms)[len(ms) // 2] / 1e6
 
     def stream_write(self, nbytes: int) -> float:
+        """GB/s of a stream write of ``nbytes`` (best run)."""
         n = nbytes // 16
         ms = self.time_ms(lambda: self.k["stream_write"](
             self.grid(), (THREADS,), (self.buf, self.cp.uint64(n))))
@@ -232,7 +234,8 @@ class Gpu:
              cp.uint64(seed), self.sink)))
         return items * per_item / min(ms) / 1e6
 
-    def chase(self, footprint: int, stride: int, cg: bool, hops: int, warm: bool) -> float:
+    def chase(self, footprint: int, stride: int, cg: bool, hops: int,
+              warm: bool) -> list[float]:
         """ns per dependent load of one thread over a random cyclic chain of
         footprint / stride entries, one pointer per stride."""
         cp = self.cp

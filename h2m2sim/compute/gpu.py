@@ -171,16 +171,16 @@ class GpuEvaluator(RooflineEvaluator):
         """Tile work of causal attention over chunks of ``take`` queries after ``prior``
         earlier tokens, summed over chunks, in (query tile x key tile) units: each query
         tile visits the key tiles up to its last query (whole tiles, the diagonal one
-        included) plus the fixed work of ``attention_tile_overhead`` tiles."""
+        included) plus the fixed work of ``attention_tile_overhead`` tiles. Query tile i
+        of q (1-based) ends at key ``prior + i T`` for i < q, so it visits
+        ``ceil(prior / T) + i`` key tiles, and the last ``ceil((prior + take) / T)``."""
         T = self.gpu.attention_tile
-        total = 0.0
-        for p, n in zip(np.asarray(prior, float).ravel(), np.asarray(take, float).ravel()):
-            if n <= 0:
-                continue
-            q_tiles = math.ceil(n / T)
-            ends = p + np.minimum(np.arange(1, q_tiles + 1) * T, n)  # last key of each
-            total += float(np.ceil(ends / T).sum()) + self.gpu.attention_tile_overhead * q_tiles
-        return total
+        p = np.asarray(prior, float).ravel()
+        n = np.asarray(take, float).ravel()
+        q = np.ceil(n / T)
+        tiles = (q - 1) * np.ceil(p / T) + q * (q - 1) / 2 + np.ceil((p + n) / T) + \
+            self.gpu.attention_tile_overhead * q
+        return float(tiles[n > 0].sum())
 
     def _chunk_attention_ns(self, prior: np.ndarray, take: np.ndarray) -> float:
         T = self.gpu.attention_tile

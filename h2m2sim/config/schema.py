@@ -22,7 +22,7 @@ from h2m2sim.model import load_model
 from h2m2sim.registry import Registry
 from h2m2sim.serving.config import resolve_serving
 from h2m2sim.serving.job import check_serving, check_serving_fits
-from h2m2sim.serving.prefill_job import check_prefill, check_prefill_fits
+from h2m2sim.serving.prefill_job import check_prefill
 from h2m2sim.system.config import expand_system, resolve_system
 
 __all__ = ["RESOLVERS", "REGISTRIES", "CHECKS", "FITS", "EXPANDERS", "SECTIONS",
@@ -60,7 +60,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
 #: runs it too; a sweep records such a point as an out-of-memory result.
 FITS: dict[str, Callable[[Any], None]] = {
     "iteration": check_iteration_fits,
-    "prefill": check_prefill_fits,
+    "prefill": check_iteration_fits,      # weights and the prompts' KV
     "serving": check_serving_fits,
 }
 

@@ -33,7 +33,7 @@ from h2m2sim.model import normalize_batch
 
 from .cycle_eval import CycleEvaluator
 
-__all__ = ["run_prefill", "check_prefill", "check_prefill_fits", "prefill_evaluator"]
+__all__ = ["run_prefill", "check_prefill", "prefill_evaluator"]
 
 
 def check_prefill(cfg: Any) -> None:
@@ -45,11 +45,6 @@ def check_prefill(cfg: Any) -> None:
         raise ConfigError("workload.seq", f"a prompt of {max(lens):,} tokens is longer than "
                           f"{m.name}'s context ({m.max_context:,} tokens)")
     iteration_options(cfg.policy.mapper_params)
-
-
-def check_prefill_fits(cfg: Any) -> None:
-    """Weights and the prompts' KV fit the system (and the baseline)."""
-    check_iteration_fits(cfg)
 
 
 def prefill_evaluator(system, model, sim) -> PointEvaluator:
@@ -68,7 +63,7 @@ def prefill_evaluator(system, model, sim) -> PointEvaluator:
 
 def run_prefill(cfg: Any) -> dict[str, Any]:
     """Runner job: a resolved RunConfig with ``workload.phase: prefill`` -> metrics."""
-    check_prefill_fits(cfg)
+    check_iteration_fits(cfg)         # weights and the prompts' KV, as for decode
     w, sim = cfg.workload, cfg.simulation
     batch, lens = normalize_batch(w.batch, w.seq, "workload.seq")
     ev = prefill_evaluator(cfg.system, cfg.model, sim)

@@ -2,7 +2,6 @@
 agreement with steps measured on an H200 and an H100 (workloads/hardware/)."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from h2m2sim.compute.gpu import ELEMENTWISE_PER_LAYER, GpuEvaluator, gpu_side
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.model import load_model
+from scriptmod import load_script
 
 HW = Path(__file__).resolve().parents[2] / "workloads" / "hardware"
 
@@ -93,21 +93,15 @@ def test_npu_systems_have_no_gpu_side():
 
 @pytest.mark.parametrize("system,measured", [("h200", "h200-steps.json"),
                                              ("h100-sxm", "h100-steps.json")])
-def test_measured_steps_within_15_percent(system, measured, cache):
+def test_measured_steps_within_15_percent(system, measured, cache, monkeypatch):
     """Every decode and prefill step measured on the card (7-13B, batch 1-128, 512-8K
     tokens) within 15 % of the simulated step, decode within 8 %; the H100's kernel
-    figures are the H200's, so that card checks them out of sample."""
-    steps = json.loads((HW / measured).read_text())["steps"]
-    evs = {}
-    worst = {"decode": 0.0, "prefill": 0.0}
-    for r in steps:
-        ev = evs.setdefault(r["model"], GpuEvaluator(r["model"], system, cache_dir=cache))
-        b, s = r["batch"], r["seq"]
-        if r["phase"] == "decode":
-            sim, meas = ev.evaluate("decode", b, np.full(b, s + 1.0), CONTIGUOUS), r["graph_ms"]
-        else:
-            sim, meas = ev.evaluate("prefill", b, np.full(b, float(s)), CONTIGUOUS), \
-                r["eager_ms"]
-        worst[r["phase"]] = max(worst[r["phase"]], abs(sim * 1e3 / meas - 1))
+    figures are the H200's, so that card checks them out of sample. The comparison is
+    scripts/gpu_step_validation.py's."""
+    monkeypatch.setenv("H2M2SIM_CACHE", str(cache))
+    val = load_script("gpu_step_validation")
+    rows = val.compare(system, val.load_steps(str(HW / measured)))
+    worst = {ph: max(abs(r["error"]) for r in rows if r["phase"] == ph)
+             for ph in ("decode", "prefill")}
     assert worst["decode"] < 0.08 and worst["prefill"] < 0.15, worst
     assert not math.isnan(sum(worst.values()))
