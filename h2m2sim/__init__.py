@@ -12,6 +12,10 @@ not load Numba.
 """
 import importlib
 
+from dram_models.jit_cache import configure as _configure_jit_cache
+
+_configure_jit_cache()      # Numba's cache outside the installed package
+
 try:  # written by setuptools-scm when the package is built (not tracked by git)
     from h2m2sim._version import __version__
 except ImportError:  # a source tree that was never built

@@ -19,6 +19,10 @@ read (truncated by a full disk, for example) counts as a miss and is rewritten.
 Formats: ``json`` (any JSON-able value; tuples come back as lists) and ``npz`` (a
 mapping of names to NumPy arrays, returned as a ``dict``).
 
+:func:`memoized` keeps mappings of arrays computed in this process by the same hash,
+disk cache or not: the points of a sweep or the tests of a session that need the same
+tables compute them once.
+
 The default salt is :func:`code_salt`: the package version plus a digest of every
 ``.py`` file of ``h2m2sim`` and ``dram_models``, so any code change invalidates old
 entries (safe, occasionally wasteful). A layer whose tables depend on a few modules
@@ -32,6 +36,8 @@ import importlib.util
 import json
 import math
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -178,6 +184,34 @@ def cache_path(namespace: str, key_obj: Any, fmt: str = "json",
     h = hash_key(key_obj, code_salt() if salt is None else salt)
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return root / namespace / h[:2] / f"{h}.{fmt}"
+
+
+#: mappings of arrays computed in this process (:func:`memoized`), most recent last
+_MEMO: "OrderedDict[str, dict[str, np.ndarray]]" = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+MEMO_ENTRIES = 32
+
+
+def memoized(namespace: str, key_obj: Any, compute: Callable[[], Mapping[str, Any]], *,
+             salt: str | None = None) -> dict[str, np.ndarray]:
+    """``compute()`` -- a mapping of names to arrays -- computed once per process for
+    the same (``namespace``, ``key_obj``, ``salt``) as :func:`cached` names it; the
+    MEMO_ENTRIES most recent are kept. The arrays are made read-only (every caller
+    shares them) and each call gets its own dict."""
+    h = f"{namespace}/{hash_key(key_obj, code_salt() if salt is None else salt)}"
+    with _MEMO_LOCK:
+        hit = _MEMO.get(h)
+        if hit is not None:
+            _MEMO.move_to_end(h)
+            return dict(hit)
+    value = {str(k): np.array(v) for k, v in compute().items()}
+    for v in value.values():
+        v.setflags(write=False)
+    with _MEMO_LOCK:
+        _MEMO[h] = value
+        while len(_MEMO) > MEMO_ENTRIES:
+            _MEMO.popitem(last=False)
+    return dict(value)
 
 
 def _read(path: Path, fmt: str) -> Any:

@@ -30,5 +30,7 @@ The long loops (``general._loop``, ``reads.run_channel``) call helpers compiled 
 
 Numba's disk cache checks only the source file of the function it compiled: a cached
 ``general._loop`` does not notice an edit of :mod:`.timing`, whose helpers it inlines.
-After editing a helper module, remove ``dram_models/engine/__pycache__``.
+After editing a helper module, remove the engine's folders from Numba's cache directory
+(:mod:`dram_models.jit_cache`: ``~/.cache/h2m2sim/numba`` unless ``NUMBA_CACHE_DIR``
+says otherwise).
 """

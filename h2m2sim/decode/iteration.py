@@ -45,14 +45,18 @@ from h2m2sim.system.mmu import ENERGY_FIELDS as MMU_ENERGY
 CACHE_NS = "system-piece"
 #: version of what a cached piece holds (2: activity counts and DRAM statistics; 3:
 #: dependency-driven execution of request groups, TLB carried over, merged misses; 4:
-#: synchronisation bytes)
-PIECE_VERSION = 4
-#: request groups of one shape simulated together (at ``sampled`` fidelity; ``cycle``
-#: runs all): the piece counts count / CONCURRENT_GROUPS such runs. A sampling parameter
-#: like SAMPLE_PREFIX, set by the measured error against cycle runs (the start and end of
-#: a run are counted once per run): 8 groups +6.3 %, 16 +4.3 %, 32 within +2.2 % on the
-#: attention of Llama2 (B = 128), Chinchilla (B = 64) and GPT3 (B = 32), docs/validation/npu.md
+#: synchronisation bytes; 5: request groups per sampled run set by their bytes)
+PIECE_VERSION = 5
+#: request groups of one shape simulated together at ``sampled`` fidelity (``cycle``
+#: runs all) are as many as hold SAMPLED_GROUP_BYTES of kernel data, at most
+#: CONCURRENT_GROUPS; the piece counts count / W such runs. Sampling parameters like
+#: SAMPLE_PREFIX, set by the measured error against whole-batch cycle runs (a run's start
+#: and end are counted once per run, so a run must be long against them): with 32 groups
+#: within +2.2 % on the attention of Llama2 (B = 128), Chinchilla (B = 64) and GPT3
+#: (B = 32); 8 groups of 2-9 MB each were up to +6.6 % off, 8 groups of 31 MB +2.1 %,
+#: 4 of 51 MB +1.2 % (docs/validation/npu.md#request-groups-per-sampled-run)
 CONCURRENT_GROUPS = 32
+SAMPLED_GROUP_BYTES = 256 * 2**20
 PIECE_FIELDS = ("time_ns", "compute_ns", "stall_memory_ns", "stall_compute_ns",
                 "stall_tlb_ns", "bytes", "sync_bytes", "tlb_hits", "tlb_misses", "flops")
 
@@ -98,7 +102,7 @@ def _side_key(system, side: str) -> str:
     for f in MMU_ENERGY:
         mmu_d.pop(f, None)
     blob = json.dumps({"side": side_d, "mmu": mmu_d, "piece": PIECE_VERSION,
-                       "groups": CONCURRENT_GROUPS},
+                       "groups": CONCURRENT_GROUPS, "group_bytes": SAMPLED_GROUP_BYTES},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -231,8 +235,8 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
                          ).scaled(d["times"])
 
         # what the simulation costs grows with the bytes it moves
-        nbytes = sum(t.bytes for k in group for t in list(k.operands) + list(k.outputs))
-        tasks.append((1, run, nbytes * min(count, CONCURRENT_GROUPS)))
+        sims = count if fidelity == "cycle" else sampled_groups(group, count)
+        tasks.append((1, run, group_bytes(group) * sims))
     return tasks
 
 
@@ -256,8 +260,8 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
                      attention_unit: str = "auto") -> dict:
     """Cached fields of ``count`` identical kernel groups (``members``: their kernels).
     Groups whose kernels are short run together, each as its dependencies allow
-    (requests overlap); ``sampled`` fidelity runs CONCURRENT_GROUPS of them and counts
-    that run count / CONCURRENT_GROUPS times. Groups of long kernels (which
+    (requests overlap); ``sampled`` fidelity runs W = :func:`sampled_groups` of them and
+    counts that run count / W times. Groups of long kernels (which
     ``sampled`` extrapolates) run once and count ``count`` times. ``others``: the
     piece's other kernels (:func:`touched_before`); ``attention_unit``: see
     :func:`~h2m2sim.npu.simulate.plan_graph_kernel`."""
@@ -274,8 +278,21 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
     flat = lambda ms: [k for m in ms for k in m]  # noqa: E731
     if count == 1 or len(members) < count or needs_sampling(system, side, group, fidelity):
         return one(group, count)
-    W = count if fidelity == "cycle" else min(count, CONCURRENT_GROUPS)
+    W = count if fidelity == "cycle" else sampled_groups(group, count)
     return one(flat(members[:W]), count / W)
+
+
+def group_bytes(ks: Sequence) -> int:
+    """Bytes the kernels ``ks`` read and write (each operand and output counted once
+    per kernel)."""
+    return int(sum(t.bytes for k in ks for t in list(k.operands) + list(k.outputs)))
+
+
+def sampled_groups(group: Sequence, count: int) -> int:
+    """Request groups (identical to ``group``) one ``sampled`` run simulates out of
+    ``count``: enough to hold SAMPLED_GROUP_BYTES, at most CONCURRENT_GROUPS."""
+    need = -(-SAMPLED_GROUP_BYTES // max(group_bytes(group), 1))
+    return int(min(count, CONCURRENT_GROUPS, max(need, 1)))
 
 
 def _sum_piece(results, counts) -> Piece:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numba import njit
 
-from h2m2sim.cache import cached
+from h2m2sim.cache import cached, memoized
 from h2m2sim.compute.evaluator import PHASES, PointCost, PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
@@ -709,6 +709,10 @@ def default_batched_tokens(prefill_s: Callable[[int], float], decode_s: float,
     return t
 
 
+#: namespace of the iteration tables in the result cache
+TABLES_NS = "serving-iteration-tables"
+
+
 def _energy_name(table: str) -> str:
     """The energy table beside time table ``table``: decode[x] -> decode_energy[x]."""
     head, sep, rest = table.partition("[")
@@ -734,14 +738,18 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
     # ordered by name: the order fixes the random error samples of each layout
     layouts = sorted(set(layouts) | {CONTIGUOUS}, key=str)
     grid = evaluator.table_grid(grid)
-    compute = lambda: _compute_tables(evaluator, layouts, grid, seed)  # noqa: E731
-    if not cache:
-        return IterationTables(compute(), evaluator.label, evaluator.cycle_level)
     grid_key = dataclasses.asdict(grid)
     if grid.chunk_tokens is None:       # tables without mixed iterations keep their key
         del grid_key["chunk_tokens"]
     key = {"evaluator": evaluator.cache_key(), "grid": grid_key,
            "layouts": [str(x) for x in layouts], "seed": seed}
-    arrays = cached("serving-iteration-tables", key, compute, fmt="npz",
-                    cache_dir=cache_dir, salt=evaluator.cache_salt())
+    salt = evaluator.cache_salt()
+    # the same tables again in this process (another point or run) are not recomputed;
+    # two evaluator classes never share an entry, whatever their keys
+    cls = type(evaluator)
+    memo_key = {**key, "class": f"{cls.__module__}.{cls.__qualname__}"}
+    compute = lambda: memoized(TABLES_NS, memo_key, lambda: _compute_tables(  # noqa: E731
+        evaluator, layouts, grid, seed), salt=salt)
+    arrays = cached(TABLES_NS, key, compute, fmt="npz", cache_dir=cache_dir, salt=salt,
+                    enabled=cache)
     return IterationTables(arrays, evaluator.label, evaluator.cycle_level)

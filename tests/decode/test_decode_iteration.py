@@ -17,9 +17,10 @@ from h2m2sim.mapping import SUBLAYERS, Mapping
 from h2m2sim.model import load_model, split_units
 from h2m2sim.npu.simulate import run_kernels
 from h2m2sim.system.config import resolve_system
-from h2m2sim.decode.iteration import (CONCURRENT_GROUPS, build_problem, layer_kernels,
-                                      run_iteration, run_layer, run_piece, sublayer_tables,
-                                      table_grid, touched_before)
+from h2m2sim.decode.iteration import (CONCURRENT_GROUPS, SAMPLED_GROUP_BYTES, _groups,
+                                      build_problem, group_bytes, layer_kernels,
+                                      run_iteration, run_layer, run_piece, sampled_groups,
+                                      sublayer_tables, table_grid, touched_before)
 from h2m2sim.decode.job import simulate
 
 NOCACHE = {"enabled": False}
@@ -115,9 +116,10 @@ def test_run_piece_overlaps_identical_requests(system, model):
 
 
 def test_sampled_request_groups_match_the_cycle_run(system, model):
-    """Sampled fidelity runs CONCURRENT_GROUPS of B identical request groups and counts
-    that run B / CONCURRENT_GROUPS times; the whole batch run together (cycle) must agree
-    within the documented error (2.2 %, docs/validation/npu.md), on both sides."""
+    """Sampled fidelity runs CONCURRENT_GROUPS of B identical small request groups and
+    counts that run B / CONCURRENT_GROUPS times; the whole batch run together (cycle)
+    must agree within the documented error (2.2 %, docs/validation/npu.md), on both
+    sides."""
     B = 4 * CONCURRENT_GROUPS
     per, _ = layer_kernels(model, B, SEQ, {"qkv": 32, "attention": 16, "fc": 0},
                            system.side_names)
@@ -127,6 +129,48 @@ def test_sampled_request_groups_match_the_cycle_run(system, model):
         smp = run_piece(system, side, att, fidelity="sampled", cache=NOCACHE)
         assert smp.time_ns == pytest.approx(cyc.time_ns, rel=0.025)
         assert smp.bytes - smp.sync_bytes == cyc.bytes - cyc.sync_bytes
+
+
+def _request_group(system, model_name, batch, seq, heads, side):
+    """The per-request attention group of a layer with ``heads`` on the first side, and
+    how many requests share it."""
+    per, _ = layer_kernels(load_model(model_name), batch, seq,
+                           {"qkv": 0, "attention": heads, "fc": 0}, system.side_names)
+    group, count, _ = max(_groups(per[(side, "attention")]), key=lambda g: g[1])
+    return per[(side, "attention")], group, count
+
+
+@pytest.mark.parametrize("model_name,batch,seq,heads", [
+    ("opt-1.3b", 128, 256, 16),          # 0.5 MB per request: the cap of 32 groups
+    ("gpt3-175b", 32, 2048, 59),         # 31 MB: fewer groups hold the byte budget
+    ("gpt3-175b", 32, 4096, 59),
+    ("gpt3-175b", 3, 2048, 59),          # fewer requests than the budget asks for
+])
+def test_sampled_run_holds_the_byte_budget_with_the_fewest_groups(system, model_name,
+                                                                  batch, seq, heads):
+    """A sampled run of identical request groups holds at least SAMPLED_GROUP_BYTES of
+    their data, with no group more than needed, never more than CONCURRENT_GROUPS or
+    the batch."""
+    _, group, count = _request_group(system, model_name, batch, seq, heads, "hbm")
+    W, b = sampled_groups(group, count), group_bytes(group)
+    assert count == batch and 1 <= W <= min(count, CONCURRENT_GROUPS)
+    assert W * b >= SAMPLED_GROUP_BYTES or W == min(count, CONCURRENT_GROUPS)
+    assert (W - 1) * b < SAMPLED_GROUP_BYTES
+    if model_name == "gpt3-175b" and batch == 32:
+        assert W < CONCURRENT_GROUPS         # the case the budget speeds up
+
+
+@pytest.mark.slow
+def test_sampled_large_request_groups_match_the_cycle_run(system):
+    """Large request groups (GPT3-175B, 59 heads of 31 MB per request at S = 2048) run
+    fewer per sampled run (:func:`sampled_groups`, 9 of 32); the whole batch run together
+    must still agree within the documented error (2.2 %, docs/validation/npu.md)."""
+    att, group, count = _request_group(system, "gpt3-175b", 32, 2048, 59, "hbm")
+    assert sampled_groups(group, count) < count
+    cyc = run_piece(system, "hbm", att, fidelity="cycle", cache=NOCACHE)
+    smp = run_piece(system, "hbm", att, fidelity="sampled", cache=NOCACHE)
+    assert smp.time_ns == pytest.approx(cyc.time_ns, rel=0.022)
+    assert smp.bytes - smp.sync_bytes == pytest.approx(cyc.bytes - cyc.sync_bytes, rel=1e-9)
 
 
 def test_tables_match_direct_runs_at_grid_points_and_interpolate_between(system, model):
