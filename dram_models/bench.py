@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from ._cli import add_memory_args, main_guard, memory_from_args, run_and_report
+from .guard import exit_with
 from .patterns import make
 from .schema import positive_int
 
@@ -51,4 +52,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main())

@@ -14,6 +14,7 @@ command answers the same way:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -52,6 +53,28 @@ def guarded(call: Callable[[], int], *, debug: bool, rerun: str) -> int:
         print(f"internal error: {type(err).__name__}: {one_line(err) or '(no message)'} "
               f"(rerun with {rerun} for the traceback)", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def exit_with(status: int) -> None:
+    """End the process with ``status``, the way a command's entry point should. After
+    Ctrl-C it ends at once: Python's normal exit would first wait for the threads of a
+    simulation in flight (the DRAM engine runs outside the interpreter and cannot be
+    interrupted; a large run takes seconds). Everything the command writes is written
+    atomically, so nothing half-written is left; multiprocessing's finalizers still run,
+    so no semaphore of a process pool is reported leaked."""
+    if status != INTERRUPTED:
+        sys.exit(status)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C changes nothing
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    mp_util = sys.modules.get("multiprocessing.util")
+    run_finalizers = getattr(mp_util, "_run_finalizers", None)
+    if run_finalizers is not None:
+        run_finalizers(0)      # named semaphores and queues of process pools
+    os._exit(status)
 
 
 def _drop_stdout() -> None:

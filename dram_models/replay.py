@@ -26,6 +26,7 @@ import argparse
 import math
 
 from ._cli import add_memory_args, main_guard, memory_from_args, run_and_report
+from .guard import exit_with
 from .trace import FORMATS, MAX_ARRIVAL_CK, load
 
 #: Default bound on the arrival cycles of a replayed trace, seconds of simulated time.
@@ -83,4 +84,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main())

@@ -19,8 +19,8 @@ import math
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
 
+from . import yamlio
 from .errors import ConfigError
 from .schema import deep_merge, load, param, suggest, to_dict
 
@@ -422,18 +422,6 @@ class DramSpec:
         return override(self, {"organization": {"channels": channels}})
 
 
-def _read_yaml(path: Path, key: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(where, f"not valid YAML ({getattr(err, 'problem', err)})") from None
-    except OSError as err:
-        raise ConfigError(key, f"cannot read {path}: {err.strerror}") from None
-
-
 def list_standards() -> list[str]:
     """Names of the bundled presets (lower case, e.g. ``lpddr5-6400``)."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
@@ -448,7 +436,7 @@ def preset_file(name: str, folder: Path, key: str, what: str, lower: bool = Fals
     if path.suffix in (".yaml", ".yml"):
         if not path.exists():
             raise ConfigError(key, f"no such file: {name}")
-        data = _read_yaml(path, key)
+        data = yamlio.load_file(path)
     else:
         names = sorted(p.stem for p in folder.glob("*.yaml"))
         stem = name.lower() if lower else name
@@ -456,7 +444,7 @@ def preset_file(name: str, folder: Path, key: str, what: str, lower: bool = Fals
             raise ConfigError(key, f"unknown {what} '{name}'" + suggest(name, names)
                               + f"; available: {', '.join(names)} (or a path to a .yaml "
                               "file)")
-        data = _read_yaml(folder / f"{stem}.yaml", key)
+        data = yamlio.load_file(folder / f"{stem}.yaml")
     if not isinstance(data, dict):
         raise ConfigError(key, f"{what} file {name} must hold a mapping")
     return data

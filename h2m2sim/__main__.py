@@ -1,3 +1,3 @@
-from h2m2sim.cli import main
+from h2m2sim.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -71,10 +71,21 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T],
 
     order = range(len(items)) if cost is None else \
         sorted(range(len(items)), key=lambda i: -cost[i])
-    with cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="h2m2sim") as ex:
+    ex = cf.ThreadPoolExecutor(max_workers=n, thread_name_prefix="h2m2sim")
+    try:
         futures = {i: ex.submit(contextvars.copy_context().run, one, items[i])
                    for i in order}
-        return [futures[i].result() for i in range(len(items))]
+        out = [futures[i].result() for i in range(len(items))]
+    except (KeyboardInterrupt, SystemExit):
+        # Ctrl-C: what has not started is dropped and the items in flight are not
+        # waited for (a DRAM engine run cannot be interrupted and may take seconds)
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    except BaseException:
+        ex.shutdown(wait=True, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+    return out
 
 
 def _with_progress(fn: Callable[[T], R], items: Sequence[T], cost: Sequence[float] | None,

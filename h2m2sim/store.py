@@ -502,6 +502,19 @@ class RunOutput:
                         tmp.unlink()
 
 
+def _record_problem(path: Path) -> str | None:
+    """Why the point file ``path`` does not hold its record, or None when it does."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return " ".join(str(err).split())[:200]
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    if rec.get("config_hash") != path.stem:
+        return "it names another point"
+    return None
+
+
 # -- a sweep's folder -------------------------------------------------------------------
 class ResultStore:
     """The output directory of one sweep (layout in the module docstring)."""
@@ -515,6 +528,7 @@ class ResultStore:
         self.timings_path = self.root / "timings.csv"
         self.spec_path = self.root / "sweep.yaml"
         self._created: Path | None = None
+        self._warned: set[Path] = set()
 
     # -- opening ---------------------------------------------------------------------
     def holds_sweep(self) -> bool:
@@ -593,7 +607,7 @@ class ResultStore:
                 self.discard()
             elif self.plan_path.exists():
                 with contextlib.suppress(SimError, OSError):  # the failure matters more
-                    self.rebuild()
+                    self.rebuild(strict=False)
             raise
         self.rebuild()
 
@@ -633,10 +647,22 @@ class ResultStore:
             raise ConfigError(str(self.plan_path), f"unreadable: {err}") from None
 
     def finished(self) -> set[str]:
-        """Config hashes of every finished point on disk."""
+        """Config hashes of every finished point on disk. A point file that does not hold
+        its record (not JSON, not a mapping, another point's hash: damaged after it was
+        written) is not finished: it is named in a warning, once, and computed again
+        (the new record replaces it atomically)."""
         if not self.points_dir.is_dir():
             return set()
-        return {p.stem for p in self.points_dir.glob("*.json")}
+        done = set()
+        for path in self.points_dir.glob("*.json"):
+            problem = _record_problem(path)
+            if problem is None:
+                done.add(path.stem)
+            elif path not in self._warned:
+                self._warned.add(path)
+                log.warning("point file %s is unreadable (%s): the point is computed "
+                            "again", path, problem)
+        return done
 
     def read_point(self, config_hash: str) -> dict[str, Any]:
         """One point record; one of format /1 is read with its wall times moved into
@@ -649,29 +675,35 @@ class ResultStore:
                              "finished_at": rec.pop("finished_at", None)}
         return rec
 
-    def records(self) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
-        """(plan entry, point record) for every finished point, in point order."""
-        done = self.finished()
+    def records(self, strict: bool = True) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
+        """(plan entry, point record) for every finished point, in point order. A point
+        file that does not hold its record is an error naming the file (``strict``) or
+        left out (while a resumed sweep computes it again)."""
         for entry in self.plan()["points"]:
-            if entry["config_hash"] in done:
-                try:
-                    yield entry, self.read_point(entry["config_hash"])
-                except (OSError, ValueError):
-                    continue  # cannot happen with atomic writes; be lenient anyway
+            path = self.point_path(entry["config_hash"])
+            if not path.exists():
+                continue
+            problem = _record_problem(path)
+            if problem is not None and not strict:
+                continue
+            if problem is not None:
+                raise SimError(f"{path}: unreadable point record ({problem}); rerun the "
+                               "sweep with --resume to compute it again")
+            yield entry, self.read_point(entry["config_hash"])
 
-    def rebuild(self) -> Path:
+    def rebuild(self, strict: bool = True) -> Path:
         """Rewrite ``results.csv`` and ``timings.csv`` from the plan and the finished
-        points."""
-        texts = self._csv_texts()
+        points (``strict``: see :meth:`records`)."""
+        texts = self._csv_texts(strict)
         with writing_to(self.root):
             self._write_csvs(texts)
         return self.csv_path
 
-    def _csv_texts(self) -> tuple[str, str]:
+    def _csv_texts(self, strict: bool = True) -> tuple[str, str]:
         """The text of ``results.csv`` and of ``timings.csv``."""
         axes = list(self.plan().get("axes", []))
         rows, metric_cols, timing_cols, any_error = [], {}, {}, False
-        for entry, rec in self.records():
+        for entry, rec in self.records(strict):
             metrics = flatten_metrics(rec.get("metrics") or {})
             timing = dict(rec.get("timing") or {})
             metric_cols.update(dict.fromkeys(metrics))

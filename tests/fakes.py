@@ -8,7 +8,9 @@ puts them into every table (pass ``monkeypatch.setitem`` in tests).
 
 Two environment variables let tests interrupt a sweep deterministically:
 ``H2M2SIM_FAKE_FAIL_SEQ=N`` makes the iteration job raise RuntimeError for a point whose
-first sequence length is N; ``H2M2SIM_FAKE_SLEEP=S`` makes every job sleep S seconds.
+first sequence length is N; ``H2M2SIM_FAKE_SLEEP=S`` makes every job sleep S seconds;
+``H2M2SIM_FAKE_THREAD_SLEEP=S`` makes it sleep S seconds on two of the run's threads
+(:func:`h2m2sim.parallel.map_ordered`), as simulations that cannot be interrupted do.
 """
 from __future__ import annotations
 
@@ -159,6 +161,11 @@ def run_iteration(cfg: Any) -> dict[str, Any]:
     delay = float(os.environ.get("H2M2SIM_FAKE_SLEEP", "0") or 0)
     if delay:
         time.sleep(delay)
+    delay = float(os.environ.get("H2M2SIM_FAKE_THREAD_SLEEP", "0") or 0)
+    if delay:
+        from h2m2sim.parallel import map_ordered, use_threads
+        with use_threads(2):
+            map_ordered(time.sleep, [delay, delay])
     w = cfg.workload
     lens = w.seq if isinstance(w.seq, tuple) else (w.seq,) * w.batch
     fail = os.environ.get("H2M2SIM_FAKE_FAIL_SEQ")

@@ -26,7 +26,7 @@ import pkgutil
 
 from h2m2sim import __version__
 from dram_models import console
-from dram_models.guard import guarded
+from dram_models.guard import exit_with, guarded
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():   # -v/-q also after the subcommand name
         console.add_arguments(command, default=argparse.SUPPRESS)
     return parser
+
+
+def entry() -> None:
+    """The ``h2m2sim`` command: :func:`main` on ``sys.argv``, then the process ends with
+    its status (at once after Ctrl-C, :func:`dram_models.guard.exit_with`)."""
+    exit_with(main())
 
 
 def main(argv: list[str] | None = None) -> int:

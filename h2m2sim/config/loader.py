@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from dram_models import yamlio
 from dram_models.schema import load, set_path, suggest, to_dict
 from h2m2sim.cache import plain
 from h2m2sim.config import schema
@@ -29,49 +30,19 @@ from h2m2sim.errors import ConfigError, join_key
 __all__ = ["read_yaml", "parse_yaml", "normalize_raw", "apply_sets", "set_key", "load_config",
            "load_file", "resolve_section", "dump_yaml", "MAX_DEPTH"]
 
-MAX_DEPTH = 64
-
-
-def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
+MAX_DEPTH = yamlio.MAX_DEPTH
 
 
 def parse_yaml(text: str, name: str) -> Any:
-    """Parse YAML text; errors name ``name`` and the line number."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"{name}:{mark.line + 1}" if mark is not None else name
-        message = "invalid YAML: " + _one_line(err.problem or err.context or "syntax error")
-        ctx = err.context_mark
-        if err.context and ctx is not None and mark is not None and ctx.line != mark.line:
-            message += f" ({_one_line(err.context)} on line {ctx.line + 1})"
-        raise ConfigError(where, message) from None
-    except yaml.YAMLError as err:
-        raise ConfigError(name, "invalid YAML: " + _one_line(err)) from None
-    except RecursionError:
-        raise ConfigError(name, f"invalid YAML: nested more than {MAX_DEPTH} levels "
-                                "deep") from None
-    except (ValueError, OverflowError) as err:  # e.g. an impossible date 2020-13-45
-        raise ConfigError(name, "invalid YAML value: " + _one_line(err)) from None
-    return normalize_raw(data, "")
+    """Parse YAML text strictly (:func:`dram_models.yamlio.parse`: a key given twice,
+    alias bombs and over-deep nesting are refused); errors name ``name`` and the line."""
+    return normalize_raw(yamlio.parse(text, name), "")
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
-    """Parsed contents of a YAML file (errors name the file)."""
-    name = str(path)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise ConfigError(name, "no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(name, "is a directory, expected a YAML file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(name, "is not a text (YAML) file") from None
-    except OSError as err:
-        raise ConfigError(name, f"cannot read: {err.strerror or err}") from None
-    return parse_yaml(text, name)
+    """Parsed contents of a YAML file (errors name the file; a file that is not a
+    regular UTF-8 text file is refused, :func:`dram_models.yamlio.read_text`)."""
+    return parse_yaml(yamlio.read_text(path), str(path))
 
 
 def normalize_raw(data: Any, key: str = "", _depth: int = 0, _path: frozenset = frozenset()

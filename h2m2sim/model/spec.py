@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
-
+from dram_models import yamlio
 from dram_models.errors import ConfigError, join_key
 from dram_models.schema import load, param, suggest, to_dict
 from h2m2sim.registry import Registry
@@ -417,10 +416,7 @@ def list_models() -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _load_file(path: str, mtime: float, key: str) -> ModelSpec:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(key, f"cannot read model file {p}: {err}".replace("\n", " ")) from None
+    data = yamlio.load_file(p, "model file")
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -459,7 +455,7 @@ def load_model(name_or_mapping, key: str = "model") -> ModelSpec:
     text = str(name_or_mapping)
     if text.lower() not in MODELS and text.endswith((".yaml", ".yml")):
         path = Path(text)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(key, f"model file {text} does not exist")
     else:
         path = MODELS.get(text.lower(), key)

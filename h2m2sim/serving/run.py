@@ -122,7 +122,7 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         evaluator = analytic_evaluator
     if not isinstance(evaluator, PointEvaluator):
         evaluator = evaluator(model, replica_device, cfg)
-    grid = _grid(cfg, trace)
+    grid = _grid(cfg, trace, kv_cap // sizes["kv_bytes_per_token"])
     if cfg.chunked_prefill:
         cfg = with_batched_tokens(cfg, evaluator, allocs[0].kv_layout, grid.max_tokens)
         grid = dataclasses.replace(grid, chunk_tokens=cfg.max_num_batched_tokens)
@@ -216,14 +216,15 @@ def with_model_context(cfg: ServingConfig, model) -> ServingConfig:
     return dataclasses.replace(cfg, max_context_tokens=int(model.max_context))
 
 
-def _grid(cfg: ServingConfig, trace) -> TableGrid:
+def _grid(cfg: ServingConfig, trace, kv_tokens: int) -> TableGrid:
     """Where the iteration-time tables are sampled: token points up to the longest request
-    the run can hold (the data, within the context), batches up to max_batch."""
+    the run can hold (the data, within the context), batches up to max_batch; no point
+    holds more than ``kv_tokens`` (the replica's KV pool) of KV."""
     longest = int((trace.prompt_tokens + trace.output_tokens).max()) if len(trace) else 1
     tokens = max(2, min(cfg.max_context_tokens, -(-longest // 256) * 256))
     return TableGrid(max_batch=cfg.max_batch, max_tokens=tokens,
                      token_points=cfg.table_token_points,
-                     error_samples=cfg.table_error_samples)
+                     error_samples=cfg.table_error_samples, kv_tokens=int(kv_tokens))
 
 
 def _requests(trace, cfg: ServingConfig, seed: int, keep_text: bool):

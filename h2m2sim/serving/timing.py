@@ -227,6 +227,9 @@ class TableGrid:
     token_points: int = 14
     error_samples: int = 12
     chunk_tokens: int | None = None     # chunked prefill's token budget (None: no mixed)
+    #: KV tokens a replica's pool holds at most (None: no bound): points of more KV than
+    #: that are reached by no serving state, and a simulating evaluator skips them
+    kv_tokens: int | None = None
 
     def batches(self) -> np.ndarray:
         b = [1]
@@ -240,6 +243,19 @@ class TableGrid:
         pts = np.unique(np.round(np.geomspace(1, max(2, self.max_tokens),
                                               max(2, self.token_points))))
         return pts.astype(np.float64)
+
+    def reachable(self, extra: np.ndarray | float = 0.0) -> np.ndarray:
+        """[batch, token] mask of the points a serving state can reach: ``b`` requests
+        of ``c`` KV tokens (plus ``extra`` tokens, e.g. a prefill chunk) fit in
+        ``kv_tokens``. The two smallest token points always count, so that every batch
+        row can be extended along the token axis (:func:`fill_unreachable`)."""
+        b, c = self.batches(), self.tokens()
+        if self.kv_tokens is None:
+            return np.ones((len(b), len(c)) + np.shape(extra), dtype=bool)
+        m = np.multiply.outer(np.outer(b, c), np.ones(np.shape(extra))) + extra \
+            <= self.kv_tokens
+        m[:, :2] = True
+        return m
 
     def chunks(self) -> np.ndarray:
         """Chunk-token points of the mixed table: ``token_points`` values spaced
@@ -559,6 +575,33 @@ def _sample_lengths(rng, n, mean, max_tokens):
     return np.clip(np.round(x), 1, max_tokens)
 
 
+def fill_unreachable(tab: np.ndarray, reach: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``tab`` [batch, token, ...] with its points outside ``reach`` (which, along the
+    token axis, are the tail of each row) extended linearly in tokens from the row's
+    last two reachable points, never decreasing. No serving state sits at those points;
+    interpolation next to them uses the extension, a decode step's own shape (linear
+    in the KV read)."""
+    out = np.array(tab, dtype=np.float64)
+    moved = np.moveaxis(out, 1, -1)             # [..., token] views of out
+    rmask = np.moveaxis(reach, 1, -1)
+    for idx in np.ndindex(moved.shape[:-1]):
+        row, ok = moved[idx], rmask[idx]
+        last = int(np.nonzero(ok)[0].max())
+        if last == len(row) - 1:
+            continue
+        slope = max(0.0, (row[last] - row[last - 1]) / (tokens[last] - tokens[last - 1]))
+        row[last + 1:] = row[last] + slope * (tokens[last + 1:] - tokens[last])
+    return out
+
+
+def _reachable_mean(grid: TableGrid, batch: int, mean: float, simulated: bool) -> float:
+    """An error sample's mean KV tokens per request, within what ``batch`` requests can
+    hold in the pool (with room for the lengths' spread) when the evaluator simulates."""
+    if not simulated or grid.kv_tokens is None:
+        return mean
+    return max(1.0, min(mean, grid.kv_tokens / (2.0 * batch)))
+
+
 def _check_values(name: str, v: np.ndarray, what: str) -> None:
     if not np.all(np.isfinite(v)) or np.any(v < 0):
         raise ConfigError("evaluator", f"{name} {what} must be finite and >= 0")
@@ -578,39 +621,51 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
     out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
                                   "layouts": np.asarray([str(x) for x in layouts], dtype=str)}
 
-    def evaluate_all(calls, desc) -> np.ndarray:
-        """[time s, energy J] of cost(*call) for every call. Points of a cycle-level
-        evaluator are independent simulations and run on the run's threads (largest
-        first); the values do not depend on the thread count."""
+    def evaluate_all(calls, desc, keep=None) -> np.ndarray:
+        """[time s, energy J] of cost(*call) for every call (NaN where ``keep`` is
+        False). Points of a cycle-level evaluator are independent simulations and run
+        on the run's threads (largest first); the values do not depend on the thread
+        count."""
         def one(c):
             p = evaluator.cost(*c)
             return float(p.time_s), float(p.energy_j)
+        keep = np.ones(len(calls), dtype=bool) if keep is None else np.ravel(keep)
+        todo = [c for c, k in zip(calls, keep) if k]
         if not evaluator.cycle_level:
-            vals = [one(c) for c in calls]
+            vals = [one(c) for c in todo]
         else:
-            vals = map_ordered(one, calls, cost=[c[1] * float(np.sum(c[2])) for c in calls],
+            vals = map_ordered(one, todo, cost=[c[1] * float(np.sum(c[2])) for c in todo],
                                desc=desc)
-        return np.asarray(vals, dtype=np.float64).reshape(len(calls), 2)
+        out = np.full((len(calls), 2), np.nan)
+        out[keep] = np.asarray(vals, dtype=np.float64).reshape(len(todo), 2)
+        return out
 
+    # a simulation of a point no serving state reaches may not even fit the device
+    reach = grid.reachable() if evaluator.cycle_level else \
+        np.ones((len(bg), len(tg)), dtype=bool)
     phases = [(f"decode[{lay}]", "decode", lay) for lay in layouts] + \
         [("prefill", "prefill", CONTIGUOUS)]
     calls = [(phase, int(b), np.full(int(b), c), lay)
              for _, phase, lay in phases for b in bg for c in tg]
     calls += [("kv_copy", 1, np.array([c]), CONTIGUOUS) for c in tg]
-    vals = evaluate_all(calls, "iteration tables")
-    priced = bool(np.all(np.isfinite(vals[:, 1])))
+    kept = np.concatenate([np.tile(reach.ravel(), len(phases)), reach[0]])
+    vals = evaluate_all(calls, "iteration tables", kept)
+    priced = bool(np.all(np.isfinite(vals[kept, 1])))
     if not priced:
         vals[:, 1] = np.nan          # one evaluator prices all its points or none
     n = len(bg) * len(tg)
     for i, (name, phase, _) in enumerate(phases):
-        t = vals[i * n:(i + 1) * n, 0].reshape(len(bg), len(tg))
+        t = fill_unreachable(vals[i * n:(i + 1) * n, 0].reshape(len(bg), len(tg)), reach, tg)
         _check_values(phase, t, "times")
         out[name] = t
-        out[_energy_name(name)] = vals[i * n:(i + 1) * n, 1].reshape(len(bg), len(tg))
+        e = vals[i * n:(i + 1) * n, 1].reshape(len(bg), len(tg))
+        out[_energy_name(name)] = fill_unreachable(e, reach, tg) if priced else e
         if priced:
             _check_values(phase, out[_energy_name(name)], "energies")
-    out["kv_copy"] = vals[len(phases) * n:, 0]
-    out["kv_copy_energy"] = vals[len(phases) * n:, 1]
+    copy = vals[len(phases) * n:]
+    out["kv_copy"] = fill_unreachable(copy[None, :, 0], reach[:1], tg)[0]
+    out["kv_copy_energy"] = fill_unreachable(copy[None, :, 1], reach[:1], tg)[0] \
+        if priced else copy[:, 1]
     if grid.chunk_tokens:
         out.update(_mixed_tables(evaluator, layouts, grid, seed, priced))
 
@@ -620,7 +675,8 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
     for name, phase, lay in phases:
         for _ in range(grid.error_samples):
             b = int(rng.integers(1, grid.max_batch + 1))
-            mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
+            mean = _reachable_mean(grid, b, float(np.exp(rng.uniform(
+                0, np.log(grid.max_tokens)))), evaluator.cycle_level)
             samples.append((name, (phase, b, _sample_lengths(rng, b, mean, grid.max_tokens),
                                    lay)))
     truth = evaluate_all([c for _, c in samples], "table error samples")
@@ -648,13 +704,16 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
         p = evaluator.mixed_cost(*c)
         return float(p.time_s), float(p.energy_j)
 
-    def evaluate_all(calls, desc) -> np.ndarray:
+    def evaluate_all(calls, desc, keep=None) -> np.ndarray:
+        keep = np.ones(len(calls), dtype=bool) if keep is None else np.ravel(keep)
+        todo = [c for c, k in zip(calls, keep) if k]
         if not evaluator.cycle_level:
-            vals = [one(c) for c in calls]
+            vals = [one(c) for c in todo]
         else:
-            vals = map_ordered(one, calls, cost=[float(np.sum(c[0])) + float(np.sum(c[1]))
-                                                 for c in calls], desc=desc)
-        v = np.asarray(vals, dtype=np.float64).reshape(len(calls), 2)
+            vals = map_ordered(one, todo, cost=[float(np.sum(c[0])) + float(np.sum(c[1]))
+                                                for c in todo], desc=desc)
+        v = np.full((len(calls), 2), np.nan)
+        v[keep] = np.asarray(vals, dtype=np.float64).reshape(len(todo), 2)
         if not priced:
             v[:, 1] = np.nan
         return v
@@ -662,17 +721,20 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
     out: dict[str, np.ndarray] = {"chunk_grid": kg}
     shape = (len(bg), len(tg), len(kg))
     rng = np.random.default_rng([seed, 3])
+    reach = grid.reachable(kg) if evaluator.cycle_level else np.ones(shape, dtype=bool)
     for lay in layouts:
         calls = [(np.full(int(b), c), np.array([[0.0, k]]), lay)
                  for b in bg for c in tg for k in kg]
-        vals = evaluate_all(calls, f"mixed tables {lay}")
-        out[f"mixed[{lay}]"] = vals[:, 0].reshape(shape)
+        vals = evaluate_all(calls, f"mixed tables {lay}", reach)
+        out[f"mixed[{lay}]"] = fill_unreachable(vals[:, 0].reshape(shape), reach, tg)
         _check_values("mixed", out[f"mixed[{lay}]"], "times")
-        out[f"mixed_energy[{lay}]"] = vals[:, 1].reshape(shape)
+        e = vals[:, 1].reshape(shape)
+        out[f"mixed_energy[{lay}]"] = fill_unreachable(e, reach, tg) if priced else e
         samples = []
         for _ in range(grid.error_samples):
             b = int(rng.integers(1, grid.max_batch + 1))
-            mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
+            mean = _reachable_mean(grid, b, float(np.exp(rng.uniform(
+                0, np.log(grid.max_tokens)))), evaluator.cycle_level)
             total = int(rng.integers(1, int(grid.chunk_tokens) + 1))
             parts = np.diff(np.sort(np.r_[0, rng.integers(0, total + 1, int(
                 rng.integers(0, 3))), total]))
@@ -741,6 +803,8 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
     grid_key = dataclasses.asdict(grid)
     if grid.chunk_tokens is None:       # tables without mixed iterations keep their key
         del grid_key["chunk_tokens"]
+    if grid.kv_tokens is None or not evaluator.cycle_level:
+        del grid_key["kv_tokens"]       # it changes only what a simulation skips
     key = {"evaluator": evaluator.cache_key(), "grid": grid_key,
            "layouts": [str(x) for x in layouts], "seed": seed}
     salt = evaluator.cache_salt()

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,10 +61,12 @@ def run_point(cfg: Any, job: Callable[[Any], Any]) -> dict[str, Any]:
     return {"metrics": res.metrics, "error": None, "timing": res.timing}
 
 
-def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], None]
-           ) -> None:
+def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], None],
+           cancel_on_interrupt: bool = True) -> None:
     """Record every future as it completes; on the first failure cancel what has not
-    started, keep recording what still finishes, then re-raise the failure."""
+    started, keep recording what still finishes, then re-raise the failure. Ctrl-C
+    (or another BaseException) cancels what has not started, unless
+    ``cancel_on_interrupt`` is False, and propagates at once."""
     failure: BaseException | None = None
     try:
         for fut in wait_iter:
@@ -89,7 +93,8 @@ def _drain(futures: dict, wait_iter: Any, on_done: OnDone, cancel: Callable[[], 
                 continue
             on_done(h, result)
     except BaseException:
-        cancel()
+        if cancel_on_interrupt:
+            cancel()
         raise
     if failure is not None:
         raise failure
@@ -127,7 +132,11 @@ def exit_with_parent(parent_pid: int) -> None:
     its parent. A daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
     seconds; it runs while a point computes, because the DRAM engine releases the GIL.
     (Linux's PR_SET_PDEATHSIG is not used: it follows the thread that started the
-    worker, not the process, and exists on Linux only.)"""
+    worker, not the process, and exists on Linux only.) Ctrl-C in a terminal signals
+    the whole process group: the worker ignores it, and the sweep process, which
+    handles it, stops the workers (:func:`stop_workers`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(PARENT_POLL_S)
@@ -152,9 +161,38 @@ class ProcessPool(Backend):
             def cancel() -> None:
                 for f in futures:
                     f.cancel()
-            _drain(futures, cf.as_completed(futures), on_done, cancel)
-        finally:
+            # on Ctrl-C nothing is cancelled: CPython's pool (3.11) fails the futures
+            # of a pool whose workers were stopped and cannot fail a cancelled one
+            _drain(futures, cf.as_completed(futures), on_done, cancel,
+                   cancel_on_interrupt=False)
+        except (KeyboardInterrupt, SystemExit):
+            # the points in flight are abandoned, not waited for (finished ones are
+            # stored); the stopped pool fails the rest
+            stop_workers(ex)
+            ex.shutdown(wait=True)
+            raise
+        except BaseException:
             ex.shutdown(wait=True, cancel_futures=True)
+            raise
+        ex.shutdown(wait=True)
+
+
+def stop_workers(ex: cf.ProcessPoolExecutor, grace_s: float = 1.0) -> None:
+    """Terminate the worker processes of ``ex`` (SIGTERM, then SIGKILL after
+    ``grace_s``), so that shutting it down does not wait for the points they compute.
+    Relies on the executor's ``_processes`` (CPython's, since 3.2); without it the
+    shutdown waits as before."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    for p in procs:
+        with contextlib.suppress(OSError, AttributeError):
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            with contextlib.suppress(OSError, AttributeError):
+                p.kill()
+            p.join(grace_s)
 
 
 class DaskCluster(Backend):

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dram_models.guard import guarded
+from dram_models.guard import INTERRUPTED, exit_with, guarded
 from h2m2sim import __version__
 from h2m2sim.store import environment, git_revision, now_iso
 from h2m2sim.sweep.tasks import PointSpec, TaskReport, run_tasks
@@ -74,5 +74,9 @@ def main_guard(main: Callable[[], int]) -> int:
     """Run a script's ``main`` under the commands' common guard (:mod:`dram_models.guard`):
     a user error (a refused ``--out``, an unreachable scheduler...) is one line
     ``error: ...`` and exit status 2; Ctrl-C and a closed pipe end quietly. A bug keeps
-    its traceback: the scripts are run by people reproducing results, who need it."""
-    return guarded(main, debug=True, rerun="")
+    its traceback: the scripts are run by people reproducing results, who need it.
+    After Ctrl-C the process ends here, at once (:func:`dram_models.guard.exit_with`)."""
+    status = guarded(main, debug=True, rerun="")
+    if status == INTERRUPTED:
+        exit_with(status)
+    return status

@@ -127,5 +127,5 @@ class PointRecorder:
             "timing": {**result["timing"], "finished_at": now_iso()}})
         self.ran += 1
         if time.monotonic() - self.last_rebuild > REBUILD_EVERY_S:
-            self.store.rebuild()
+            self.store.rebuild(strict=False)    # damaged points may be recomputed yet
             self.last_rebuild = time.monotonic()

@@ -287,18 +287,23 @@ def list_presets() -> list[str]:
     return SYSTEMS.names()
 
 
-def preset_data(name: Any, key: str = "system") -> dict:
+def preset_data(name: Any, key: str = "system", _chain: tuple[str, ...] = ()) -> dict:
     """Raw data of preset ``name`` or of a YAML file path (a file may itself name a
-    ``preset`` to start from, or be a run configuration whose ``system`` is taken)."""
+    ``preset`` to start from, or be a run configuration whose ``system`` is taken). A
+    file that names itself, directly or through others, is refused with the chain."""
     if not isinstance(name, str) or not name:
         raise ConfigError(key, f"must be a system preset name or a YAML path, got {name!r}")
     if Path(name).suffix not in (".yaml", ".yml"):
         return preset_file(str(SYSTEMS.get(name, key)), PRESET_DIR, key, "system preset")
+    here = str(Path(name).resolve())
+    if here in _chain:
+        loop = " -> ".join([*_chain[_chain.index(here):], here])
+        raise ConfigError(key, f"presets name each other in a loop: {loop}")
     data = preset_file(name, PRESET_DIR, key, "system preset")
     if isinstance(data.get("system"), dict):
         data = data["system"]          # a run configuration: take its system section
     if "preset" in data:
-        base = preset_data(data.pop("preset"), f"{key}.preset")
+        base = preset_data(data.pop("preset"), f"{key}.preset", (*_chain, here))
         data = deep_merge(base, data)
     return data
 

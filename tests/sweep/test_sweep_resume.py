@@ -136,3 +136,40 @@ def test_resume_via_cli_reports_skips(tmp_path, capsys, reference):
     text = capsys.readouterr().out
     assert f"0 run, {N} already finished" in text
     assert result_set(out) == reference
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-an-object", "other-point"])
+def test_a_damaged_point_file_is_named_and_recomputed_on_resume(tmp_path, capsys,
+                                                               reference, damage):
+    """A point file damaged after it was written (a disk error, an editor) is not a
+    finished point: --resume names it and computes it again, and the sweep ends with
+    every point."""
+    sweep_path = tmp_path / "s.yaml"
+    sweep_path.write_text(yaml.safe_dump(SPEC))
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_path), "--out", str(out), "--workers", "1"]) == 0
+    store = ResultStore(out)
+    victim, other = sorted(store.finished())[:2]
+    path = store.point_path(victim)
+    text = path.read_text()
+    path.write_text({"truncated": text[:len(text) // 2], "not-an-object": "[1, 2]",
+                     "other-point": store.point_path(other).read_text()}[damage])
+    capsys.readouterr()
+    assert main(["sweep", str(sweep_path), "--out", str(out), "--resume"]) == 0
+    cap = capsys.readouterr()
+    assert str(path) in cap.err and "computed again" in cap.err
+    assert f"1 run, {N - 1} already finished" in cap.out
+    assert result_set(out) == reference
+
+
+def test_loading_a_damaged_point_file_names_it(tmp_path, reference):
+    from h2m2sim.errors import SimError
+    out = tmp_path / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        fakes.install(mp.setitem)
+        run_sweep(build_sweep(SPEC), out, workers=1, progress=False)
+    store = ResultStore(out)
+    path = store.point_path(sorted(store.finished())[0])
+    path.write_text('{"config_hash": "' + path.stem + '", "metrics": ')
+    with pytest.raises(SimError, match=str(path.name)):
+        list(store.records())

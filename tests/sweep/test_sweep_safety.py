@@ -211,3 +211,82 @@ def test_sigkilled_sweep_leaves_no_worker_processes(tmp_path):
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
         proc.wait()
+
+
+def _sweep_process(tmp_path, out, *extra, sleep="0.5"):
+    """``h2m2sim sweep`` of 40 fake points on 2 workers, in its own process group (as
+    a command started from a terminal), with the command's own entry point."""
+    spec = write_spec(tmp_path / "s.yaml", {**SPEC, "grid": {"workload.seq": list(
+        range(64, 64 + 40))}})
+    code = (f"import sys\nsys.path.insert(0, {TESTS!r})\nimport fakes\nfakes.install()\n"
+            "from h2m2sim.cli import entry\n"
+            "if __name__ == '__main__':\n    sys.argv[0] = 'h2m2sim'\n    entry()\n")
+    return subprocess.Popen([sys.executable, "-c", code, "sweep", str(spec), "--out",
+                             str(out), "--workers", "2", "--no-progress", *extra],
+                            env=dict(os.environ, H2M2SIM_FAKE_SLEEP=sleep),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_ctrl_c_ends_a_pool_sweep_at_once_quietly_and_resumably(tmp_path):
+    """Ctrl-C in a terminal signals the sweep and its workers (one process group): the
+    sweep ends with 130 within 2 s, prints no traceback and no leaked-resource warning,
+    leaves no worker behind, and --resume finishes the sweep."""
+    out = tmp_path / "o"
+    proc = _sweep_process(tmp_path, out)
+    store = ResultStore(out)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while not store.finished():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+        assert proc.returncode == 130
+        assert took < 2.0, f"took {took:.1f} s to end after Ctrl-C"
+        assert "Traceback" not in err and "leaked" not in err and "Exception" not in err, err
+        time.sleep(0.5)
+        assert not [p for p in workers if _alive(p)], "sweep workers left running"
+    finally:
+        for p in [proc.pid, *workers]:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+    done = len(store.finished())
+    assert 0 < done < 40
+    again = _sweep_process(tmp_path, out, "--resume", sleep="0")
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert len(store.finished()) == 40
+
+
+def test_ctrl_c_ends_a_run_at_once_while_simulations_are_in_flight(tmp_path):
+    """``h2m2sim run`` interrupted while its threads run work that cannot be interrupted
+    (the DRAM engine; here 30 s sleeps on two threads) ends with 130 within 2 s, with no
+    traceback, and writes no result."""
+    cfg = write_spec(tmp_path / "c.yaml", SPEC["base"])
+    code = (f"import sys\nsys.path.insert(0, {TESTS!r})\nimport fakes\nfakes.install()\n"
+            "from h2m2sim.cli import entry\n"
+            "if __name__ == '__main__':\n    sys.argv[0] = 'h2m2sim'\n    entry()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, "run", str(cfg), "--out",
+                             str(tmp_path / "r")],
+                            env=dict(os.environ, H2M2SIM_FAKE_THREAD_SLEEP="30"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        time.sleep(3)                   # started, and in the sleeping threads
+        assert proc.poll() is None
+        os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and took < 2.0, (proc.returncode, took)
+    assert "Traceback" not in err, err
+    assert not (tmp_path / "r" / "result.json").exists()
