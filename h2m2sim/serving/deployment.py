@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from dram_models.schema import load, to_dict
 from h2m2sim.allocators import ALLOCATORS, KVAllocator, make_allocator
 from h2m2sim.allocators.state import NO_STATE, RequestState
 from h2m2sim.errors import OutOfMemoryError
@@ -131,8 +132,14 @@ def build_allocator(name: str, params: Mapping[str, Any], cfg: ServingConfig,
     """Allocator ``name`` with ``params`` over ``kv_capacity`` bytes, limited to the
     server's context (and output cap, for allocators whose worst case it bounds). A
     hybrid model's per-request ``state`` is granted with each request's KV; a slab of it
-    holds one slot per request that can run at once (``max_batch``)."""
+    holds one slot per request that can run at once (``max_batch``). ``params`` are
+    checked against the allocator's ``Params`` (types, bounds) whatever their source
+    (a configuration, ``--allocator-param``, the API)."""
     opts = dict(params)
+    spec = getattr(ALLOCATORS.get(name), "Params", None)
+    if spec is not None and dataclasses.is_dataclass(spec):
+        given = to_dict(load(spec, opts, "allocator_params"))
+        opts = {k: given[k] for k in opts}
     opts.setdefault("max_context_tokens", cfg.max_context_tokens)
     if state:
         opts.update(state=state, state_slots=cfg.max_batch)

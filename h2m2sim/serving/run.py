@@ -95,6 +95,8 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     replayed. ``evaluator`` is a PointEvaluator for one replica's cards, or a factory
     ``fn(model, replica_device, cfg)`` (default: the analytic placeholder); the result's
     metrics name it (``iteration_time_model``, ``cycle_level``)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError("seed", f"must be a whole number >= 0, got {seed!r}")
     cfg = with_model_context(cfg, model)
     replicas, replica_device = deployment(cfg.deployment, device)
     uses_prediction = ALLOCATORS.get(allocator).uses_prediction

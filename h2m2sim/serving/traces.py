@@ -147,9 +147,15 @@ class RequestTrace:
                                    arrival_note=note)
 
     def with_poisson_arrivals(self, rate_per_s: float, seed: int = 0) -> "RequestTrace":
-        """A copy whose arrivals are a seeded Poisson process at ``rate_per_s``."""
-        return self.with_arrivals(poisson_arrivals(len(self), rate_per_s, seed),
-                                  f"Poisson arrivals at {rate_per_s:g} req/s (seed {seed})")
+        """A copy whose arrivals are a seeded Poisson process at ``rate_per_s``; refused
+        when they would run past MAX_ARRIVAL_S, the bound of a trace's own arrivals."""
+        arrivals = poisson_arrivals(len(self), rate_per_s, seed)
+        if len(arrivals) and not arrivals[-1] <= MAX_ARRIVAL_S:
+            raise ConfigError("arrival_rate", f"{rate_per_s:g} req/s spreads {len(self)} "
+                              f"requests over {arrivals[-1]:.3g} s, beyond the "
+                              f"{MAX_ARRIVAL_S:.0e} s a trace may span")
+        return self.with_arrivals(arrivals, f"Poisson arrivals at {rate_per_s:g} req/s "
+                                            f"(seed {seed})")
 
     def split(self, fraction: float, seed: int = 0) -> tuple["RequestTrace", "RequestTrace"]:
         """(held out, rest): a seeded random ``fraction`` of the requests, and the others;

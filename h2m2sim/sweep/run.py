@@ -11,6 +11,7 @@ from typing import Any, Callable
 from dram_models import console
 from h2m2sim import __version__, runner
 from h2m2sim.cache import plain
+from h2m2sim.errors import ConfigError
 from h2m2sim.store import ResultStore, git_revision, now_iso
 from h2m2sim.sweep.execute import Backend, backend_for, run_point
 from h2m2sim.sweep.spec import Sweep
@@ -42,6 +43,15 @@ def default_workers(sweep: Sweep) -> int:
         return os.cpu_count() or 1
 
 
+def check_workers(workers: Any, key: str = "workers") -> None:
+    """``workers`` is None or a whole number >= 1 (a bool, string or float is refused)."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(key, f"must be a whole number of processes >= 1 (or None), got "
+                               f"{workers!r}")
+
+
 def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = None,
               scheduler: str | None = None, resume: bool = False,
               progress: bool | None = None,
@@ -55,6 +65,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
     before finishing a point removes what it wrote. ``progress``: None = a bar on
     terminals only.
     """
+    check_workers(workers)
     store = ResultStore(out)
     plan = [{"index": p.index, "config_hash": p.config_hash, "params": p.params}
             for p in sweep.points]

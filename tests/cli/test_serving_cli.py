@@ -63,7 +63,8 @@ def test_options_reach_the_run(capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["--allocator", "paged", "--system", "mlu370"], "did you mean 'mlu370-x4'"),
     (["--allocator", "odma", "--predictor", "orcale"], "did you mean 'oracle'"),
-    (["--allocator", "paged", "--allocator-param", "blok_tokens=3"], "allocator.paged"),
+    (["--allocator", "paged", "--allocator-param", "blok_tokens=3"],
+     "allocator_params.blok_tokens: unknown key (did you mean 'block_tokens'?)"),
     (["--allocator", "paged", "--kv-capacity", "lots"], "--kv-capacity"),
 ])
 def test_user_errors_are_one_line(capsys, argv, needle):
