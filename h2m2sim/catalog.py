@@ -271,9 +271,12 @@ class ConfigKind(Kind):
 class TraceKind(Kind):
     title = "request traces"
 
+    #: the file forms serve --trace reads (CSV, Mooncake-format JSONL; gzip allowed)
+    SUFFIXES = (".csv", ".csv.gz", ".jsonl", ".jsonl.gz")
+
     def names(self) -> list[str]:
         return sorted(p.name.split(".")[0] for p in TRACES_DIR.iterdir()
-                      if p.name.endswith((".csv", ".csv.gz")))
+                      if p.name.endswith(self.SUFFIXES))
 
     def _path(self, name: str):
         return next(p for p in TRACES_DIR.iterdir() if p.name.split(".")[0] == name)
@@ -283,9 +286,16 @@ class TraceKind(Kind):
         path = self._path(name)
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as fh:
-            cols = fh.readline().strip().split(",")
-        has = [w for c, w in (("arrival_s", "arrival times"), ("prompt", "prompt text"))
-               if c in cols]
+            first = fh.readline().strip()
+        if ".jsonl" in path.name:           # Mooncake format: one JSON object per request
+            import json
+            keys = json.loads(first)
+            cols = [c for k, c in (("timestamp", "arrival_s"),
+                                   ("hash_ids", "prefix_block_hashes")) if k in keys]
+        else:
+            cols = first.split(",")
+        has = [w for c, w in (("arrival_s", "arrival times"), ("prompt", "prompt text"),
+                              ("prefix_block_hashes", "prefix block hashes")) if c in cols]
         return f"{path.name}: request lengths" + (f" with {' and '.join(has)}" if has else "")
 
     def _details(self, name: str) -> list[Detail]:

@@ -46,3 +46,4 @@ def test_allocator_params_from_the_command_line_are_checked_like_a_config(capsys
     assert main([*argv, "--allocator-param", param]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and fragment in err, err
+

@@ -82,3 +82,18 @@ def test_registry_descriptions():
     assert reg.description("b") == "given"
     assert reg.description("c") == ""
     assert first_sentence("Uses :func:`~m.f` and ``x``.\n\nMore.") == "Uses m.f and `x`"
+
+
+def test_every_trace_serve_reads_is_listed_and_described(capsys):
+    """`presets traces` lists the Mooncake JSONL trace that serve --trace takes."""
+    assert main(["presets", "traces"]) == 0
+    out = capsys.readouterr().out
+    assert "mooncake2025_conv" in out and "prefix block hashes" in out
+    assert main(["presets", "traces", "mooncake2025_conv"]) == 0
+    assert "requests" in capsys.readouterr().out
+
+
+def test_a_multi_card_preset_does_not_call_itself_one_card(capsys):
+    assert main(["presets", "systems"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "mlu370-x4" in x)
+    assert "one card" not in line and "four cards" in line
