@@ -104,6 +104,10 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         cfg.scheduler in ("bucket", "shortest")
     pred_name = cfg.predictor or ("learned" if need_pred else None)
     history, trace = _requests(trace, cfg, seed, keep_text=pred_name in ("learned", "s3"))
+    if cfg.prefix_caching and not trace.has_prefix_hashes:
+        raise ConfigError("prefix_caching", f"trace {trace.name} has no prefix block hashes "
+                          "(a prefix_block_hashes column, or Mooncake's hash_ids), so no "
+                          "prefix can be found to cache")
     sizes = model_sizes(model, cfg.kv_dtype)
     kv_cap = cfg.kv_capacity_bytes or kv_capacity_bytes(replica_device, sizes,
                                                         cfg.memory_fraction)

@@ -1,6 +1,7 @@
-"""Numbers given on the command line or to the API that mean nothing are refused with
+"""Inputs given on the command line or to the API that mean nothing are refused with
 one line: a negative seed, an arrival rate that spreads a trace past the span a trace
-may have, a number of sweep workers that is not a whole number >= 1."""
+may have, a number of sweep workers that is not a whole number >= 1, allocator options
+of the wrong type or out of bounds, prefix caching on a trace without prefix hashes."""
 from __future__ import annotations
 
 import pytest
@@ -47,3 +48,9 @@ def test_allocator_params_from_the_command_line_are_checked_like_a_config(capsys
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and fragment in err, err
 
+
+
+def test_prefix_caching_on_a_trace_without_hashes_is_refused(capsys):
+    assert main([*SERVE, "--prefix-caching"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "prefix_caching: trace alpaca has no prefix block hashes" in err, err
