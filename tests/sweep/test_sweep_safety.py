@@ -213,6 +213,13 @@ def test_sigkilled_sweep_leaves_no_worker_processes(tmp_path):
         proc.wait()
 
 
+def _default_sigint() -> None:
+    """In the child before it starts: Ctrl-C's default action, as in a terminal. (A
+    test run started in the background by a shell inherits SIGINT ignored, and Python
+    installs no KeyboardInterrupt handler for an ignored signal.)"""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sweep_process(tmp_path, out, *extra, sleep="0.5"):
     """``h2m2sim sweep`` of 40 fake points on 2 workers, in its own process group (as
     a command started from a terminal), with the command's own entry point."""
@@ -225,7 +232,7 @@ def _sweep_process(tmp_path, out, *extra, sleep="0.5"):
                              str(out), "--workers", "2", "--no-progress", *extra],
                             env=dict(os.environ, H2M2SIM_FAKE_SLEEP=sleep),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -276,7 +283,7 @@ def test_ctrl_c_ends_a_run_at_once_while_simulations_are_in_flight(tmp_path):
                              str(tmp_path / "r")],
                             env=dict(os.environ, H2M2SIM_FAKE_THREAD_SLEEP="30"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     try:
         time.sleep(3)                   # started, and in the sleeping threads
         assert proc.poll() is None
