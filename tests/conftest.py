@@ -15,6 +15,20 @@ settings.register_profile("explore", derandomize=False, deadline=None, max_examp
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_result_cache(tmp_path_factory):
+    """The suite keeps the pieces it simulates in a result cache of its own (shared by
+    its tests, removed with pytest's temporary folders), never in the user's
+    ``~/.cache/h2m2sim``. Spawned processes (sweep workers, scripts) inherit it."""
+    before = os.environ.get("H2M2SIM_CACHE")
+    os.environ["H2M2SIM_CACHE"] = str(tmp_path_factory.mktemp("h2m2sim-cache"))
+    yield
+    if before is None:
+        os.environ.pop("H2M2SIM_CACHE", None)
+    else:
+        os.environ["H2M2SIM_CACHE"] = before
+
+
 @pytest.fixture
 def fake_layers(monkeypatch):
     """The physics layers replaced by the fakes of tests/fakes.py, which implement the
