@@ -462,6 +462,9 @@ def _json_object(shown: str, row: int, lineno: int, text: str) -> dict:
     except ValueError as err:
         raise ConfigError(f"{shown} row {row}", f"line {lineno}: not JSON: "
                           f"{getattr(err, 'msg', err)}") from None
+    except RecursionError:          # a value nested thousands deep: no request holds one
+        raise ConfigError(f"{shown} row {row}", f"line {lineno}: a value nested too deep "
+                          "to be a request field") from None
     if not isinstance(rec, dict):
         raise ConfigError(f"{shown} row {row}", f"line {lineno}: expected a JSON object, "
                           f"got {type(rec).__name__}")

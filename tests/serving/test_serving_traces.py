@@ -160,3 +160,10 @@ def test_bundled_mooncake_trace_is_the_published_file():
     t = load_trace("mooncake2025_conv", max_requests=3)
     assert t.prompt_tokens.tolist() == [6758, 7322, 7236]
     assert t.block_hashes(1).tolist() == [0] + list(range(14, 28))
+
+
+def test_a_jsonl_field_nested_thousands_deep_is_one_error(tmp_path):
+    deep = '{"input_length": 3, "output_length": 4, "x": ' + "[" * 100_000 + \
+        "]" * 100_000 + "}\n"
+    with pytest.raises(ConfigError, match="line 1: a value nested too deep"):
+        load_trace(_jsonl(tmp_path, [deep]))
