@@ -4,7 +4,8 @@ Shared by ``dram_models.bench``, ``dram_models.replay`` and ``h2m2sim``, so that
 command answers the same way:
 
 * a user error (:class:`~dram_models.errors.SimError`: bad option, setting, standard or
-  trace) prints ``error: ...`` on one line and exits with :data:`USER_ERROR` (2);
+  trace) prints ``error: ...`` on one line and exits with :data:`USER_ERROR` (2); so
+  does a request for more memory than the machine has (:class:`MemoryError`);
 * anything else is a bug of the simulator: one line ``internal error: ...`` with a hint
   to rerun with ``--debug``, which shows the traceback instead; :data:`INTERNAL_ERROR`
   (70, ``EX_SOFTWARE`` of sysexits.h);
@@ -47,6 +48,12 @@ def guarded(call: Callable[[], int], *, debug: bool, rerun: str) -> int:
         return BROKEN_PIPE
     except KeyboardInterrupt:
         return INTERRUPTED
+    except MemoryError:
+        # a size the inputs ask for (a count of requests, a batch) that this machine
+        # cannot allocate: the user's to lower, not a bug
+        print("error: out of memory: the inputs ask for more memory than this machine "
+              "can allocate (a count or size too large?)", file=sys.stderr)
+        return USER_ERROR
     except Exception as err:            # noqa: BLE001 -- the last line of defence
         if debug:
             raise

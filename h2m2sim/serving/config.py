@@ -62,7 +62,7 @@ class ServingConfig:
                     "preempted requests, which keep the queue front, by arrival).")
     cobatch_lookahead: int = param(64, ge=1, unit="requests",
                                    doc="How far down the queue bucket co-batching looks.")
-    max_batch: int = param(256, ge=1, unit="requests",
+    max_batch: int = param(256, ge=1, le=65536, unit="requests",
                            doc="Most requests running at once (vLLM max_num_seqs default).",
                            source="vLLM default max_num_seqs = 256")
     max_prefill_tokens: int = param(

@@ -118,3 +118,17 @@ def test_a_standard_blames_the_key_that_is_wrong(tmp_path, capsys, key, value):
     with pytest.raises(ConfigError) as info:
         load_standard("lpddr5-6400", override, key="side.dram")
     assert info.value.key == f"side.dram.{key}"
+
+
+def test_a_size_this_machine_cannot_allocate_is_a_user_error(monkeypatch, capsys):
+    """--requests 10^12 (or any count past the machine's memory) ends in one line and
+    exit status 2, not in an internal error."""
+    import dram_models.bench as bench_mod
+
+    def huge(*a, **k):
+        raise MemoryError()
+    monkeypatch.setattr(bench_mod, "make", huge)
+    assert bench_mod.main(["--standard", "lpddr5-6400", "--pattern", "seq",
+                           "--requests", str(10**12)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: out of memory") and "\n" not in err
