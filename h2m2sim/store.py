@@ -502,6 +502,20 @@ class RunOutput:
                         tmp.unlink()
 
 
+def _plan_problem(plan: Any) -> str | None:
+    """What makes ``plan`` not a stored sweep plan, or None."""
+    if not isinstance(plan, dict):
+        return "not a JSON object"
+    if not isinstance(plan.get("axes", []), list) or not isinstance(plan.get("points"), list):
+        return "'axes' and 'points' must be lists"
+    for i, p in enumerate(plan["points"]):
+        if not (isinstance(p, dict) and isinstance(p.get("config_hash"), str)
+                and isinstance(p.get("index"), int)
+                and isinstance(p.get("params", {}), dict)):
+            return f"point {i} lacks its index, config_hash or params"
+    return None
+
+
 def _record_problem(path: Path) -> str | None:
     """Why the point file ``path`` does not hold its record, or None when it does."""
     try:
@@ -512,6 +526,8 @@ def _record_problem(path: Path) -> str | None:
         return "not a JSON object"
     if rec.get("config_hash") != path.stem:
         return "it names another point"
+    if not all(isinstance(rec.get(k) or {}, dict) for k in ("metrics", "timing")):
+        return "its metrics or timing are not JSON objects"
     return None
 
 
@@ -638,13 +654,19 @@ class ResultStore:
             return {}
 
     def plan(self) -> dict[str, Any]:
+        """The stored plan: ``axes`` (names) and ``points`` (index, config_hash, params
+        each); a file of another shape is an error naming it."""
         try:
-            return json.loads(self.plan_path.read_text())
+            plan = json.loads(self.plan_path.read_text())
         except OSError:
             raise ConfigError(str(self.root), "not a sweep result directory (no plan.json)") \
                 from None
         except ValueError as err:
             raise ConfigError(str(self.plan_path), f"unreadable: {err}") from None
+        problem = _plan_problem(plan)
+        if problem:
+            raise ConfigError(str(self.plan_path), f"not a sweep plan: {problem}")
+        return plan
 
     def finished(self) -> set[str]:
         """Config hashes of every finished point on disk. A point file that does not hold

@@ -173,3 +173,17 @@ def test_loading_a_damaged_point_file_names_it(tmp_path, reference):
     path.write_text('{"config_hash": "' + path.stem + '", "metrics": ')
     with pytest.raises(SimError, match=str(path.name)):
         list(store.records())
+
+
+@pytest.mark.parametrize("plan", ["[]", '{"axes": [], "points": 3}',
+                                  '{"axes": [], "points": [{"index": 0}]}',
+                                  '{"points": [{"index": "x", "config_hash": "h"}]}'])
+def test_loading_a_malformed_plan_names_the_file(tmp_path, plan):
+    """A folder whose plan.json is not a sweep plan: load_results raises the project's
+    error naming the file, never a bare KeyError or TypeError."""
+    from h2m2sim.api import load_results
+    from h2m2sim.errors import SimError
+    (tmp_path / "points").mkdir()
+    (tmp_path / "plan.json").write_text(plan)
+    with pytest.raises(SimError, match="plan.json: not a sweep plan"):
+        load_results(tmp_path)
