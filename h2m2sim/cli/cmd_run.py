@@ -101,7 +101,10 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
         label = t[:-3].replace("_", " ") if t.endswith("_ns") else t
         lines.append(f"{label}: {_duration(metrics[t]) if t.endswith('_ns') else metrics[t]}")
     if "speedup" in metrics:
-        lines.append(f"speedup: {metrics['speedup']:.3f}x over {_name(p.baseline)}")
+        base = metrics.get(f"baseline_{t}")
+        of = f" ({_duration(base)})" if isinstance(base, (int, float)) and \
+            t.endswith("_ns") else ""
+        lines.append(f"speedup: {metrics['speedup']:.3f}x over {_name(p.baseline)}{of}")
     skip = {t, "speedup", f"baseline_{t}"}
     scalars = {k: v for k, v in metrics.items() if k not in skip and not isinstance(v, Mapping)
                and not isinstance(v, list)}

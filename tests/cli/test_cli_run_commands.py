@@ -26,6 +26,9 @@ def test_run_summary(cfg_path, capsys):
     assert "decode, batch 32, seq 2048, one iteration" in out
     assert "iteration time: " in out and " ms" in out
     assert "speedup: " in out and "x over lpddr-only" in out
+    # the baseline's own time beside the speedup, in the same units as ours
+    speed = next(x for x in out.splitlines() if x.startswith("speedup: "))
+    assert speed.endswith(" ms)") and "(" in speed
     assert "breakdown:" in out
     table = out[out.index("breakdown:"):].splitlines()
     assert table[1].split() == ["weights_ns", "kv_ns"]
