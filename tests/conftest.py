@@ -15,6 +15,18 @@ settings.register_profile("explore", derandomize=False, deadline=None, max_examp
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+#: most test processes (pytest-xdist): each loads Numba and compiles what it runs first
+MAX_TEST_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the default options): one process per usable core, at most
+    MAX_TEST_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return max(1, min(MAX_TEST_WORKERS, cores))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_result_cache(tmp_path_factory):
     """The suite keeps the pieces it simulates in a result cache of its own (shared by
