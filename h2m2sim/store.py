@@ -516,19 +516,26 @@ def _plan_problem(plan: Any) -> str | None:
     return None
 
 
-def _record_problem(path: Path) -> str | None:
-    """Why the point file ``path`` does not hold its record, or None when it does."""
+def _load_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(record, None) when the point file ``path`` holds its record, else (None, why
+    not). A record of format /1 comes with its wall times moved into ``timing`` as in
+    the current format."""
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        return " ".join(str(err).split())[:200]
+        return None, " ".join(str(err).split())[:200]
     if not isinstance(rec, dict):
-        return "not a JSON object"
+        return None, "not a JSON object"
     if rec.get("config_hash") != path.stem:
-        return "it names another point"
+        return None, "it names another point"
     if not all(isinstance(rec.get(k) or {}, dict) for k in ("metrics", "timing")):
-        return "its metrics or timing are not JSON objects"
-    return None
+        return None, "its metrics or timing are not JSON objects"
+    if "timing" not in rec:
+        metrics, timing = split_timing(rec.get("metrics") or {})
+        rec["metrics"] = metrics
+        rec["timing"] = {"wall_s": rec.pop("elapsed_s", None), **timing,
+                         "finished_at": rec.pop("finished_at", None)}
+    return rec, None
 
 
 # -- a sweep's folder -------------------------------------------------------------------
@@ -677,7 +684,7 @@ class ResultStore:
             return set()
         done = set()
         for path in self.points_dir.glob("*.json"):
-            problem = _record_problem(path)
+            _, problem = _load_record(path)
             if problem is None:
                 done.add(path.stem)
             elif path not in self._warned:
@@ -689,12 +696,10 @@ class ResultStore:
     def read_point(self, config_hash: str) -> dict[str, Any]:
         """One point record; one of format /1 is read with its wall times moved into
         ``timing`` as in the current format."""
-        rec = json.loads(self.point_path(config_hash).read_text())
-        if "timing" not in rec:
-            metrics, timing = split_timing(rec.get("metrics") or {})
-            rec["metrics"] = metrics
-            rec["timing"] = {"wall_s": rec.pop("elapsed_s", None), **timing,
-                             "finished_at": rec.pop("finished_at", None)}
+        path = self.point_path(config_hash)
+        rec, problem = _load_record(path)
+        if problem is not None:
+            raise SimError(f"{path}: unreadable point record ({problem})")
         return rec
 
     def records(self, strict: bool = True) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
@@ -705,13 +710,13 @@ class ResultStore:
             path = self.point_path(entry["config_hash"])
             if not path.exists():
                 continue
-            problem = _record_problem(path)
+            rec, problem = _load_record(path)
             if problem is not None and not strict:
                 continue
             if problem is not None:
                 raise SimError(f"{path}: unreadable point record ({problem}); rerun the "
                                "sweep with --resume to compute it again")
-            yield entry, self.read_point(entry["config_hash"])
+            yield entry, rec
 
     def rebuild(self, strict: bool = True) -> Path:
         """Rewrite ``results.csv`` and ``timings.csv`` from the plan and the finished

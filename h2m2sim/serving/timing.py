@@ -244,13 +244,17 @@ class TableGrid:
                                               max(2, self.token_points))))
         return pts.astype(np.float64)
 
-    def reachable(self, extra: np.ndarray | float = 0.0) -> np.ndarray:
+    def reachable(self, extra: np.ndarray | float = 0.0, simulated: bool = True
+                  ) -> np.ndarray:
         """[batch, token] mask of the points a serving state can reach: ``b`` requests
         of ``c`` KV tokens (plus ``extra`` tokens, e.g. a prefill chunk) fit in
         ``kv_tokens``. The two smallest token points always count, so that every batch
-        row can be extended along the token axis (:func:`fill_unreachable`)."""
+        row can be extended along the token axis (:func:`fill_unreachable`). For an
+        evaluator that does not simulate (``simulated`` False) every point counts: its
+        closed form is defined everywhere, while a simulation of a point no serving state
+        reaches may not even fit the device."""
         b, c = self.batches(), self.tokens()
-        if self.kv_tokens is None:
+        if self.kv_tokens is None or not simulated:
             return np.ones((len(b), len(c)) + np.shape(extra), dtype=bool)
         m = np.multiply.outer(np.outer(b, c), np.ones(np.shape(extra))) + extra \
             <= self.kv_tokens
@@ -594,6 +598,26 @@ def fill_unreachable(tab: np.ndarray, reach: np.ndarray, tokens: np.ndarray) -> 
     return out
 
 
+def _evaluate_points(evaluator, cost: Callable, weight: Callable, calls: list, desc: str,
+                     keep=None) -> np.ndarray:
+    """[time s, energy J] of ``cost(*call)`` for every call (NaN where ``keep`` is
+    False). Points of a cycle-level evaluator are independent simulations and run on the
+    run's threads, the largest by ``weight(call)`` first; the values do not depend on the
+    thread count."""
+    def one(c):
+        p = cost(*c)
+        return float(p.time_s), float(p.energy_j)
+    keep = np.ones(len(calls), dtype=bool) if keep is None else np.ravel(keep)
+    todo = [c for c, k in zip(calls, keep) if k]
+    if not evaluator.cycle_level:
+        vals = [one(c) for c in todo]
+    else:
+        vals = map_ordered(one, todo, cost=[weight(c) for c in todo], desc=desc)
+    out = np.full((len(calls), 2), np.nan)
+    out[keep] = np.asarray(vals, dtype=np.float64).reshape(len(todo), 2)
+    return out
+
+
 def _reachable_mean(grid: TableGrid, batch: int, mean: float, simulated: bool) -> float:
     """An error sample's mean KV tokens per request, within what ``batch`` requests can
     hold in the pool (with room for the lengths' spread) when the evaluator simulates."""
@@ -622,27 +646,10 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
                                   "layouts": np.asarray([str(x) for x in layouts], dtype=str)}
 
     def evaluate_all(calls, desc, keep=None) -> np.ndarray:
-        """[time s, energy J] of cost(*call) for every call (NaN where ``keep`` is
-        False). Points of a cycle-level evaluator are independent simulations and run
-        on the run's threads (largest first); the values do not depend on the thread
-        count."""
-        def one(c):
-            p = evaluator.cost(*c)
-            return float(p.time_s), float(p.energy_j)
-        keep = np.ones(len(calls), dtype=bool) if keep is None else np.ravel(keep)
-        todo = [c for c, k in zip(calls, keep) if k]
-        if not evaluator.cycle_level:
-            vals = [one(c) for c in todo]
-        else:
-            vals = map_ordered(one, todo, cost=[c[1] * float(np.sum(c[2])) for c in todo],
-                               desc=desc)
-        out = np.full((len(calls), 2), np.nan)
-        out[keep] = np.asarray(vals, dtype=np.float64).reshape(len(todo), 2)
-        return out
+        return _evaluate_points(evaluator, evaluator.cost,
+                                lambda c: c[1] * float(np.sum(c[2])), calls, desc, keep)
 
-    # a simulation of a point no serving state reaches may not even fit the device
-    reach = grid.reachable() if evaluator.cycle_level else \
-        np.ones((len(bg), len(tg)), dtype=bool)
+    reach = grid.reachable(simulated=evaluator.cycle_level)
     phases = [(f"decode[{lay}]", "decode", lay) for lay in layouts] + \
         [("prefill", "prefill", CONTIGUOUS)]
     calls = [(phase, int(b), np.full(int(b), c), lay)
@@ -700,20 +707,10 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
     lengths and one to three chunks, half of them continuing a prompt."""
     bg, tg, kg = grid.batches(), grid.tokens(), grid.chunks()
 
-    def one(c):
-        p = evaluator.mixed_cost(*c)
-        return float(p.time_s), float(p.energy_j)
-
     def evaluate_all(calls, desc, keep=None) -> np.ndarray:
-        keep = np.ones(len(calls), dtype=bool) if keep is None else np.ravel(keep)
-        todo = [c for c, k in zip(calls, keep) if k]
-        if not evaluator.cycle_level:
-            vals = [one(c) for c in todo]
-        else:
-            vals = map_ordered(one, todo, cost=[float(np.sum(c[0])) + float(np.sum(c[1]))
-                                                for c in todo], desc=desc)
-        v = np.full((len(calls), 2), np.nan)
-        v[keep] = np.asarray(vals, dtype=np.float64).reshape(len(todo), 2)
+        v = _evaluate_points(evaluator, evaluator.mixed_cost,
+                             lambda c: float(np.sum(c[0])) + float(np.sum(c[1])), calls,
+                             desc, keep)
         if not priced:
             v[:, 1] = np.nan
         return v
@@ -721,7 +718,7 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
     out: dict[str, np.ndarray] = {"chunk_grid": kg}
     shape = (len(bg), len(tg), len(kg))
     rng = np.random.default_rng([seed, 3])
-    reach = grid.reachable(kg) if evaluator.cycle_level else np.ones(shape, dtype=bool)
+    reach = grid.reachable(kg, simulated=evaluator.cycle_level)
     for lay in layouts:
         calls = [(np.full(int(b), c), np.array([[0.0, k]]), lay)
                  for b in bg for c in tg for k in kg]
