@@ -16,10 +16,7 @@ from dram_models.jit_cache import configure as _configure_jit_cache
 
 _configure_jit_cache()      # Numba's cache outside the installed package
 
-try:  # written by setuptools-scm when the package is built (not tracked by git)
-    from h2m2sim._version import __version__
-except ImportError:  # a source tree that was never built
-    __version__ = "0.1.0"
+from h2m2sim.version import __version__
 
 #: Names of :mod:`h2m2sim.api` offered here.
 API = ("run", "sweep", "serve", "load_results", "load", "Result", "SweepResults")
@@ -28,10 +25,8 @@ __all__ = ["__version__", *API]
 
 
 def __getattr__(name: str):
-    # the api sits above every layer, which all import this package for its version:
-    # importing it here at load time would be a cycle, so it comes on first use
-    if name == "sweep":   # the subpackage, which is callable (h2m2sim/sweep/__init__.py)
-        return importlib.import_module("h2m2sim.sweep")
+    # the api loads Numba and every layer: it comes on first use, so that importing a
+    # lower layer (which imports this package first) stays light
     if name in API:
         return getattr(importlib.import_module("h2m2sim.api"), name)
     raise AttributeError(f"module 'h2m2sim' has no attribute {name!r}")

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from h2m2sim import __version__, runner
+from h2m2sim import runner
 from h2m2sim.cache import config_hash, plain
 from h2m2sim.config import RunConfig, apply_sets, dump_yaml, load_config, load_file, set_key
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import (ResultStore, RunOutput, environment, flatten_metrics,
                            git_revision, now_iso)
-from h2m2sim.sweep import Sweep, SweepReport, build_sweep, read_sweep, run_sweep
+from h2m2sim.sweeps import Sweep, SweepReport, build_sweep, read_sweep, run_sweep
+from h2m2sim.version import __version__
 
 __all__ = ["Result", "SweepResults", "load", "run", "sweep", "serve", "load_results"]
 
@@ -164,7 +165,7 @@ def sweep(spec_or_path: Any, out: str | os.PathLike, resume: bool = False,
           workers: int | None = 1, set: Iterable[str] | None = None, *,
           scheduler: str | None = None, progress: bool | None = False) -> SweepResults:
     """Run a sweep (a sweep file path, a parsed sweep mapping whose relative ``base``
-    path is taken from the working folder, or a :class:`~h2m2sim.sweep.Sweep`) into
+    path is taken from the working folder, or a :class:`~h2m2sim.sweeps.Sweep`) into
     the result folder ``out`` and return its rows (:func:`load_results`). ``set``
     applies to the base before the axes. ``workers``: local processes (1 runs in this
     process; None: ``simulation.workers``, else one per core); ``scheduler``: a Dask

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from h2m2sim import __version__
+from h2m2sim.version import __version__
 from h2m2sim.store import atomic_write_bytes
 
 __all__ = ["cached", "cache_path", "canonical", "canonical_json", "hash_key", "config_hash",

@@ -92,7 +92,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from h2m2sim import __version__
+from h2m2sim import version
+from h2m2sim.version import __version__
 from h2m2sim.errors import ConfigError, SimError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
@@ -305,15 +306,11 @@ def built_revision() -> str | None:
     """The abbreviated commit (``+dirty`` as above) that setuptools-scm wrote into
     ``h2m2sim/_version.py`` when the package was built; None for a source tree that was
     never built, or a build without git metadata."""
-    try:
-        from h2m2sim import _version
-    except ImportError:
-        return None
-    node = getattr(_version, "node", None)
+    node = version.BUILT_NODE
     if not node:
         return None
     node = node[1:] if node.startswith("g") else node   # git describe's 'g' prefix
-    return node + ("+dirty" if getattr(_version, "dirty", False) else "")
+    return node + ("+dirty" if version.BUILT_DIRTY else "")
 
 
 def environment() -> dict[str, Any]:

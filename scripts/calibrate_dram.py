@@ -27,8 +27,8 @@ from dram_models import patterns
 from dram_models.memory import MemorySystem
 from dram_models.spec import load_standard
 from h2m2sim.errors import SimError
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 # simulator, standard, mapping, pattern, GB/s, of peak, mean read latency ns, row hit rate
 REFERENCE = [

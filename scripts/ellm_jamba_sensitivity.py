@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import reproduce_ellm as ellm  # noqa: E402
 from h2m2sim.errors import SimError  # noqa: E402
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points  # noqa: E402
-from h2m2sim.sweep.tasks import PointSpec, load_records  # noqa: E402
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points  # noqa: E402
+from h2m2sim.sweeps.tasks import PointSpec, load_records  # noqa: E402
 
 #: host overhead per iteration (ms) on the curve
 OVERHEADS_MS = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0)

@@ -19,8 +19,8 @@ import json
 import os
 
 from h2m2sim.errors import SimError
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 SEQS = (512, 1024, 2048, 4096)
 

@@ -33,8 +33,8 @@ import os
 import sys
 
 from h2m2sim.errors import SimError
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 BLOCKS = (16, 32, 64, 128, 256)
 MEMORIES = {"lpddr5": ("mlu370-x4", "lpddr"), "hbm3": ("h2m2", "hbm")}

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from h2m2sim.errors import SimError
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 NS = (128, 512, 1024, 2048, 4096)
 MODELS = (("opt-13b", 8), ("opt-1.3b", 8))      # the paper's Fig. 8 setting + a small model

@@ -44,8 +44,8 @@ import time
 import numpy as np
 
 from h2m2sim.errors import SimError
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 MODEL = "llama3-8b"
 SYSTEM = "a100-80gb"

@@ -47,8 +47,8 @@ import sys
 import time
 from pathlib import Path
 
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points, usable_cores
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points, usable_cores
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 #: hierarchical-memory rows of Figures 12, 13 and 15: the paper's reading first, then the
 #: other corners of (replacement policy x migration overlapped with / added to compute)

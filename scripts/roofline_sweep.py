@@ -40,8 +40,8 @@ import os
 import numpy as np
 
 from h2m2sim.errors import SimError
-from h2m2sim.sweep.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweep.tasks import PointSpec, load_records
+from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
+from h2m2sim.sweeps.tasks import PointSpec, load_records
 
 
 def predicted_crossover(peak_ops: float, bw_gbps: float, k: int, n: int, db: int) -> float:

@@ -30,7 +30,7 @@ from h2m2sim.config import schema  # noqa: E402
 from h2m2sim.decode.job import IterationOptions  # noqa: E402
 from h2m2sim.model.spec import ModelSpec  # noqa: E402
 from h2m2sim.serving.config import ServingConfig  # noqa: E402
-from h2m2sim.sweep import spec  # noqa: E402
+from h2m2sim.sweeps import spec  # noqa: E402
 from h2m2sim.system.config import SystemSpec  # noqa: E402
 
 OUT = ROOT / "docs" / "configuration.md"

@@ -24,7 +24,7 @@ import argparse
 import importlib
 import pkgutil
 
-from h2m2sim import __version__
+from h2m2sim.version import __version__
 from dram_models import console
 from dram_models.guard import exit_with, guarded
 

@@ -86,7 +86,8 @@ def _plan(cfg: Any) -> str:
 def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
             timing: Mapping[str, Any] | None = None) -> str:
     """The text report of one run; ``timing`` (wall seconds) is shown last, apart."""
-    from h2m2sim import __version__, runner
+    from h2m2sim import runner
+    from h2m2sim.version import __version__
     w, p = cfg.workload, cfg.policy
     seq = (f"seq {w.seq}" if isinstance(w.seq, int)
            else f"seq {min(w.seq)}..{max(w.seq)} (per request)")

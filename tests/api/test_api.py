@@ -120,8 +120,9 @@ def test_serve_replaces_serving_keys(cfg_path):
 def test_import_is_light_and_sweep_stays_callable():
     code = ("import sys, h2m2sim\n"
             "assert 'numba' not in sys.modules and 'h2m2sim.runner' not in sys.modules\n"
-            "import h2m2sim.sweep\n"
-            "assert callable(h2m2sim.sweep) and h2m2sim.sweep.run_sweep\n"
+            "import h2m2sim.sweeps\n"
+            "assert callable(h2m2sim.sweep) and h2m2sim.sweeps.run_sweep\n"
+            "assert h2m2sim.sweep.__module__ == 'h2m2sim.api'\n"
             "assert h2m2sim.run.__module__ == 'h2m2sim.api'\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                        text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

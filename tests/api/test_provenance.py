@@ -7,14 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 
 import pytest
 
 import h2m2sim
-from h2m2sim import store
+from h2m2sim import store, version
 from h2m2sim.config import EXAMPLE_YAML
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +70,23 @@ def test_cpu_model_is_named():
 
 
 def test_built_revision_reads_the_baked_file(monkeypatch):
-    baked = types.SimpleNamespace(node="g0123abcd", dirty=True)
-    monkeypatch.setitem(sys.modules, "h2m2sim._version", baked)
-    monkeypatch.setattr(h2m2sim, "_version", baked, raising=False)
+    monkeypatch.setattr(version, "BUILT_NODE", "g0123abcd")
+    monkeypatch.setattr(version, "BUILT_DIRTY", True)
     assert store.built_revision() == "0123abcd+dirty"
-    monkeypatch.setattr(baked, "node", None)
+    monkeypatch.setattr(version, "BUILT_NODE", None)
     assert store.built_revision() is None
+
+
+def test_version_reads_the_baked_file():
+    """The leaf module takes the version and commit setuptools-scm wrote at build time."""
+    code = ("import sys, types\n"
+            "sys.modules['h2m2sim._version'] = types.SimpleNamespace(\n"
+            "    __version__='9.9.9', node='gabc', dirty=True)\n"
+            "from h2m2sim import version, store\n"
+            "assert version.__version__ == '9.9.9' and store.built_revision() == 'abc+dirty'\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ def test_the_readme_default_exists():
 def test_bundled_config_validates(path):
     raw = read_yaml(path)
     if "grid" in raw or "zip" in raw:
-        from h2m2sim.sweep.spec import read_sweep
+        from h2m2sim.sweeps.spec import read_sweep
         sweep = read_sweep(path)
         assert len(sweep.points) >= 2
     else:

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h2m2sim.config import ConfigError, RunConfig, apply_sets, load_config, parse_yaml
-from h2m2sim.sweep import build_sweep
+from h2m2sim.sweeps import build_sweep
 
 KEYS = ["system", "model", "workload", "policy", "simulation", "preset", "sides", "name",
         "bandwidth_gbps", "capacity_bytes", "kind", "link_gbps", "batch", "seq", "phase",

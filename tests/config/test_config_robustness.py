@@ -25,7 +25,7 @@ from h2m2sim import runner
 from h2m2sim.cli import main
 from h2m2sim.config import ConfigError, dump_yaml, load_config, load_file
 from h2m2sim.errors import SimError
-from h2m2sim.sweep import build_sweep
+from h2m2sim.sweeps import build_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "workloads" / "configs" / "default.yaml"

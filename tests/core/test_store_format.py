@@ -18,7 +18,7 @@ from h2m2sim.store import (
     git_revision,
     read_csv,
 )
-from h2m2sim.sweep import build_sweep, run_sweep
+from h2m2sim.sweeps import build_sweep, run_sweep
 
 
 pytestmark = pytest.mark.usefixtures("fake_layers")

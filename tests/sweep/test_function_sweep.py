@@ -1,4 +1,4 @@
-"""Sweeps of function calls (h2m2sim.sweep.tasks): stable keys, the result store's
+"""Sweeps of function calls (h2m2sim.sweeps.tasks): stable keys, the result store's
 refusals, resume that redoes no finished point, a killed run resumed to the identical
 result, and the same records on one or two workers."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pointfns
 import pytest
 
 from h2m2sim.errors import ConfigError
-from h2m2sim.sweep.tasks import PointSpec, load_records, run_tasks
+from h2m2sim.sweeps.tasks import PointSpec, load_records, run_tasks
 
 
 def _points(xs, tag="a"):

@@ -9,7 +9,7 @@ from h2m2sim import plotting
 from h2m2sim.cli import main
 from h2m2sim.errors import ConfigError
 from h2m2sim.quantities import quantity_of
-from h2m2sim.sweep import build_sweep, run_sweep
+from h2m2sim.sweeps import build_sweep, run_sweep
 
 BASE = {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2}}
 

@@ -9,7 +9,7 @@ import pytest
 from h2m2sim import plotting
 from h2m2sim.cli import main
 from h2m2sim.store import read_csv
-from h2m2sim.sweep import build_sweep, run_sweep
+from h2m2sim.sweeps import build_sweep, run_sweep
 
 SPEC = {"base": {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2}},
         "grid": {"system": ["lpddr-only", "h2m2", "hbm-8"],

@@ -63,7 +63,7 @@ def test_identical_on_dask_local_cluster(tmp_path, processes):
 
 
 def test_unreachable_scheduler_is_one_line_error(tmp_path, capsys, monkeypatch):
-    from h2m2sim.sweep import execute
+    from h2m2sim.sweeps import execute
     monkeypatch.setattr(execute, "CONNECT_TIMEOUT", "1s")
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({"base": BASE}))

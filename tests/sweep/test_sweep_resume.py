@@ -16,7 +16,7 @@ import yaml
 
 from h2m2sim.cli import main
 from h2m2sim.store import ResultStore, read_csv
-from h2m2sim.sweep import build_sweep, run_sweep
+from h2m2sim.sweeps import build_sweep, run_sweep
 
 TESTS = str(Path(__file__).resolve().parents[1])   # where fakes.py is, for subprocesses
 

@@ -53,7 +53,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("existed", [False, True], ids=["new-folder", "empty-folder"])
 def test_unreachable_scheduler_leaves_the_folder_reusable(tmp_path, capsys, monkeypatch,
                                                           existed):
-    from h2m2sim.sweep import execute
+    from h2m2sim.sweeps import execute
     monkeypatch.setattr(execute, "CONNECT_TIMEOUT", "1s")
     spec = write_spec(tmp_path / "s.yaml", SPEC)
     out = tmp_path / "results" / "o"
@@ -92,7 +92,7 @@ def test_bad_scheduler_address_is_one_line_and_quick(tmp_path, address, reason):
 
 def test_new_sweep_failing_at_its_first_point_leaves_nothing(tmp_path, capsys,
                                                              monkeypatch):
-    from h2m2sim.sweep import build_sweep, run_sweep
+    from h2m2sim.sweeps import build_sweep, run_sweep
     out = tmp_path / "o"
     monkeypatch.setenv("H2M2SIM_FAKE_FAIL_SEQ", "64")
     with pytest.raises(RuntimeError, match="fail at seq=64"):

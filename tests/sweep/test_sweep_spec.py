@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from h2m2sim.config import ConfigError, load_config
-from h2m2sim.sweep import build_sweep, read_sweep
+from h2m2sim.sweeps import build_sweep, read_sweep
 
 BASE = {"system": "h2m2", "model": "gpt3-175b", "workload": {"batch": 2, "seq": 64}}
 
@@ -86,7 +86,7 @@ def test_too_many_points_refused_before_expansion():
 
 def test_sweep_may_mix_iteration_and_serving_points(tmp_path):
     from h2m2sim.store import read_csv
-    from h2m2sim.sweep import run_sweep
+    from h2m2sim.sweeps import run_sweep
     sw = build_sweep({"base": BASE, "grid": {"workload.serving": [None, {"rate_rps": 2.0}]}})
     rep = run_sweep(sw, tmp_path / "o", workers=1, progress=False)
     assert rep.ran == 2 and rep.errors == 0
@@ -98,7 +98,7 @@ def test_sweep_may_mix_iteration_and_serving_points(tmp_path):
 def test_unavailable_job_fails_before_anything_is_written(tmp_path, monkeypatch):
     from h2m2sim import runner
     from h2m2sim.errors import SimError
-    from h2m2sim.sweep import run_sweep
+    from h2m2sim.sweeps import run_sweep
     monkeypatch.delitem(runner.JOBS, "iteration")
     with pytest.raises(SimError, match="no job registered for workload kind"):
         run_sweep(build_sweep({"base": BASE}), tmp_path / "o", workers=1, progress=False)

@@ -2,8 +2,8 @@
 ``--resume``, ``--workers``, ``--scheduler``), the provenance of a run, and how a
 script ends on a user error.
 
-A script gathers its points (:class:`~h2m2sim.sweep.tasks.PointSpec`), runs them with
-:func:`run_points` into ``--out`` (the result store of :mod:`h2m2sim.sweep.tasks`) and
+A script gathers its points (:class:`~h2m2sim.sweeps.tasks.PointSpec`), runs them with
+:func:`run_points` into ``--out`` (the result store of :mod:`h2m2sim.sweeps.tasks`) and
 writes its figures from the stored records, so a killed reproduction rerun with
 ``--resume`` computes only what is missing.
 """
@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dram_models.guard import INTERRUPTED, exit_with, guarded
-from h2m2sim import __version__
+from h2m2sim.version import __version__
 from h2m2sim.store import environment, git_revision, now_iso
-from h2m2sim.sweep.tasks import PointSpec, TaskReport, run_tasks
+from h2m2sim.sweeps.tasks import PointSpec, TaskReport, run_tasks
 
 __all__ = ["add_output_arguments", "provenance", "run_points", "main_guard", "usable_cores"]
 

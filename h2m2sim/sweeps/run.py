@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dram_models import console
-from h2m2sim import __version__, runner
+from h2m2sim import runner
+from h2m2sim.version import __version__
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import ResultStore, git_revision, now_iso
-from h2m2sim.sweep.execute import Backend, backend_for, run_point
-from h2m2sim.sweep.spec import Sweep
+from h2m2sim.sweeps.execute import Backend, backend_for, run_point
+from h2m2sim.sweeps.spec import Sweep
 
 log = logging.getLogger(__name__)
 

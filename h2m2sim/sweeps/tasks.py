@@ -6,7 +6,7 @@ a top-level function and its parameters as plain data; its key is the sha256 of 
 so it is stable across runs and machines. :func:`run_tasks` runs a list of them with
 everything a config sweep has: the result store of :mod:`h2m2sim.store` (one atomic
 ``points/<key>.json`` per finished point, ``results.csv``), ``resume``, a progress bar,
-and the backends of :mod:`h2m2sim.sweep.execute` (in-process, process pool, Dask).
+and the backends of :mod:`h2m2sim.sweeps.execute` (in-process, process pool, Dask).
 
 The function receives the parameters and returns a mapping of metrics (plain data);
 wall-clock metrics (``wall_s``...) go to the record's ``timing`` as for config sweeps.
@@ -29,8 +29,8 @@ from typing import Any
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError, SimError
 from h2m2sim.store import (ResultStore, atomic_write_json, json_text, split_timing, writing_to)
-from h2m2sim.sweep.execute import backend_for
-from h2m2sim.sweep.run import PointRecorder
+from h2m2sim.sweeps.execute import backend_for
+from h2m2sim.sweeps.run import PointRecorder
 
 __all__ = ["PointSpec", "TaskReport", "run_tasks", "call_function", "point_key",
            "load_records"]
@@ -78,7 +78,7 @@ class TaskReport:
 def call_function(params: dict[str, Any], fn: Callable[[dict[str, Any]], Any]
                   ) -> dict[str, Any]:
     """Worker side of one point (the ``call`` of the backends): ``metrics``, ``error``
-    and ``timing`` as :func:`h2m2sim.sweep.execute.run_point` returns them."""
+    and ``timing`` as :func:`h2m2sim.sweeps.execute.run_point` returns them."""
     t0 = time.perf_counter()
     try:
         out = fn(params)

@@ -42,7 +42,7 @@ PARENT_POLL_S = 0.25     # how often a pool worker checks that its sweep process
 Task = tuple[str, Any, Callable[[Any], Any]]  # (config hash, RunConfig, job)
 OnDone = Callable[[str, dict[str, Any]], None]
 #: what a worker calls for one task: ``call(cfg, job)`` -> the point's record;
-#: :func:`run_point` for configurations (other point kinds: h2m2sim.sweep.tasks)
+#: :func:`run_point` for configurations (other point kinds: h2m2sim.sweeps.tasks)
 Call = Callable[[Any, Callable[[Any], Any]], dict[str, Any]]
 
 
