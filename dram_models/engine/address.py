@@ -58,8 +58,9 @@ def _burst_counts(addr, nbytes, shift):
             nb[i] = 0
             empty = True
             continue
-        a = addr[i]
-        v = np.int64(((a + np.uint64(nbytes[i] - 1)) >> sh) - (a >> sh)) + 1
+        # from the offset in the first burst: a + nbytes - 1 would wrap past 2**64 - 1
+        off = addr[i] & ((np.uint64(1) << sh) - np.uint64(1))
+        v = np.int64((off + np.uint64(nbytes[i] - 1)) >> sh) + 1
         nb[i] = v
         total += v
         most = max(most, v)

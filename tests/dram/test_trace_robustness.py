@@ -429,3 +429,19 @@ def test_a_valid_trace_of_every_format_replays(tmp_path, capsys):
         assert rc == 0
         if fmt != "ramulator":
             assert json.loads(out)["sim_cycles"] == direct.sim_cycles
+
+
+@pytest.mark.parametrize("standard", ["ddr4-3200", "hbm3-6400"])
+def test_addresses_at_the_top_of_the_range_wrap_like_any_other(standard):
+    """Addresses up to 2**64 - 1 are valid and wrap above the capacity: a request whose
+    bytes cross 2**64 (an unaligned one in the last burst) counts its two bursts, and
+    the run equals that of the same addresses taken modulo the capacity."""
+    ms = MemorySystem(load_standard(standard))
+    top = np.array([2**64 - 64, 2**64 - 16, 2**64 - 4096, 2**64 - 1], dtype=np.uint64)
+    writes = np.array([False, True, False, False])
+    cap = np.uint64(ms.spec.organization.capacity_bytes)
+    high = ms.run_trace(Trace.open_loop(top, writes)).stats
+    low = ms.run_trace(Trace.open_loop(top % cap, writes)).stats
+    assert high.reads + high.writes == 6           # two requests cross a burst boundary
+    assert (high.reads, high.writes, high.sim_cycles) == (low.reads, low.writes,
+                                                          low.sim_cycles)
