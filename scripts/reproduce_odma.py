@@ -63,6 +63,9 @@ CURVE = (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
 DEPLOYMENTS = {"cards": {"replicas": 4, "tensor_parallel": 1, "router": "least-kv"},
                "tp4": {"replicas": 1, "tensor_parallel": 4}}
 ALLOCATORS = {"static": None, "paged": None, "odma": "learned"}
+#: share of each trace held out as history for every allocator, not only the one that
+#: learns from it (ODMA), so that all of them replay the same requests
+HISTORY_FRACTION = 0.5
 #: the papers' static-reservation KV utilization (Alpaca), which fixes the mean length
 #: they served (docs/validation/odma.md)
 PAPER_STATIC_UTILIZATION = {"alpaca": 0.5505}
@@ -114,6 +117,7 @@ class Runner:
         from h2m2sim.serving.run import serve
         cfg = resolve_serving({"trace": trace, "max_requests": self.args.max_requests,
                                "arrival_rate": rate, "predictor": ALLOCATORS[allocator],
+                               "history_fraction": HISTORY_FRACTION,
                                "max_context_tokens": CONTEXT,
                                "deployment": DEPLOYMENTS[deployment], **serving},
                               "serving")

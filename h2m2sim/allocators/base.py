@@ -120,6 +120,9 @@ class KVAllocator(abc.ABC):
     name: ClassVar[str] = "abstract"
     prefix_sharing: ClassVar[PrefixSharing] = PrefixSharing.NONE
     uses_prediction: ClassVar[bool] = False
+    #: Whether :meth:`learn_lengths` learns from the server's history (a run then holds
+    #: part of its trace out as history by default).
+    learns_lengths: ClassVar[bool] = False
     tags_buckets: ClassVar[bool] = False
     grows_in_blocks: ClassVar[bool] = False
     manages_activations: ClassVar[bool] = False

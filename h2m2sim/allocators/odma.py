@@ -228,6 +228,7 @@ class ODMAAllocator(ContiguousAllocator):
 
     name = "odma"
     uses_prediction = True
+    learns_lengths = True
     tags_buckets = True
     bounded_by_max_new_tokens = True
 

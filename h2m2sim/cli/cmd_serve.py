@@ -75,7 +75,8 @@ def register(subparsers) -> None:
                         "context)")
     p.add_argument("--history-fraction", type=float, default=None, metavar="F",
                    help="share of the trace held out as history (predictor training, "
-                        "ODMA's first buckets), not replayed (default 0.5)")
+                        "ODMA's first buckets), not replayed (default: 0.5 when the "
+                        "allocator or predictor learns from it, else 0)")
     p.add_argument("--replicas", type=int, default=None, metavar="N",
                    help="copies of the model, each with its own KV pool (default: one "
                         "over all the system's cards)")
@@ -118,6 +119,12 @@ def register(subparsers) -> None:
                    help="iteration-time evaluator: cycle (the NPU chip model and DRAM "
                         "engine, default) or analytic (a labelled placeholder)")
     p.add_argument("--no-cache", action="store_true", help="do not reuse or store tables")
+    p.add_argument("--out", metavar="DIR",
+                   help="also write DIR/result.json (metrics, version, git revision), the "
+                        "run configuration DIR/config.yaml (h2m2sim run of it gives the same "
+                        "metrics) and DIR/timing.json; DIR must not hold a result already")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --out: replace the result DIR already holds")
     p.set_defaults(func=run)
 
 
@@ -134,15 +141,14 @@ def _clean(obj):
     return obj
 
 
-def run(args) -> int:
-    log.info("h2m2sim serve: trace %s, model %s on %s, allocator %s", args.trace, args.model,
-             args.system, args.allocator)
-    from dram_models.schema import load, parse_size
-    from h2m2sim.errors import ConfigError
-    from h2m2sim.serving.config import ServingConfig
-    from h2m2sim.serving.deployment import resolve_device, resolve_model
-    from h2m2sim.serving.run import EVALUATORS, serve
+#: The run configuration's simulation.fidelity that each --evaluator stands for.
+FIDELITY = {"cycle": "sampled", "analytic": "estimate"}
 
+
+def _serving_data(args) -> dict:
+    """``workload.serving`` of the run configuration the flags describe."""
+    from dram_models.schema import parse_size
+    from h2m2sim.errors import ConfigError
     data = {"trace": args.trace, "predictor": args.predictor,
             "predictor_params": _kv(args.predictor_param, "predictor-param")}
     for key, value in (("max_requests", args.max_requests), ("arrival_rate", args.rate),
@@ -168,28 +174,51 @@ def run(args) -> int:
             data["kv_capacity_bytes"] = parse_size(args.kv_capacity)
         except ValueError as err:
             raise ConfigError("--kv-capacity", str(err)) from None
-    cfg = load(ServingConfig, data, "serve")
-    device = resolve_device(args.system)
-    model = resolve_model(args.model)
-    evaluator = EVALUATORS.get(args.evaluator, "--evaluator")
-    result = serve(None, cfg, allocator=args.allocator,
-                   allocator_params=_kv(args.allocator_param, "allocator-param"), model=model,
-                   device=device, evaluator=evaluator, seed=args.seed,
-                   cache=not args.no_cache)
-    m = _clean(result.metrics)
+    return data
+
+
+def run_config(args) -> dict:
+    """The run configuration (a raw mapping) the flags describe: ``h2m2sim run`` of it
+    gives the same metrics, and ``--out`` stores it as config.yaml."""
+    from h2m2sim.errors import ConfigError
+    if args.evaluator not in FIDELITY:
+        raise ConfigError("--evaluator", f"unknown evaluator {args.evaluator!r}; choose "
+                          f"from {', '.join(FIDELITY)}")
+    return {"system": args.system, "model": args.model,
+            "policy": {"allocator": args.allocator,
+                       "allocator_params": _kv(args.allocator_param, "allocator-param")},
+            "workload": {"serving": _serving_data(args)},
+            "simulation": {"fidelity": FIDELITY[args.evaluator], "seed": args.seed,
+                           "cache": not args.no_cache}}
+
+
+def run(args) -> int:
+    log.info("h2m2sim serve: trace %s, model %s on %s, allocator %s", args.trace, args.model,
+             args.system, args.allocator)
+    from h2m2sim import api
+    from h2m2sim.cache import plain
+    res = api.run(run_config(args), out=args.out, overwrite=args.overwrite)
+    m = _clean(res.metrics)
     for key in JSON_KEYS:
         m.setdefault(key, None)
     notes = list(m.get("predictor_notes") or [])
     if m.get("arrivals") and m["arrivals"] != "from trace":
         notes.append(f"arrivals: {m['arrivals']}")
-    if not m.get("cycle_level"):
-        notes.append(f"iteration times: {m['iteration_time_model']}")
+    if not m.get("cycle_level") or len(res.config.system.sides) > 1:   # a placeholder,
+        notes.append(f"iteration times: {m['iteration_time_model']}")   # or one side of several
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(m, sort_keys=True))
+    if args.json:   # the metrics at the top level, beside where they came from
+        record = res.result_record()
+        print(json.dumps({**m, "config_hash": record["config_hash"],
+                          "h2m2sim_version": record["h2m2sim_version"],
+                          "git_revision": record["git_revision"],
+                          "config": _clean(plain(res.config))}, sort_keys=True))
         return 0
     _print_table(m)
+    if args.out:
+        print(f"\nwrote {args.out}/result.json, config.yaml (rerun with h2m2sim run) and "
+              "timing.json")
     return 0
 
 
@@ -206,8 +235,9 @@ def _print_table(m) -> None:
         ("trace / model / system", f"{m['trace']} / {m['model']} / {m['system']}"),
         ("allocator (layout)", f"{m['allocator']} ({m['kv_layout']}), scheduler "
                                f"{m['scheduler']}, predictor {m['predictor'] or '-'}"),
-        ("requests completed", f"{m['requests_completed']} of {m['requests']} "
-                               f"({m['requests_rejected']} rejected, {m['requests_cut']} cut)"),
+        ("requests completed", f"{m['requests_completed']} of {m['requests']} replayed "
+                               f"({m['requests_rejected']} rejected, {m['requests_cut']} cut; "
+                               f"{m['history_requests']} held out as history)"),
         ("output tokens/s", _fmt(m["tokens_per_s"])),
         ("TTFT p50 / p90 / p99", " / ".join(_fmt(m[f"ttft_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
         ("TPOT p50 / p90 / p99", " / ".join(_fmt(m[f"tpot_{q}_s"], " s") for q in ("p50", "p90", "p99"))),

@@ -39,12 +39,15 @@ class ServingConfig:
     max_requests: Optional[int] = param(None, gt=0, unit="requests",
                                         doc="Replay only the first N requests (of those "
                                             "not held out as history).")
-    history_fraction: float = param(
-        0.5, ge=0, lt=1, doc="Fraction of the trace's requests held out as the server's "
-        "history, chosen per request with the run's seed and never replayed: the length "
-        "predictor trains on them and ODMA seeds its buckets from them (at most as many as "
-        "are replayed). The replayed requests keep their own arrival times unless "
-        "arrival_rate is set. 0 = no history (ODMA then seeds from the predictions).")
+    history_fraction: Optional[float] = param(
+        None, ge=0, lt=1, doc="Fraction of the trace's requests held out as the server's "
+        "history, chosen per request with the run's seed and never replayed: the learned "
+        "length predictor trains on them and ODMA seeds its buckets from them (at most as "
+        "many as are replayed). The replayed requests keep their own arrival times unless "
+        "arrival_rate is set. Null = 0.5 when the allocator learns lengths from history "
+        "(odma) or the predictor trains on it (learned), else 0: nothing is held out from "
+        "a run that would not use it. 0 = no history (ODMA then seeds from the "
+        "predictions).")
     arrival_rate: Optional[float] = param(
         None, gt=0, unit="requests/s",
         doc="Replace the trace's arrivals by a seeded Poisson process at this rate. "

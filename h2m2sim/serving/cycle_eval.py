@@ -272,9 +272,7 @@ class CycleEvaluator(PointEvaluator):
         self._memo: dict = {}
         self._locks: dict = {}          # one per piece: threads never simulate one twice
         self._lock = threading.Lock()
-        sname = self.system.name
-        self.label = (f"cycle-level: NPU chip + DRAM engine ({fidelity}) on "
-                      f"{sname}:{self.side}, {self.cards} card(s) tensor parallel")
+        self.label = side_label(self.system, self.side, fidelity, self.cards)
 
     def _plain(self) -> bool:
         return self.shard.homogeneous and not self.shard.ssm_d_state
@@ -534,6 +532,20 @@ class CycleEvaluator(PointEvaluator):
         e = card_energy_j(self.system, self.side, work.act, work.ns, total_ns, link_bytes,
                           batch)
         return PointCost(total_ns * 1e-9, self.cards * e)
+
+
+def side_label(system, side: str, fidelity: str, cards: int) -> str:
+    """What the cycle evaluator's iteration times stand for. On a system of several sides
+    it simulates ``side`` alone, holding the weights and the KV cache there: the other
+    sides add KV capacity to the serving pool but none of their (slower) time, so the
+    times are a lower bound for an asymmetric system."""
+    label = (f"cycle-level: NPU chip + DRAM engine ({fidelity}) on {system.name}:{side}, "
+             f"{cards} card(s) tensor parallel")
+    others = [s for s in system.side_names if s != side]
+    if others:
+        label += (f"; weights and KV timed as if all on {side}: side(s) "
+                  f"{', '.join(others)} add KV capacity, not their time (a lower bound)")
+    return label
 
 
 def cycle_evaluator(model, device, cfg, **options) -> PointEvaluator:

@@ -20,6 +20,7 @@ from h2m2sim.allocators.state import RequestState
 from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
+from h2m2sim.predictors import PREDICTORS
 from h2m2sim.registry import Registry
 
 from .config import DeploymentConfig, ServingConfig
@@ -103,7 +104,10 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     need_pred = cfg.predictor is not None or uses_prediction or \
         cfg.scheduler in ("bucket", "shortest")
     pred_name = cfg.predictor or ("learned" if need_pred else None)
-    history, trace = _requests(trace, cfg, seed, keep_text=pred_name in ("learned", "s3"))
+    fraction = history_fraction(cfg, allocator, pred_name)
+    history, trace = _requests(trace, cfg, fraction, seed,
+                               keep_text=pred_name in ("learned", "s3"))
+    _check_some_fit(trace, cfg.max_context_tokens)
     if cfg.prefix_caching and not trace.has_prefix_hashes:
         raise ConfigError("prefix_caching", f"trace {trace.name} has no prefix block hashes "
                           "(a prefix_block_hashes column, or Mooncake's hash_ids), so no "
@@ -157,7 +161,8 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         m.update(utilization_bound=bound, utilization_bound_sizes=sizes_)
     m.update({
         "trace": trace.name, "arrivals": trace.arrival_note or "from trace",
-        "history_requests": len(history), "max_context_tokens": cfg.max_context_tokens,
+        "history_requests": len(history), "history_fraction": fraction,
+        "max_context_tokens": cfg.max_context_tokens,
         "model": model.name, "system": device.name,
         "kv_bytes_per_token": sizes["kv_bytes_per_token"],
         "weight_bytes": sizes["weight_bytes"],
@@ -233,12 +238,37 @@ def _grid(cfg: ServingConfig, trace, kv_tokens: int) -> TableGrid:
                      error_samples=cfg.table_error_samples, kv_tokens=int(kv_tokens))
 
 
-def _requests(trace, cfg: ServingConfig, seed: int, keep_text: bool):
+#: The share of a trace held out as history when a run uses one and sets none: half, so
+#: that history and replay are draws of equal size from the same trace.
+DEFAULT_HISTORY_FRACTION = 0.5
+
+
+def history_fraction(cfg: ServingConfig, allocator: str, predictor: str | None) -> float:
+    """The share of the trace held out as history: ``cfg.history_fraction`` if set, else
+    DEFAULT_HISTORY_FRACTION when the allocator learns lengths from history or the
+    predictor trains on it, else 0 (a run that learns nothing replays the whole trace)."""
+    if cfg.history_fraction is not None:
+        return float(cfg.history_fraction)
+    learns = ALLOCATORS.get(allocator).learns_lengths or (
+        predictor is not None and PREDICTORS.get(predictor).trainable)
+    return DEFAULT_HISTORY_FRACTION if learns else 0.0
+
+
+def _check_some_fit(trace, context: int) -> None:
+    """Refuse a replay none of whose prompts fits the context (tokens): it would serve
+    nothing, and have no duration to report."""
+    if len(trace) and bool((np.asarray(trace.prompt_tokens) >= context).all()):
+        raise ConfigError("serving.max_context_tokens", f"every one of the {len(trace)} "
+                          f"replayed requests of {trace.name} has a prompt of at least "
+                          f"{context} tokens, the context, so none can be served: raise "
+                          "max_context_tokens (at most the model's) or replay other requests")
+
+
+def _requests(trace, cfg: ServingConfig, f: float, seed: int, keep_text: bool):
     """(history, replay): ``trace`` (or ``cfg.trace`` loaded) with the configured output
-    lengths, split into the held-out history and the replayed requests (the first
-    ``max_requests`` of the rest), the latter with Poisson arrivals at ``arrival_rate``
-    when one is set. The history is at most as long as the replay."""
-    f = cfg.history_fraction
+    lengths, split into a held-out history of fraction ``f`` and the replayed requests
+    (the first ``max_requests`` of the rest), the latter with Poisson arrivals at
+    ``arrival_rate`` when one is set. The history is at most as long as the replay."""
     n = cfg.max_requests
     want = None if n is None else int(np.ceil(n / (1.0 - f)))
     if trace is None:

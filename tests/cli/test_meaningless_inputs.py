@@ -16,7 +16,7 @@ SERVE = ["serve", "--trace", "alpaca", "--system", "mlu370-x4", "--model",
 
 
 @pytest.mark.parametrize("extra,fragment", [
-    (["--seed", "-1"], "seed: must be a whole number >= 0"),
+    (["--seed", "-1"], "simulation.seed: must be >= 0, got -1"),
     (["--rate", "1e-300"], "arrival_rate: 1e-300 req/s spreads"),
     (["--max-batch", str(10**9)], "max_batch"),
 ])

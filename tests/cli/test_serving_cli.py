@@ -123,3 +123,40 @@ def test_the_full_serving_command_on_a_hashed_trace(capsys, tmp_path):
     total = n * blocks * 512
     assert m["prefill_tokens_total"] == total
     assert m["prefill_tokens_computed"] == total - 2 * 512 * (n - 2)
+
+
+def test_out_writes_a_run_folder_that_run_reproduces(capsys, tmp_path):
+    """serve --out keeps what run --out keeps, and its config.yaml is a run configuration
+    whose run gives the same metrics; --json carries the same provenance."""
+    m, _ = _serve(capsys, "--allocator", "paged", "--out", str(tmp_path / "s"))
+    assert {"config_hash", "h2m2sim_version", "git_revision", "config"} <= set(m)
+    assert m["config"]["workload"]["serving"]["trace"] == "azure2023_conv"
+    stored = json.loads((tmp_path / "s" / "result.json").read_text())
+    assert stored["config_hash"] == m["config_hash"]
+    assert stored["metrics"]["tokens_per_s"] == m["tokens_per_s"]
+    assert main(["run", str(tmp_path / "s" / "config.yaml"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["config_hash"] == m["config_hash"]
+    assert again["metrics"]["tokens_per_s"] == m["tokens_per_s"]
+    assert main(BASE + ["--allocator", "paged", "--out", str(tmp_path / "s")]) == 2
+    assert "already" in capsys.readouterr().err
+    assert main(BASE + ["--allocator", "paged", "--out", ""]) == 2     # an unset variable
+    assert capsys.readouterr().err == "error: --out: is empty: name the folder to write to\n"
+
+
+def test_a_workload_no_prompt_of_which_fits_gets_one_answer(capsys, tmp_path):
+    """serve and run of the same workload refuse it alike, naming the context."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,5000,10\n1,6000,10\n")
+    args = ["serve", "--trace", str(trace), "--system", "mlu370-x4", "--model",
+            "deepseek-r1-distill-qwen-7b", "--evaluator", "analytic", "--allocator",
+            "paged", "--max-context", "4096"]
+    assert main(args) == 2
+    serve_err = capsys.readouterr().err
+    assert "every one of the 2 replayed requests" in serve_err
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"system: mlu370-x4\nmodel: deepseek-r1-distill-qwen-7b\n"
+                   f"policy: {{allocator: paged}}\nsimulation: {{fidelity: estimate}}\n"
+                   f"workload: {{serving: {{trace: {trace}, max_context_tokens: 4096}}}}\n")
+    assert main(["run", str(cfg)]) == 2
+    assert capsys.readouterr().err == serve_err

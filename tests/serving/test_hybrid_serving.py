@@ -191,8 +191,10 @@ def test_dense_serve_case_is_bit_identical_to_before_state_support():
     from h2m2sim.serving.job import run_serving
     from h2m2sim.system import resolve_system
     system = resolve_system({"preset": "mlu370-x4", "name": "two-lpddr", "cards": 2})
+    # the history split those numbers were made with (paged alone now holds none out)
     cfg = NS(workload=NS(serving=ServingConfig(trace="azure2023_code", max_requests=120,
-                                               max_context_tokens=8192)),
+                                               max_context_tokens=8192,
+                                               history_fraction=0.5)),
              policy=NS(allocator="paged", allocator_params={"block_tokens": 32}),
              system=system, model=load_model("deepseek-r1-distill-qwen-7b"),
              simulation=NS(fidelity="estimate", seed=0, cache=False, cache_dir=None))

@@ -31,7 +31,9 @@ def _serve(trace, allocator, predictor="learned", **cfg):
 @pytest.mark.parametrize("prompt_mean, out_mean", [(3000, 300), (60, 400)])
 def test_odma_defaults_hold_on_a_new_trace(prompt_mean, out_mean):
     tr = _trace(800, 3, prompt_mean, out_mean)
-    odma, static = _serve(tr, "odma"), _serve(tr, "static", predictor=None)
+    # static holds out the same history, so that both replay the same 400 requests
+    odma, static = _serve(tr, "odma"), _serve(tr, "static", predictor=None,
+                                              history_fraction=0.5)
     totals = tr.prompt_tokens + tr.output_tokens
     b = odma["bucket_boundaries"]
     assert len(b) == 4 and totals.min() <= b[0] and b[-1] <= totals.max() + 16
@@ -101,3 +103,25 @@ def test_deployment_must_use_the_cards():
     with pytest.raises(ConfigError, match="serving.deployment"):
         _serve(_trace(20, 1, 50, 50), "paged", predictor=None,
                deployment={"replicas": 3, "tensor_parallel": 1})
+
+
+@pytest.mark.parametrize("allocator, predictor, held", [
+    ("paged", None, 0), ("static", None, 0),      # learn nothing: the whole trace plays
+    ("odma", "oracle", 20),                       # ODMA seeds its buckets from history
+    ("paged", "learned", 20)])                    # the learned predictor trains on it
+def test_history_is_held_out_only_for_what_learns_from_it(allocator, predictor, held):
+    m = _serve(_trace(40, 3, 600, 200), allocator, predictor=predictor, rate=1.0)
+    assert m["history_requests"] == held and m["requests"] == 40 - held
+    assert m["history_fraction"] == (0.5 if held else 0.0)
+    set_ = _serve(_trace(40, 3, 600, 200), "paged", predictor=None, rate=1.0,
+                  history_fraction=0.25)
+    assert set_["history_requests"] == 10 and set_["requests"] == 30
+
+
+def test_allocators_that_learn_lengths_say_so():
+    from h2m2sim.allocators import ALLOCATORS
+    from h2m2sim.allocators.base import KVAllocator
+    for name in ALLOCATORS.names():
+        cls = ALLOCATORS.get(name)
+        overrides = cls.learn_lengths is not KVAllocator.learn_lengths
+        assert cls.learns_lengths == overrides, name

@@ -169,3 +169,11 @@ def _check_keys(out):
     assert out["alpaca"]["paged"]["migration_rate"] is None
     assert 0 <= out["alpaca"]["odma"]["predictor_accuracy"] <= 1
     assert 0 <= out["alpaca"]["odma"]["migration_rate"] <= 1
+
+
+def test_label_says_what_the_times_of_a_several_sided_system_stand_for():
+    one = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)
+    assert "lower bound" not in one.label and "mlu370-x4:" in one.label
+    two = CycleEvaluator(TINY, "h2m2", cards=1, cache=False)
+    assert two.label.startswith("cycle-level") and "h2m2:hbm" in two.label
+    assert "lpddr add KV capacity, not their time (a lower bound)" in two.label
