@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,13 @@ from h2m2sim.cache import config_hash, plain
 from h2m2sim.config import RunConfig, apply_sets, dump_yaml, load_config, load_file, set_key
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import (ResultStore, RunOutput, environment, flatten_metrics,
-                           git_revision, now_iso)
+                           git_revision, now_iso, shown_path)
 from h2m2sim.sweeps import Sweep, SweepReport, build_sweep, read_sweep, run_sweep
 from h2m2sim.version import __version__
 
-__all__ = ["Result", "SweepResults", "load", "run", "sweep", "serve", "load_results"]
+__all__ = ["Result", "ResultRows", "SweepResults", "IncompleteSweepWarning", "load", "run",
+           "sweep", "serve", "load_results"]
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Result(Mapping):
@@ -84,12 +87,30 @@ class Result(Mapping):
                 "environment": self.provenance["environment"]}
 
 
-class SweepResults(list):
-    """The rows of a sweep (see :func:`load_results`), with the sweep's ``name`` and
-    the ``report`` of this call (points, distinct configs, skipped, ran, errors)."""
+class IncompleteSweepWarning(UserWarning):
+    """Rows were read from a sweep folder in which some planned points have not
+    finished (a sweep that was stopped, or one still running)."""
+
+
+class ResultRows(list):
+    """Rows read from a result folder (:func:`load_results`), with ``complete``:
+    whether every planned point of the sweep has finished (True for a run's folder),
+    and ``missing``: the indices of the planned points that have not, in point order."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]], complete: bool = True,
+                 missing: Iterable[int] = ()):
+        super().__init__(rows)
+        self.complete, self.missing = complete, list(missing)
+
+
+class SweepResults(ResultRows):
+    """The rows of a sweep (see :func:`load_results`; ``complete`` and ``missing`` as
+    there), with the sweep's ``name`` and the ``report`` of this call (points, distinct
+    configs, skipped, ran, errors)."""
 
     def __init__(self, rows: Iterable[dict[str, Any]], name: str, report: SweepReport):
-        super().__init__(rows)
+        super().__init__(rows, getattr(rows, "complete", True),
+                         getattr(rows, "missing", ()))
         self.name, self.report = name, report
 
 
@@ -125,21 +146,25 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
-    store = RunOutput(out) if out is not None else None
+    store = RunOutput(out) if out is not None else None    # an empty out is refused
     if store is not None:
         store.prepare(overwrite=overwrite)   # refuse before a run that may be long
     try:
-        res = runner.run(cfg)
+        result = _run(cfg)
+        if store is not None:
+            store.write(result.result_record(), dump_yaml(cfg), result.timing_record())
     except BaseException:
         if store is not None:
-            store.abandon()
+            store.abandon()     # unlocked: a later call in this process may use it
         raise
-    result = Result(res.metrics, res.timing, cfg, config_hash(cfg), {
+    return result
+
+
+def _run(cfg: RunConfig) -> Result:
+    res = runner.run(cfg)
+    return Result(res.metrics, res.timing, cfg, config_hash(cfg), {
         "h2m2sim_version": __version__, "git_revision": git_revision(),
         "finished_at": now_iso(), "environment": environment()})
-    if store is not None:
-        store.write(result.result_record(), dump_yaml(cfg), result.timing_record())
-    return result
 
 
 def serve(config_or_path: Any, trace: str | os.PathLike | None = None,
@@ -149,16 +174,17 @@ def serve(config_or_path: Any, trace: str | os.PathLike | None = None,
     replacing ``workload.serving.trace`` and each keyword replacing that key of
     ``workload.serving`` (``max_requests=200``, ``arrival_rate=2.0`` requests/s, ...).
     Metrics are seconds (``ttft_p50_s``), tokens/s and bytes, as their names say."""
-    cfg = load(config_or_path, set)
     if trace is not None:
         serving["trace"] = os.fspath(trace)
-    if cfg.workload.serving is None and not serving:
+    # the keywords join the settings, so the configuration is checked once, as a serving
+    # run (a fixed-batch workload of several cards would be refused on its own)
+    sets = _sets(set) + [f"workload.serving.{key}={json.dumps(value)}"
+                         for key, value in serving.items()]
+    cfg = load(config_or_path, sets)
+    if cfg.workload.serving is None:
         raise ConfigError("workload.serving", "serve needs a serving workload: set "
                                               "workload.serving in the configuration")
-    raw = plain(cfg)
-    for key, value in serving.items():
-        raw = set_key(raw, f"workload.serving.{key}", value)
-    return run(raw)
+    return run(cfg)
 
 
 def sweep(spec_or_path: Any, out: str | os.PathLike, resume: bool = False,
@@ -187,7 +213,7 @@ def _sweep_of(spec: Any, sets: list[str]) -> Sweep:
     return build_sweep(spec, sets=sets)
 
 
-def load_results(path: str | os.PathLike, timing: bool = False) -> list[dict[str, Any]]:
+def load_results(path: str | os.PathLike, timing: bool = False) -> ResultRows:
     """Stored results as flat rows (``pandas.DataFrame(rows)`` makes a table of them).
 
     A sweep folder gives one row per finished point, in point order, with the columns
@@ -195,15 +221,35 @@ def load_results(path: str | os.PathLike, timing: bool = False) -> list[dict[str
     a point failed, then every scalar metric (nested ones dotted: ``breakdown.x``). A
     run folder (``h2m2sim run --out``) gives one row: ``config_hash`` and its metrics.
     ``timing=True`` adds the wall times in seconds as ``timing.<name>`` columns.
+
+    The rows are a :class:`ResultRows`. A sweep folder in which some planned points
+    have not finished (a sweep killed, or still running) gives the rows that are there
+    with ``complete`` False and the ``missing`` point indices, and an
+    :class:`IncompleteSweepWarning` naming the folder, how many points finished and
+    the command that finishes the others. A damaged folder is a
+    :class:`~h2m2sim.errors.SimError` naming the file.
     """
     root = Path(path)
-    if (root / "plan.json").exists():
-        return [_point_row(entry, rec, timing)
-                for entry, rec in ResultStore(root).records()]
-    if (root / "result.json").exists():
-        return [_run_row(root, timing)]
+    try:
+        is_sweep = (root / "plan.json").exists()
+        is_run = not is_sweep and (root / "result.json").exists()
+    except OSError as err:      # a name or path too long, a folder we may not read
+        raise ConfigError(shown_path(root), f"cannot read: {err.strerror}") from None
+    if is_sweep:
+        return _sweep_rows(ResultStore(root), timing)
+    if is_run:
+        return ResultRows([_run_row(root, timing)])
     raise ConfigError(str(root), "holds no sweep (plan.json) and no run result "
                                  "(result.json)")
+
+
+def _sweep_rows(store: ResultStore, timing: bool) -> ResultRows:
+    """The rows of a sweep folder, flagged (and warned about) when incomplete."""
+    rows = [_point_row(entry, rec, timing) for entry, rec in store.records()]
+    note = store.incomplete()
+    if note is not None:
+        warnings.warn(note, IncompleteSweepWarning, stacklevel=3)
+    return ResultRows(rows, note is None, store.missing() if note else ())
 
 
 def _point_row(entry: Mapping[str, Any], rec: Mapping[str, Any],
@@ -219,12 +265,23 @@ def _point_row(entry: Mapping[str, Any], rec: Mapping[str, Any],
 
 
 def _run_row(root: Path, timing: bool) -> dict[str, Any]:
-    try:
-        rec = json.loads((root / "result.json").read_text())
-        times = json.loads((root / "timing.json").read_text()) if timing else {}
-    except (OSError, ValueError) as err:
-        raise ConfigError(str(root), f"unreadable result: {err}") from None
+    rec = _json_object(root / "result.json", "metrics")
+    times = _json_object(root / "timing.json") if timing else {}
     row = {"config_hash": rec.get("config_hash"), **flatten_metrics(rec.get("metrics") or {})}
     row.update({f"timing.{k}": v for k, v in times.items()
                 if k != "config_hash" and not isinstance(v, Mapping)})
     return row
+
+
+def _json_object(path: Path, inner: str | None = None) -> dict[str, Any]:
+    """The JSON object in file ``path`` (its ``inner`` entry, if present, an object
+    too); anything else is an error naming the file."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(str(path), f"unreadable result: {err}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(str(path), "not a JSON object")
+    if inner is not None and not isinstance(obj.get(inner) or {}, dict):
+        raise ConfigError(str(path), f"'{inner}' is not a JSON object")
+    return obj

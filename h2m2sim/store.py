@@ -59,8 +59,19 @@ swept values) must match; resume with the folder's own ``DIR/sweep.yaml`` to fin
 it. Neither command writes into the other's folder. An output that cannot be written
 (a file where a folder should be, a read-only folder) is reported as one line naming
 the path and the system's reason before anything runs; this holds for ``plot --out``
-and ``model --export-trace`` too. A new sweep that fails before finishing any point
-removes what it created, so the same ``--out`` can be used again.
+and ``model --export-trace`` too; an empty ``--out`` is refused, and a name or path
+longer than the file system allows is named (shortened) with the limit. A new sweep
+that fails before finishing any point removes what it created, so the same ``--out``
+can be used again.
+
+**One writer per folder.** While a run or a sweep writes its folder it holds an
+exclusive lock (``flock``) on ``DIR/.h2m2sim.lock``, a file holding its process id and
+removed when it ends. A second ``run``, ``sweep`` or ``sweep --resume`` into that folder
+is refused at once, naming the holder's pid. The system drops the lock when its holder
+ends, even by SIGKILL, so the file a killed process leaves behind blocks nothing. A
+sweep folder whose plan has more points than finished records (a killed sweep, or one
+still running) is read with a warning saying how many finished
+(:meth:`ResultStore.incomplete`).
 
 Every file is written to a temporary name in the same directory and renamed into place
 with ``os.replace``, so a killed run or sweep leaves only whole files behind;
@@ -92,6 +103,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # Windows: output folders are not locked
+    fcntl = None  # type: ignore[assignment]
+
 from h2m2sim import version
 from h2m2sim.version import __version__
 from h2m2sim.errors import ConfigError, SimError
@@ -101,7 +117,7 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_
            "ResultStore", "RunOutput", "encode_cell", "decode_cell", "flatten_metrics",
            "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
            "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
-           "plan_digest", "now_iso"]
+           "plan_digest", "now_iso", "FolderLock", "LOCK_NAME", "shown_path", "given_out"]
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +133,63 @@ def now_iso() -> str:
 
 
 # -- output locations -------------------------------------------------------------------
+#: characters of a path a message shows; a longer one is cut in the middle
+SHOWN_PATH_CHARS = 80
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """``path`` for a one-line message: as it is, or its start and end with the number
+    of characters when it is longer than :data:`SHOWN_PATH_CHARS`."""
+    text = os.fsdecode(path)
+    if len(text) <= SHOWN_PATH_CHARS:
+        return text
+    half = SHOWN_PATH_CHARS // 2
+    return f"{text[:half]}...{text[-half:]} ({len(text)} characters)"
+
+
+def _limit(path: str | os.PathLike, name: str, default: int) -> int:
+    """``os.pathconf`` value ``name`` of the nearest existing folder above ``path``."""
+    for folder in Path(os.path.abspath(path)).parents:
+        with contextlib.suppress(OSError, ValueError):
+            if folder.is_dir():
+                return os.pathconf(folder, name)
+    return default
+
+
+def _too_long(path: str | os.PathLike, out: str | os.PathLike) -> str:
+    """Which part of ``path`` (in output folder ``out``) is longer than the file system
+    allows, and the limit (in bytes, as the system counts them)."""
+    name_max = _limit(path, "PC_NAME_MAX", 255)
+    for part in Path(os.fsdecode(path)).parts:
+        size = len(os.fsencode(part))
+        if size > name_max:     # the name is shown unless the message shows it already
+            which = "" if part == Path(out).name else f" ({shown_path(part)})"
+            return f"a name of {size} bytes{which}, at most {name_max} allowed"
+    path_max = _limit(path, "PC_PATH_MAX", 4096)
+    return f"a path of {len(os.fsencode(path))} bytes, at most {path_max} allowed"
+
+
 def output_error(key: str, path: str | os.PathLike, err: OSError) -> ConfigError:
     """The one-line user error for an OSError met while writing under ``path``: names the
-    path and the system's reason (and the file, when it is not ``path`` itself)."""
+    path (:func:`shown_path`) and the system's reason (and the file, when it is not
+    ``path`` itself); a name or path too long also says the limit it exceeds."""
     reason = err.strerror or str(err)
-    if err.filename:  # name the file too when it lies outside ``path`` (a parent)
+    if err.errno == errno.ENAMETOOLONG:
+        reason += f": {_too_long(err.filename or path, path)}"
+    elif err.filename:  # name the file too when it lies outside ``path`` (a parent)
         where = Path(os.path.abspath(os.fsdecode(err.filename)))
         inside = Path(os.path.abspath(path))
         if where != inside and inside not in where.parents:
-            reason += f" ({os.fsdecode(err.filename)})"
-    return ConfigError(key, f"cannot write to {path}: {reason}")
+            reason += f" ({shown_path(err.filename)})"
+    return ConfigError(key, f"cannot write to {shown_path(path)}: {reason}")
+
+
+def given_out(path: str | os.PathLike, key: str = "--out") -> Path:
+    """``path`` as a Path; an empty one (an unset shell variable) is refused, since
+    ``Path("")`` would quietly mean the working folder."""
+    if not os.fspath(path):
+        raise ConfigError(key, "is empty: name the folder to write to")
+    return Path(path)
 
 
 @contextlib.contextmanager
@@ -154,9 +217,9 @@ def prepare_dir(path: str | os.PathLike, key: str = "--out") -> Path | None:
         if path.exists() and not path.is_dir():
             raise _not_a_dir(path)
         missing = [p for p in (path, *path.parents) if not p.exists()]
-        path.mkdir(parents=True, exist_ok=True)
         top = missing[-1] if missing else None
         try:
+            path.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(prefix=".h2m2sim-probe-", dir=path)
             os.close(fd)
             os.unlink(probe)
@@ -170,9 +233,9 @@ def prepare_file(path: str | os.PathLike, key: str) -> Path | None:
     """Make the folder of output file ``path`` writable (:func:`prepare_dir`) and check
     that ``path`` is not a directory. Returns what :func:`prepare_dir` returns."""
     path = Path(path)
-    if path.is_dir():
-        raise output_error(key, path, IsADirectoryError(
-            errno.EISDIR, os.strerror(errno.EISDIR), str(path)))
+    with writing_to(path, key):
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     return prepare_dir(path.parent, key)
 
 
@@ -185,8 +248,10 @@ def remove_empty_dirs(leaf: str | os.PathLike, top: str | os.PathLike | None) ->
     for d in (leaf, *leaf.parents):
         try:
             d.rmdir()
-        except OSError:
-            return
+        except OSError as err:
+            # ENOENT, ENAMETOOLONG: never made (a mkdir of several levels failed part way)
+            if err.errno not in (errno.ENOENT, errno.ENAMETOOLONG):
+                return
         if d == top:
             return
 
@@ -208,6 +273,95 @@ def atomic_output_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+# -- one writer per folder -------------------------------------------------------------
+#: the lock file of an output folder while a run or sweep writes it (module docstring)
+LOCK_NAME = ".h2m2sim.lock"
+LOCK_TRIES = 20  # times a lock is taken again after its holder removed the file
+
+
+class FolderLock:
+    """An exclusive ``flock`` on ``FOLDER/.h2m2sim.lock`` while this process writes the
+    folder. Taking it never waits: a folder another process holds is refused at once
+    (:meth:`acquire`). The system drops the lock when its holder ends, even by SIGKILL,
+    so a lock file left by a killed process blocks nobody. Without ``fcntl`` (Windows),
+    or on a file system that cannot lock, folders are not locked."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self, key: str = "--out") -> None:
+        """Take the lock and write this process's id into the file. Refused with one
+        line naming the folder and the holder's pid when another process has it; an
+        OSError (the folder cannot be written) propagates."""
+        if fcntl is None or self._fd is not None:
+            return
+        for _ in range(LOCK_TRIES):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            if not self._lock(fd, key):
+                return
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)    # the holder removed the file as it let go: lock the new one
+        else:
+            raise ConfigError(key, f"cannot lock {shown_path(self.folder)}: its lock file "
+                                   "keeps being replaced")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def _lock(self, fd: int, key: str) -> bool:
+        """flock ``fd``: True when taken, False (fd closed, a warning) when the file
+        system cannot lock; another holder is the error of :meth:`acquire`."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            holder = _pid_in(fd)
+            os.close(fd)
+            pid = f" (pid {holder})" if holder else ""
+            raise ConfigError(key, f"another h2m2sim process{pid} is writing "
+                                   f"{shown_path(self.folder)}; wait for it to end or "
+                                   "choose another folder") from None
+        except OSError as err:
+            os.close(fd)
+            if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            log.warning("cannot lock %s (%s): another process writing it at the same "
+                        "time would not be noticed", self.folder, err.strerror)
+            return False
+
+    def release(self) -> None:
+        """Remove the lock file and let go of the lock (nothing if not held). The file
+        goes first: a process that opened it meanwhile sees it replaced and retries."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+
+def _pid_in(fd: int) -> int | None:
+    """The process id a lock file holds, None if it holds none (yet)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(os.pread(fd, 32, 0).split()[0])
+    return None
 
 
 # -- atomic writes ----------------------------------------------------------------------
@@ -453,32 +607,57 @@ class RunOutput:
     """The output folder of one run (layout in the module docstring)."""
 
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
+        self.root = given_out(root)
         self.result_path = self.root / "result.json"
         self.config_path = self.root / "config.yaml"
         self.timing_path = self.root / "timing.json"
         self._created: Path | None = None
+        self._lock = FolderLock(self.root)
 
     def prepare(self, overwrite: bool = False) -> None:
         """Refuse a folder holding a sweep, or a run result unless ``overwrite``; then make
-        the folder and check that it can be written (before the run, which may be long)."""
-        if (self.root / "plan.json").exists():
-            raise ConfigError("--out", f"{self.root} holds a sweep; choose another --out")
-        if self.result_path.exists() and not overwrite:
-            raise ConfigError("--out", f"{self.root} already holds a run result "
-                                       "(result.json); choose another --out or pass "
-                                       "--overwrite to replace it")
+        the folder, check that it can be written and lock it (:class:`FolderLock`), all
+        before the run, which may be long. The refusals are checked again under the
+        lock: another process may have written the folder meanwhile. The lock is held
+        until :meth:`write` or :meth:`abandon`."""
+        self._refuse(overwrite)
         self._created = prepare_dir(self.root)
+        try:
+            with writing_to(self.root):
+                self._lock.acquire()
+            self._refuse(overwrite)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def _refuse(self, overwrite: bool) -> None:
+        where = shown_path(self.root)
+        with writing_to(self.root):
+            if (self.root / "plan.json").exists():
+                raise ConfigError("--out", f"{where} holds a sweep; choose another --out")
+            if self.result_path.exists() and not overwrite:
+                raise ConfigError("--out", f"{where} already holds a run result "
+                                           "(result.json); choose another --out or pass "
+                                           "--overwrite to replace it")
 
     def abandon(self) -> None:
-        """Remove the folders :meth:`prepare` created, if they are still empty."""
+        """Let go of the folder: unlock it and remove the folders :meth:`prepare`
+        created, if they are still empty."""
+        self._lock.release()
         remove_empty_dirs(self.root, self._created)
 
     def write(self, result: Mapping[str, Any], config_yaml: str,
               timing: Mapping[str, Any]) -> None:
         """Write the three files: each is staged under a temporary name first, then all
         are renamed into place with ``result.json`` last, so a failure never leaves a new
-        ``result.json`` beside an old configuration."""
+        ``result.json`` beside an old configuration. Unlocks the folder."""
+        try:
+            self._write(result, config_yaml, timing)
+        finally:
+            self._lock.release()
+
+    def _write(self, result: Mapping[str, Any], config_yaml: str,
+               timing: Mapping[str, Any]) -> None:
         staged: list[tuple[Path, Path]] = []
         with writing_to(self.root):
             try:
@@ -505,6 +684,8 @@ def _plan_problem(plan: Any) -> str | None:
         return "not a JSON object"
     if not isinstance(plan.get("axes", []), list) or not isinstance(plan.get("points"), list):
         return "'axes' and 'points' must be lists"
+    if not all(isinstance(a, str) for a in plan.get("axes", [])):
+        return "'axes' must be a list of key paths (strings)"
     for i, p in enumerate(plan["points"]):
         if not (isinstance(p, dict) and isinstance(p.get("config_hash"), str)
                 and isinstance(p.get("index"), int)
@@ -525,8 +706,9 @@ def _load_record(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, "not a JSON object"
     if rec.get("config_hash") != path.stem:
         return None, "it names another point"
-    if not all(isinstance(rec.get(k) or {}, dict) for k in ("metrics", "timing")):
-        return None, "its metrics or timing are not JSON objects"
+    if not all(isinstance(rec.get(k) or {}, dict)
+               for k in ("metrics", "timing", "params", "config")):
+        return None, "its metrics, timing, params or config are not JSON objects"
     if "timing" not in rec:
         metrics, timing = split_timing(rec.get("metrics") or {})
         rec["metrics"] = metrics
@@ -540,6 +722,7 @@ class ResultStore:
     """The output directory of one sweep (layout in the module docstring)."""
 
     def __init__(self, root: str | os.PathLike):
+        self.given = os.fspath(root)  # before Path() turns "" into "."
         self.root = Path(root)
         self.points_dir = self.root / "points"
         self.plan_path = self.root / "plan.json"
@@ -549,6 +732,8 @@ class ResultStore:
         self.spec_path = self.root / "sweep.yaml"
         self._created: Path | None = None
         self._warned: set[Path] = set()
+        self._lock = FolderLock(self.root)
+        self._checked: tuple[list[str], list[dict[str, Any]], bool] | None = None
 
     # -- opening ---------------------------------------------------------------------
     def holds_sweep(self) -> bool:
@@ -559,14 +744,22 @@ class ResultStore:
         """Refuse to write this sweep here: a folder holding a run result; one holding a
         sweep without ``resume``; with ``resume``, one holding a different sweep (plan
         digest). Writes nothing. Returns whether the folder holds no sweep yet."""
-        where = self.root
-        if self.root.exists() and not self.root.is_dir():
-            raise output_error("--out", where, _not_a_dir(where))
-        if (self.root / "result.json").exists():
-            raise ConfigError("--out", f"{where} holds a run result (result.json); choose "
-                                       "another --out")
-        if not self.holds_sweep():
-            return True
+        given_out(self.given)
+        self._checked = (axes, plan, resume)
+        with writing_to(self.root):
+            if self.root.exists() and not self.root.is_dir():
+                raise _not_a_dir(self.root)
+            if (self.root / "result.json").exists():
+                raise ConfigError("--out", f"{shown_path(self.root)} holds a run result "
+                                           "(result.json); choose another --out")
+            if not self.holds_sweep():
+                return True
+        return self._check_resume(axes, plan, resume)
+
+    def _check_resume(self, axes: list[str], plan: list[dict[str, Any]],
+                      resume: bool) -> bool:
+        """:meth:`check` for a folder that holds a sweep."""
+        where = shown_path(self.root)
         done = self.finished()
         if not resume:
             raise ConfigError("--out", f"{where} already holds a sweep ({len(done)} "
@@ -582,9 +775,20 @@ class ResultStore:
                                        f"sweep {self.spec_path} --out {where} --resume")
         return False
 
-    def prepare(self) -> None:
-        """Make the folder and check that it can be written (:func:`prepare_dir`)."""
+    def prepare(self) -> bool | None:
+        """Make the folder, check that it can be written (:func:`prepare_dir`) and lock
+        it (:class:`FolderLock`, held until :meth:`filling` ends), then repeat the last
+        :meth:`check` under the lock, since another process may have written the folder
+        meanwhile. Returns what that check returns (None if there was none)."""
         self._created = prepare_dir(self.root)
+        try:
+            with writing_to(self.root):
+                self._lock.acquire()
+            return self.check(*self._checked) if self._checked else None
+        except BaseException:
+            self._lock.release()
+            remove_empty_dirs(self.root, self._created)
+            raise
 
     # -- writing ---------------------------------------------------------------------
     def start(self, spec_yaml: str, axes: list[str], plan: list[dict[str, Any]]) -> None:
@@ -616,20 +820,30 @@ class ResultStore:
     def filling(self, fresh: bool, extra: Sequence[str] = ()):
         """Run the body that fills this store, then rebuild its CSVs. If the body fails,
         a new store that finished no point is discarded (with its ``extra`` files) and a
-        resumed one keeps CSVs that match its stored points."""
+        resumed one keeps CSVs that match its stored points. The folder is unlocked
+        at the end either way."""
         try:
-            yield
-        except BaseException:
-            if fresh and not self.finished():
-                for name in extra:
-                    with contextlib.suppress(OSError):
-                        (self.root / name).unlink()
-                self.discard()
-            elif self.plan_path.exists():
-                with contextlib.suppress(SimError, OSError):  # the failure matters more
-                    self.rebuild(strict=False)
-            raise
-        self.rebuild()
+            try:
+                yield
+            except BaseException:
+                self._clean_up(fresh, extra)
+                raise
+            self.rebuild()
+        finally:
+            self._lock.release()
+
+    def _clean_up(self, fresh: bool, extra: Sequence[str]) -> None:
+        """After a failure: :meth:`discard` a new store that finished no point (and its
+        ``extra`` files), else rebuild the CSVs from the points that are whole."""
+        if fresh and not self.finished():
+            for name in extra:
+                with contextlib.suppress(OSError):
+                    (self.root / name).unlink()
+            self._lock.release()    # first: its file would keep the folder from going
+            self.discard()
+        elif self.plan_path.exists():
+            with contextlib.suppress(SimError, OSError):  # the failure matters more
+                self.rebuild(strict=False)
 
     def error_count(self) -> int:
         """Stored points whose run ended in an error."""
@@ -766,5 +980,33 @@ class ResultStore:
             if not self.csv_path.exists():
                 raise ConfigError(str(self.root), "cannot write results.csv and there is "
                                                   "none to read") from None
-        header, rows = read_csv(self.csv_path)
+        try:
+            header, rows = read_csv(self.csv_path)
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(str(self.csv_path), f"cannot read: {err}") from None
         return header, rows, list(self.plan().get("axes", []))
+
+    def missing(self) -> list[int]:
+        """Indices of the planned points that have no point file (the sweep was
+        stopped, or is still running)."""
+        return [e["index"] for e in self.plan()["points"]
+                if not self.point_path(e["config_hash"]).exists()]
+
+    def incomplete(self) -> str | None:
+        """None when every planned point has finished; else a line naming the folder,
+        how many points finished and how to finish the others."""
+        missing, total = self.missing(), len(self.plan()["points"])
+        if not missing:
+            return None
+        how = ("by rerunning its command with --resume" if self._of_functions() else
+               f"with h2m2sim sweep {self.spec_path} --out {self.root} --resume")
+        return (f"{shown_path(self.root)}: {total - len(missing)} of {total} points "
+                f"finished; resume {how}")
+
+    def _of_functions(self) -> bool:
+        """Whether ``sweep.yaml`` is the note of a sweep of function calls, which is
+        resumed by its own command (:mod:`h2m2sim.sweeps.tasks`), not a sweep file."""
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            with open(self.spec_path) as fh:
+                return fh.readline().startswith("# a sweep of function calls")
+        return False

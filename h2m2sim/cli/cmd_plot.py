@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 HELP = "plot sweep results (lines or grouped bars, optionally as speedup over a baseline)"
 
 UNITS = ("units are read from the column's suffix (_ns, _us, _ms, _s, _bytes, _kb, _mb, "
          "_gb, _gbps); default: the unit the values read best in")
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -55,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     size = plotting.parse_size(args.size)
     if args.out:
         prepare_file(plotting.check_out(args.out), "--out")  # fail before reading anything
-    res = plotting.load_results(args.results)
+    res = _load(args.results)
     x = plotting.column(res, args.x, "--x")
     y = plotting.column(res, args.y, "--y")
     hue = plotting.column(res, args.hue, "--hue")
@@ -77,6 +79,24 @@ def main(args: argparse.Namespace) -> int:
     print(plotting.format_pivot(xs, hues, data, x))
     print(f"wrote {out}")
     return 0
+
+
+def _load(results: str):
+    """The rows of ``results`` (:func:`h2m2sim.plotting.load_results`), with a warning
+    line when they come from a sweep whose planned points have not all finished."""
+    from h2m2sim import plotting
+    from h2m2sim.errors import ConfigError
+    from h2m2sim.store import ResultStore, shown_path
+    try:
+        res = plotting.load_results(results)
+        folder = res.source if res.source.is_dir() else res.source.parent
+        store = ResultStore(folder)
+        note = store.incomplete() if store.plan_path.exists() else None
+    except OSError as err:      # a name or path too long, a folder we may not read
+        raise ConfigError(shown_path(results), f"cannot read: {err.strerror}") from None
+    if note:
+        log.warning("%s; the plot shows the finished points only", note)
+    return res
 
 
 def _speedup(args: argparse.Namespace, res, rows: list, y: str) -> tuple[list, str, str]:

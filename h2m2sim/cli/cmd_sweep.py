@@ -34,7 +34,8 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim import api
-    out = Path(args.out) if args.out else Path("results") / Path(args.sweep).stem
+    # an empty --out (an unset shell variable) is not the default: the API refuses it
+    out = args.out if args.out is not None else Path("results") / Path(args.sweep).stem
     rows = api.sweep(args.sweep, out, resume=args.resume, workers=args.workers,
                      set=args.sets, scheduler=args.scheduler, progress=args.progress)
     rep = rows.report

@@ -120,8 +120,10 @@ def _check_phase(w) -> None:
 def _check_cards(system, key: str) -> None:
     if system.cards > 1:
         raise ConfigError(key, f"the decode-iteration job simulates one card; "
-                          f"{system.name!r} has {system.cards} (set cards: 1, or serve it: "
-                          "serving workloads shard the model over the cards)")
+                          f"{system.name!r} has {system.cards}: set cards: 1, or serve it, "
+                          "which shards the model over the cards: set workload.serving "
+                          "(e.g. workload.serving={trace: azure2023_conv}, or "
+                          "h2m2sim.serve(config, trace=...))")
 
 
 def estimate_tables(problem) -> SublayerTimes:

@@ -62,9 +62,10 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
     Each finished point is written atomically as soon as it finishes, so an interrupted
     sweep resumed with ``resume=True`` runs only what is missing and ends with exactly
     the result set of an uninterrupted run. Everything that can be refused is refused
-    before anything is written (rules in :mod:`h2m2sim.store`); a new sweep that fails
-    before finishing a point removes what it wrote. ``progress``: None = a bar on
-    terminals only.
+    before anything is written (rules in :mod:`h2m2sim.store`), including another
+    process writing ``out`` (the folder stays locked while the sweep runs); a new sweep
+    that fails before finishing a point removes what it wrote. ``progress``: None = a
+    bar on terminals only.
     """
     check_workers(workers)
     store = ResultStore(out)
@@ -91,7 +92,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
     record = PointRecorder(store, lambda h: {"index": by_hash[h].index,
                                              "params": by_hash[h].params,
                                              "config": plain(by_hash[h].config)})
-    store.prepare()
+    fresh = store.prepare()     # locked, and checked again under the lock
     with store.filling(fresh):
         if todo:
             with backend_for(n_workers, scheduler, len(todo)) as backend:

@@ -116,6 +116,84 @@ def test_output_that_is_a_file_is_one_line(tmp_path, capsys, fake_layers, comman
     assert sorted(os.listdir(tmp_path)) == ["afile", "run.yaml", "s.yaml"]
 
 
+# -- output names the system refuses, an empty --out, a full disk -------------------------
+LONG_NAME = "n" * 300                     # over the 255 bytes a name may have
+LONG_PATH = "/".join(["p" * 200] * 25)    # 5,024 characters: over the 4,096 of a path
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch, fake_layers):
+    """A working folder holding run.yaml and s.yaml, and nothing else."""
+    (tmp_path / "run.yaml").write_text(EXAMPLE_YAML)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(SWEEP))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _argv(command: str, out: str) -> list[str]:
+    return {"run": ["run", "run.yaml", "--out", out],
+            "sweep": ["sweep", "s.yaml", "--workers", "1", "--out", out],
+            "plot": ["plot", "res", "--x", "workload.seq", "--y", "iteration_time_ns",
+                     "--out", out + ".png"]}[command]
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "plot"])
+@pytest.mark.parametrize("out", [LONG_NAME, LONG_PATH, f"a/{LONG_NAME}/b"],
+                         ids=["long-name", "long-path", "long-name-inside"])
+def test_output_name_too_long_is_one_line_with_the_limit(work, capsys, command, out):
+    """The path is named, shortened to its start and end, with the limit it exceeds;
+    nothing is created (not even the folders above the name that is too long)."""
+    if command == "plot":
+        _stdout(capsys, _argv("sweep", "res"))
+    before = sorted(os.listdir(work))
+    name_max, path_max = os.pathconf(work, "PC_NAME_MAX"), os.pathconf(work, "PC_PATH_MAX")
+    line = one_error(capsys, _argv(command, out))
+    shown = out
+    if command == "plot":   # the file, or the folder that cannot be made for it
+        shown = f"a/{LONG_NAME}" if out.endswith("/b") else out + ".png"
+    assert line.startswith(f"error: --out: cannot write to {shown[:40]}...{shown[-40:]} "
+                           f"({len(shown)} characters): File name too long: "), line
+    size = len(LONG_NAME) + (4 if command == "plot" and out == LONG_NAME else 0)
+    assert (f"at most {path_max} allowed" if out == LONG_PATH else
+            f"a name of {size} bytes") in line
+    assert out == LONG_PATH or line.endswith(f", at most {name_max} allowed")
+    assert len(line) < 300
+    assert sorted(os.listdir(work)) == before
+
+
+def test_empty_output_is_refused(work, capsys):
+    """An unset shell variable (``--out "$DIR"``) would otherwise mean no output, or
+    the working folder."""
+    import h2m2sim
+    from h2m2sim.errors import ConfigError
+    assert one_error(capsys, ["run", "run.yaml", "--out", ""]) == \
+        "error: --out: is empty: name the folder to write to"
+    assert one_error(capsys, ["sweep", "s.yaml", "--out", ""]) == \
+        "error: --out: is empty: name the folder to write to"
+    with pytest.raises(ConfigError, match="^--out: is empty"):
+        h2m2sim.run("run.yaml", out="")
+    with pytest.raises(ConfigError, match="^--out: is empty"):
+        h2m2sim.sweep("s.yaml", "")
+    assert sorted(os.listdir(work)) == ["run.yaml", "s.yaml"]
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT", "EIO"])
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_failing_disk_is_one_line_and_leaves_nothing(work, capsys, monkeypatch, command,
+                                                       code):
+    """A write that fails after the checks (a full disk, a quota, an I/O error) is one
+    line naming the folder and the system's reason; the new folder is removed."""
+    import errno
+    reason = os.strerror(getattr(errno, code))
+
+    def fail(fd):
+        raise OSError(getattr(errno, code), reason)
+    monkeypatch.setattr(os, "fsync", fail)
+    line = one_error(capsys, _argv(command, "new/out"))
+    assert line == f"error: --out: cannot write to new/out: {reason}"
+    assert sorted(os.listdir(work)) == ["run.yaml", "s.yaml"]
+
+
 def test_trace_export_is_written_whole_under_its_name(tmp_path, capsys):
     """Written to a temporary beside it and renamed: the suffixes that pick the format
     (numpy's .npz, gzip's .gz) are kept, and nothing else is left in the folder."""
