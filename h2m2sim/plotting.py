@@ -69,7 +69,9 @@ def _baseline_names(store: ResultStore) -> list[str]:
     ``policy.baseline`` is a system mapping with a name, or still a preset name)."""
     names: dict[str, None] = {}
     for _, rec in store.records():
-        base = ((rec.get("config") or {}).get("policy") or {}).get("baseline")
+        cfg = rec.get("config")
+        policy = cfg.get("policy") if isinstance(cfg, dict) else None
+        base = policy.get("baseline") if isinstance(policy, dict) else None
         name = base.get("name") if isinstance(base, dict) else base
         if name:
             names[str(name)] = None
@@ -227,12 +229,20 @@ def rescale(rows: Sequence[dict[str, Any]], col: str, factor: float) -> list[dic
     return out
 
 
+def _compared(y: str) -> str:
+    """What a speedup of ``y`` compares, in words with no unit: a speedup is a ratio,
+    and a rate's bare name ('tokens' of ``tokens_per_s``) in parentheses would read as
+    the axis' unit."""
+    q = quantity_of(y)
+    return f"{q.name} throughput" if q.fixed == "/s" else q.name
+
+
 def speedup_label(res: Results, y: str, baseline: str | None = None) -> str:
     """'speedup over lpddr-only': the baseline named on the command line (then the
     metric it was computed from is added), else the one recorded in the points when
     ``y`` is the runner's ``speedup`` metric."""
     if baseline is not None:
-        return f"speedup over {baseline} ({quantity_of(y).name})"
+        return f"speedup over {baseline} ({_compared(y)})"
     if len(res.baselines) == 1:
         return f"speedup over {res.baselines[0]}"
     if res.baselines:

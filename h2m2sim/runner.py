@@ -39,7 +39,7 @@ from h2m2sim.cache import plain
 from h2m2sim.config.schema import job_kind
 from h2m2sim.decode.job import run_iteration
 from h2m2sim.errors import SimError
-from h2m2sim.parallel import use_threads
+from h2m2sim.parallel import progress_label, use_threads
 from h2m2sim.registry import Registry
 from h2m2sim.serving.job import run_serving
 from h2m2sim.serving.prefill_job import run_prefill
@@ -124,14 +124,16 @@ def _run(cfg: Any, job: Job | None) -> tuple[dict[str, Any], dict[str, Any]]:
     job = get_job(kind) if job is None else job
     name = getattr(job, "__qualname__", repr(job))
     t = TIME_METRIC.get(kind)
-    metrics, timing = split_timing(_clean(job(cfg), f"job {name}"))
-    metrics = _timed(metrics, t, "")
     baseline = cfg.policy.baseline
+    with progress_label(None if baseline is None else "system"):
+        metrics, timing = split_timing(_clean(job(cfg), f"job {name}"))
+    metrics = _timed(metrics, t, "")
     if baseline is None:
         return metrics, timing
     base_cfg = dataclasses.replace(cfg, system=baseline,
                                    policy=dataclasses.replace(cfg.policy, baseline=None))
-    base, base_timing = split_timing(_clean(job(base_cfg), f"job {name} (baseline)"))
+    with progress_label("baseline"):     # its bars apart from the system's
+        base, base_timing = split_timing(_clean(job(base_cfg), f"job {name} (baseline)"))
     base = _timed(base, t, " on the baseline")
     timing.update({f"baseline_{k}": v for k, v in base_timing.items()})
     if t not in metrics or t not in base:

@@ -48,7 +48,8 @@ def run_pair(rate, evaluator, max_requests, seed=0) -> dict:
     out = {}
     for name, chunked in (("whole", False), ("chunked", True)):
         cfg = ServingConfig(trace=TRACE, arrival_rate=rate, max_requests=max_requests,
-                            chunked_prefill=chunked, slo_ttft_s=SLO[0], slo_tpot_s=SLO[1])
+                            history_fraction=0.5, chunked_prefill=chunked,
+                            slo_ttft_s=SLO[0], slo_tpot_s=SLO[1])
         t0 = time.perf_counter()
         res = serve(None, cfg, allocator="paged", model=model, device=device,
                     evaluator=EVALUATORS.get(evaluator), seed=seed)
@@ -66,26 +67,35 @@ def ccdf(values, counts, points=400):
 
 
 def plot(path, runs) -> None:
+    """One panel of ITL CCDFs per load, on shared axes so that the loads compare."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
-    fig, axs = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 3.8))
-    for ax, (label, pair) in zip(np.atleast_1d(axs), runs.items()):
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    fig, axs = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 3.8), sharex=True,
+                            sharey=True, squeeze=False)
+    for ax, (label, pair) in zip(axs[0], runs.items()):
         for name, style in (("whole", "-"), ("chunked", "--")):
             m, v, c, _ = pair[name]
             x, y = ccdf(v, c)
             ax.step(x, y, style, where="post",
                     label=f"{name} prefill (p99 {m['itl_p99_s'] * 1e3:.1f} ms)")
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())   # minor labels overlap on short axes
-        ax.set_yscale("log")
-        ax.set_ylim(1e-5, 1.1)
         ax.set_xlabel("inter-token latency (s)")
-        ax.set_ylabel("share of tokens with a longer gap")
         ax.set_title(label, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
+    ax = axs[0][0]                    # shared: setting one panel sets them all
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-5, 1.1)
+    ax.set_ylabel("share of tokens with a longer gap")
+    # 1-2-5 steps where the ITLs span three decades or less: whole decades alone would
+    # label such an axis only once or twice
+    lo, hi = ax.get_xlim()
+    steps = (1.0, 2.0, 5.0) if np.log10(hi / lo) <= 3 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=steps))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     fig.suptitle(f"{TRACE}, {MODEL} on {SYSTEM}, paged KV", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from h2m2sim.cli.cmd_validate import add_set_option
+from h2m2sim.quantities import DIMENSIONS, Dimension, Quantity, Unit, quantity_of
 
 HELP = "run one configuration and print its metrics"
 log = logging.getLogger(__name__)
@@ -31,19 +34,168 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
-def _num(v: Any) -> str:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+#: The summary's lines fit a terminal this many characters wide.
+WIDTH = 100
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _decimals(peak: float) -> int:
+    """Decimals that give ``peak`` (> 0) four significant digits."""
+    return min(max(3 - math.floor(math.log10(peak)), 0), 9)
+
+
+def _plain(x: float) -> str:
+    """A number as people read it, never in exponent notation: an integer in full with
+    thousands separators, anything else to four significant digits."""
+    if isinstance(x, int):
+        return f"{x:,}"
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    return f"{x:,.{_decimals(abs(x))}f}"
+
+
+def _unit_of(name: str) -> tuple[str, Quantity]:
+    """``name`` without its unit suffix, and the quantity the suffix says
+    (``time_ns`` -> 'time', nanoseconds); a bare unit word (``bytes``, ``hbm.bytes``) is
+    its own unit."""
+    low = name.lower()
+    q = quantity_of(name)
+    if q.dimension is None:
+        bare = "_" + low.rsplit(".", 1)[-1]
+        return name, Quantity(name, *DIMENSIONS[bare]) if bare in DIMENSIONS else q
+    suffix = max((s for s in DIMENSIONS if low.endswith(s)), key=len)
+    return name[:-len(suffix)], q
+
+
+def _with_unit(name: str, v: Any) -> str:
+    """A metric's value in the unit that reads best (``iteration_time_ns`` 4.83e8 ->
+    '483.1 ms'); a number without a unit in its name as :func:`_plain`."""
+    if not _is_number(v):
         return str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{v:.6g}"
+    q = _unit_of(name)[1]
+    unit = q.display_unit([v], None, name) if math.isfinite(v) else None
+    if unit is None:
+        return _plain(v)
+    return f"{_plain(v * q.scale(unit))} {unit.symbol}"
 
 
-def _duration(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.4g} {unit}"
-    return f"{ns:.4g} ns"
+def _table_units(rows: Mapping[str, Mapping[str, Any]], cols: list[str]) -> dict[str, Unit]:
+    """Dimension name -> the one unit all the table's columns of that dimension (time,
+    size, ...) are shown in, so that they compare: the largest unit in which the
+    table's largest value still reads 10 or more (a column smaller than the largest then
+    keeps a few digits)."""
+    peaks: dict[Dimension, float] = {}
+    for c in cols:
+        q = _unit_of(c)[1]
+        if q.dimension is not None:
+            sizes = [abs(v) * q.stored.size for r in rows.values()
+                     if _is_number(v := r.get(c)) and math.isfinite(v)]
+            peaks[q.dimension] = max([peaks.get(q.dimension, 0.0), *sizes])
+    units = {}
+    for dim, peak in peaks.items():
+        # (1 - 1e-9): 10 ms summed from nanoseconds in floats must still read 10 ms
+        big = [u for u in dim.units if peak >= 10 * u.size * (1 - 1e-9)]
+        units[dim.name] = big[-1] if big else dim.units[0]
+    return units
+
+
+def _column(values: list[Any], q: Quantity, unit: Unit | None) -> list[str]:
+    """The cells of one table column in ``unit``, with as many decimals as give its
+    largest value four significant digits. A missing value is '-'."""
+    scale = q.scale(unit)
+    nums = [v for v in values if _is_number(v)]
+    peak = max((abs(v) * scale for v in nums if math.isfinite(v)), default=0.0)
+    whole = scale == 1 and all(isinstance(v, int) for v in nums)
+    digits = _decimals(peak) if peak else 0
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if not _is_number(v):
+            return str(v)
+        if whole:
+            return f"{v:,}"
+        return "0" if v == 0 else f"{v * scale:,.{digits}f}"
+    return [cell(v) for v in values]
+
+
+def _grid(rows: Mapping[str, Mapping[str, Any]], cols: list[str], units: Mapping[str, Unit],
+          corner: str = "") -> list[str]:
+    """One text table: a row per entry of ``rows``, the columns ``cols`` (their names less
+    the prefix ``corner.``, shown in the top-left corner), each in the unit of its
+    dimension in ``units``, stated on a line of its own under the names."""
+    cut = len(corner) + 1 if corner else 0
+    head, unit_line, body = [corner], [""], [[str(k)] for k in rows]
+    for c in cols:
+        stem, q = _unit_of(c[cut:])
+        unit = units.get(q.dimension.name) if q.dimension is not None else None
+        head.append(stem)
+        unit_line.append(unit.symbol if unit else "")
+        for line, text in zip(body, _column([r.get(c) for r in rows.values()], q, unit)):
+            line.append(text)
+    grid = [head] + ([unit_line] if any(unit_line) else []) + body
+    widths = [max(len(line[i]) for line in grid) for i in range(len(head))]
+    return ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(line, widths))).rstrip()
+            for line in grid]
+
+
+def _fits(lines: list[str]) -> bool:
+    return all(len(line) <= WIDTH for line in lines)
+
+
+def _blocks(rows: Mapping[str, Mapping[str, Any]], cols: list[str], units: Mapping[str, Unit],
+            corner: str) -> list[list[str]]:
+    """``cols`` cut into consecutive runs that each make a table that fits."""
+    out: list[list[str]] = []
+    for c in cols:
+        if out and _fits(_grid(rows, out[-1] + [c], units, corner)):
+            out[-1].append(c)
+        else:
+            out.append([c])
+    return out
+
+
+def table(data: Mapping[str, Any], name: str = "") -> list[str]:
+    """Lines of a text table, at most :data:`WIDTH` characters: a mapping of scalars
+    becomes one column whose unit is the suffix of ``name`` (``boundary_ns``), a mapping
+    of mappings rows x columns (deeper levels flattened with dots). A table too wide is
+    cut into blocks of columns: one per first part of the dotted names (a side of the
+    breakdown), each cut again where it is still too wide."""
+    from h2m2sim.store import flatten_metrics
+    if all(not isinstance(v, Mapping) for v in data.values()):
+        value = "value" + name[len(_unit_of(name)[0]):]
+        rows = {k: {value: v} for k, v in data.items()}
+    else:
+        rows = {k: flatten_metrics(v) if isinstance(v, Mapping) else {"value": v}
+                for k, v in data.items()}
+    cols = list(dict.fromkeys(c for r in rows.values() for c in r))
+    units = _table_units(rows, cols)
+    lines = _grid(rows, cols, units)
+    if _fits(lines):
+        return lines
+    groups: dict[str, list[str]] = {}
+    for c in cols:
+        groups.setdefault(c.split(".", 1)[0] if "." in c else "", []).append(c)
+    out: list[str] = []
+    for corner, members in groups.items():
+        for block in _blocks(rows, members, units, corner):
+            out += ([""] if out else []) + _grid(rows, block, units, corner)
+    return out
+
+
+def _scalar_lines(scalars: Mapping[str, Any]) -> list[str]:
+    """``name  value`` lines, values with their units; long text wrapped under itself."""
+    width = max((len(k) for k in scalars), default=0)
+    room = max(WIDTH - width - 2, 30)
+    lines = []
+    for k, v in scalars.items():
+        text = textwrap.wrap(_with_unit(k, v), room) or [""]
+        lines += [f"{k.ljust(width)}  {text[0]}"] + [" " * (width + 2) + t for t in text[1:]]
+    return lines
 
 
 def _name(obj: Any) -> str:
@@ -53,26 +205,6 @@ def _name(obj: Any) -> str:
     if name is None and isinstance(obj, Mapping):
         name = obj.get("name") or obj.get("preset")
     return str(name) if name else "(inline)"
-
-
-def table(data: Mapping[str, Any]) -> list[str]:
-    """Lines of a text table: a mapping of scalars becomes two columns, a mapping of
-    mappings becomes rows x columns (deeper levels flattened with dots)."""
-    from h2m2sim.store import flatten_metrics
-    if all(not isinstance(v, Mapping) for v in data.values()):
-        rows = {k: {"value": v} for k, v in data.items()}
-    else:
-        rows = {k: flatten_metrics(v) if isinstance(v, Mapping) else {"value": v}
-                for k, v in data.items()}
-    cols: dict[str, None] = {}
-    for r in rows.values():
-        cols.update(dict.fromkeys(r))
-    cells = [[""] + list(cols)] + [[k] + [_num(r[c]) if c in r else "-" for c in cols]
-                                   for k, r in rows.items()]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    return ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                             for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-            for row in cells]
 
 
 def _plan(cfg: Any) -> str:
@@ -98,24 +230,21 @@ def summary(cfg: Any, metrics: Mapping[str, Any], chash: str,
               f"  workload   {w.phase}, batch {w.batch}, {seq}, one iteration"),
              f"  policy     mapper {p.mapper}, allocator {p.allocator}", ""]
     t = runner.TIME_METRIC.get(runner.job_kind(cfg))
-    if t in metrics and isinstance(metrics[t], (int, float)):
-        label = t[:-3].replace("_", " ") if t.endswith("_ns") else t
-        lines.append(f"{label}: {_duration(metrics[t]) if t.endswith('_ns') else metrics[t]}")
+    if t in metrics and _is_number(metrics[t]):
+        label = _unit_of(t)[0].replace("_", " ")
+        lines.append(f"{label}: {_with_unit(t, metrics[t])}")
     if "speedup" in metrics:
         base = metrics.get(f"baseline_{t}")
-        of = f" ({_duration(base)})" if isinstance(base, (int, float)) and \
-            t.endswith("_ns") else ""
+        of = f" ({_with_unit(t, base)})" if _is_number(base) else ""
         lines.append(f"speedup: {metrics['speedup']:.3f}x over {_name(p.baseline)}{of}")
     skip = {t, "speedup", f"baseline_{t}"}
-    scalars = {k: v for k, v in metrics.items() if k not in skip and not isinstance(v, Mapping)
-               and not isinstance(v, list)}
-    width = max((len(k) for k in scalars), default=0)
-    lines += [f"{k.ljust(width)}  {_num(v)}" for k, v in scalars.items()]
+    lines += _scalar_lines({k: v for k, v in metrics.items() if k not in skip
+                            and not isinstance(v, (Mapping, list))})
     for k, v in metrics.items():
         if isinstance(v, Mapping) and v:
-            lines += ["", f"{k}:"] + table(v)
+            lines += ["", f"{k}:"] + table(v, k)
     if timing:
-        lines += ["", "wall-clock times (s; vary from run to run):"] + table(timing)
+        lines += ["", "wall-clock times (vary from run to run):"] + table(timing, "times_s")
     return "\n".join(lines)
 
 
@@ -125,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
     cfg = api.load(args.config, args.sets)
     log.info("config %s: %s", config_hash(cfg)[:12], _plan(cfg))
-    res = api.run(cfg, out=args.out or None, overwrite=args.overwrite)
+    res = api.run(cfg, out=args.out, overwrite=args.overwrite)
     if args.json:
         print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))
     else:

@@ -31,8 +31,8 @@ def test_run_summary(cfg_path, capsys):
     assert speed.endswith(" ms)") and "(" in speed
     assert "breakdown:" in out
     table = out[out.index("breakdown:"):].splitlines()
-    assert table[1].split() == ["weights_ns", "kv_ns"]
-    assert table[2].split()[0] == "hbm" and table[3].split()[0] == "lpddr"
+    assert table[1].split() == ["weights", "kv"] and table[2].split() == ["ms", "ms"]
+    assert table[3].split()[0] == "hbm" and table[4].split()[0] == "lpddr"
 
 
 def test_run_json_and_out(cfg_path, tmp_path, capsys):

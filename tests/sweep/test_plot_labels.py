@@ -103,6 +103,25 @@ def test_speedup_label_without_a_recorded_baseline(tmp_path):
     assert plotting.speedup_label(res, "total_time_ns", "c") == "speedup over c (total time)"
 
 
+@pytest.mark.parametrize("y,compared", [("tokens_per_s", "tokens throughput"),
+                                        ("requests_per_s", "requests throughput"),
+                                        ("goodput_rps", "goodput"),
+                                        ("energy_per_token_j", "energy per token")])
+def test_speedup_of_a_rate_names_the_metric_not_a_unit(y, compared, tmp_path):
+    res = plotting.Results([y], [], [], tmp_path)
+    label = plotting.speedup_label(res, y, "lpddr-only")
+    assert label == f"speedup over lpddr-only ({compared})"
+    assert "/s" not in label and "(tokens)" not in label and "(requests)" not in label
+
+
+def test_cli_speedup_of_throughput_has_no_unit(with_baseline, tmp_path, capsys):
+    assert main(["plot", str(with_baseline), "--x", "workload.seq", "--y", "tokens_per_s",
+                 "--hue", "system", "--baseline", "hbm-8",
+                 "--out", str(tmp_path / "t.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == \
+        "speedup over hbm-8 (tokens throughput) by sequence length:"
+
+
 def _boxes(labels):
     return [t.get_window_extent() for t in labels if t.get_visible() and t.get_text()]
 
