@@ -136,6 +136,20 @@ class _KVAddresses:
         return starts.ravel(), np.ascontiguousarray(lens).ravel()
 
 
+#: Bytes of one DRAM request: a power of two from the smallest access a memory system
+#: serves (a sector, 8 B) to a row (page) of 8 KiB, so that requests tile the bursts and
+#: rows they fall in, as a cache or DMA engine issues them.
+REQUEST_BYTES_RANGE = (8, 8192)
+
+
+def _check_request_bytes(v) -> None:
+    lo, hi = REQUEST_BYTES_RANGE
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi \
+            or v & (v - 1):
+        raise ConfigError("request_bytes", f"must be a power of two from {lo} to {hi} "
+                          f"bytes, got {v!r}")
+
+
 def layer_traffic(model, batch, seq_lens, kv_layout: KVLayout = CONTIGUOUS,
                   request_bytes: int = 32, dtype: str | None = None,
                   seed: int = 0, split=None, side: str | None = None,
@@ -149,9 +163,7 @@ def layer_traffic(model, batch, seq_lens, kv_layout: KVLayout = CONTIGUOUS,
     """
     if not isinstance(kv_layout, KVLayout):
         raise ConfigError("kv_layout", f"must be a KVLayout, got {kv_layout!r}")
-    for key, v in (("request_bytes", request_bytes),):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(key, f"must be an integer >= 1, got {v!r}")
+    _check_request_bytes(request_bytes)
     if split is None:
         if side is not None:
             raise ConfigError("side", "only meaningful with split (a partitioned layer)")

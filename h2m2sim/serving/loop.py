@@ -335,8 +335,13 @@ class ServingLoop:
     def _advance(self, dt: float, held_tokens: float) -> None:
         """Let ``dt`` seconds pass with ``held_tokens`` KV tokens in use."""
         self.reserved_int += self.allocator.reserved_tokens * dt
-        self.used_int += held_tokens * dt
+        self.used_int += (held_tokens - self._counted_twice()) * dt
         self.t += dt
+
+    def _counted_twice(self) -> int:
+        """KV tokens the running requests' contexts count more than once: cached prefix
+        blocks that several of them reference, held once (0 without prefix caching)."""
+        return 0 if self.prefix is None else self.prefix.dup_tokens
 
     # ------------------------------------------------------------------ admission
     def schedule(self) -> bool:
@@ -744,7 +749,7 @@ class ServingLoop:
             self.reserved_int += allocator.reserved_tokens * dt
         else:
             k, dt, used, de, n_fin, n_grow = self._advance_blocks(m, t_limit)
-        self.used_int += used
+        self.used_int += used - self._counted_twice() * dt
         self.t += dt
         if k:
             self._record_gaps(run.last[:m], t0 + dt_first)

@@ -78,6 +78,9 @@ class PrefixCache:
         self.lru: OrderedDict[int, None] = OrderedDict()   # unreferenced, oldest first
         self.held: dict[int, list[int]] = {}                # request -> hashes it references
         self.cached: dict[int, int] = {}                    # request -> tokens not prefilled
+        #: tokens of referenced blocks times (references - 1): what the running requests'
+        #: contexts count more than once, since they hold each shared block once
+        self.dup_tokens = 0
         self.stats = {"lookup_blocks": 0, "hit_blocks": 0, "hit_tokens": 0,
                       "evictions": 0, "peak_tokens": 0}
 
@@ -149,6 +152,8 @@ class PrefixCache:
         e[_REFS] += 1
         if e[_REFS] == 1:
             self.lru.pop(h, None)
+        else:
+            self.dup_tokens += e[_TOKENS]
 
     def _unref(self, taken: list[int], r: int) -> None:
         """Drop one reference to each of ``taken``, tail first; a block left unreferenced
@@ -157,7 +162,9 @@ class PrefixCache:
         for h in reversed(taken):
             e = entries[h]
             e[_REFS] -= 1
-            if e[_REFS] == 0:
+            if e[_REFS] > 0:
+                self.dup_tokens -= e[_TOKENS]
+            else:
                 if e[_READY]:
                     lru[h] = None
                 else:
@@ -189,6 +196,8 @@ class PrefixCache:
             assert (e[_REFS] == 0) == (h in self.lru), (h, e)
             assert e[_REFS] > 0 or e[_READY], (h, e)
         assert set(refs) <= set(self.entries), "a request references a freed block"
+        assert self.dup_tokens == sum((e[_REFS] - 1) * e[_TOKENS]
+                                      for e in self.entries.values() if e[_REFS] > 1)
         assert len(self.lru) <= len(self.entries)
 
     def metrics(self, bytes_per_token: int) -> dict:

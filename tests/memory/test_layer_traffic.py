@@ -101,7 +101,9 @@ def test_trace_round_trips(tmp_path, fmt):
 
 @pytest.mark.parametrize("kwargs, key", [
     (dict(kv_layout="scattered"), "kv_layout"),
-    (dict(request_bytes=0), "request_bytes"), (dict(side="hbm"), "side"),
+    (dict(request_bytes=0), "request_bytes"), (dict(request_bytes=3), "request_bytes"),
+    (dict(request_bytes=4), "request_bytes"), (dict(request_bytes=2**20), "request_bytes"),
+    (dict(request_bytes=True), "request_bytes"), (dict(side="hbm"), "side"),
     (dict(split={"qkv": 1, "attention": 1, "fc": 1}, side="dram"), "side"),
 ])
 def test_bad_arguments(kwargs, key):

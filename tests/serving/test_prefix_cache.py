@@ -208,8 +208,21 @@ def test_property_every_request_completes_once(ratio, prefixes, cap, rate, alloc
     assert m["prefill_tokens_computed"] + m["prefill_tokens_saved"] == \
         m["prefill_tokens_total"]
     assert m["prefill_tokens_total"] >= n * 4 * BLOCK
-    assert not loop.prefix.held
+    assert not loop.prefix.held and loop.prefix.dup_tokens == 0
+    assert m["time_weighted_kv_occupancy"] <= 1 + 1e-12
     loop.prefix.check_invariants()
+
+
+@pytest.mark.parametrize("alloc", ["paged", "static"])
+def test_shared_blocks_count_once_in_the_occupancy(alloc):
+    """Requests that share most of their prompt run together: their contexts count the
+    shared blocks once each, the memory holds them once, and the time-weighted occupancy
+    (KV in use over KV reserved) stays at most 1."""
+    tr = prefix_reuse_trace(60, 1.0, prompt_blocks=BLOCKS, block_tokens=BLOCK, prefixes=1,
+                            output_tokens=200, arrival_rate=1000.0, seed=3)
+    res, *_ = _run(tr, alloc=alloc, prefix_caching=True, max_context_tokens=CTX + 256)
+    assert res.metrics["prefix_hit_rate"] > 0.9
+    assert 0.3 < res.metrics["time_weighted_kv_occupancy"] <= 1 + 1e-12
 
 
 def test_cached_prefill_price_matches_the_closed_form():
