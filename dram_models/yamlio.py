@@ -139,13 +139,14 @@ def read_text(path: str | os.PathLike, what: str = "YAML file",
         raise ConfigError(name, f"is a directory, expected a {what}") from None
     except OSError as err:
         raise ConfigError(name, f"cannot read: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fh.fileno()).st_mode
+    mode = os.fstat(fd).st_mode     # before fdopen, which refuses a directory itself
+    if not stat.S_ISREG(mode):
+        os.close(fd)
         if stat.S_ISDIR(mode):
             raise ConfigError(name, f"is a directory, expected a {what}")
-        if not stat.S_ISREG(mode):
-            raise ConfigError(name, f"is not a regular file (a device, FIFO or socket), "
-                                    f"expected a {what}")
+        raise ConfigError(name, f"is not a regular file (a device, FIFO or socket), "
+                                f"expected a {what}")
+    with os.fdopen(fd, "rb") as fh:
         try:
             data = fh.read(limit + 1)
         except OSError as err:

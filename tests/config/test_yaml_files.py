@@ -105,3 +105,9 @@ def test_a_file_larger_than_the_limit_is_refused(tmp_path):
     f.write_text(textwrap.dedent("a: 1\n") * 10)
     with pytest.raises(ConfigError, match="larger than"):
         yamlio.read_text(f, limit=8)
+
+
+@pytest.mark.parametrize("command", [["run"], ["validate"], ["sweep"]])
+def test_a_directory_is_named_as_one(tmp_path, capsys, command):
+    err = _error(capsys, [*command, str(tmp_path)])
+    assert str(tmp_path) in err and "is a directory" in err
