@@ -113,6 +113,15 @@ def configure(verbose: int = 0, quiet: int = 0) -> None:
     _verbose = verbose
 
 
+def thread_lock_only() -> None:
+    """Progress bars of this process take a thread lock only. tqdm's default lock also
+    holds a multiprocessing lock, which in a spawned process is a named semaphore: a pool
+    worker stopped by a signal cannot release it, and the resource tracker then reports
+    it leaked. Call before the first bar."""
+    from tqdm import tqdm
+    tqdm.set_lock(threading.RLock())
+
+
 def progress(total: int | None, desc: str, unit: str = "it", leave: bool = True,
              enabled: bool | None = None):
     """A tqdm progress bar on stderr (a context manager with ``update(n)``), or one that

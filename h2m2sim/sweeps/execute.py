@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from dram_models.console import inner_progress_off
+from dram_models.console import inner_progress_off, thread_lock_only
 from h2m2sim import runner
 from h2m2sim.errors import ConfigError, SimError
 
@@ -127,9 +127,16 @@ class InProcess(Backend):
             on_done(h, call(cfg, job))
 
 
+def start_worker(parent_pid: int) -> None:
+    """Pool worker initializer: Ctrl-C and the end of the sweep process as
+    :func:`exit_with_parent` says, and progress bars that leave no semaphore behind when
+    :func:`stop_workers` ends the worker (:func:`dram_models.console.thread_lock_only`)."""
+    thread_lock_only()
+    exit_with_parent(parent_pid)
+
+
 def exit_with_parent(parent_pid: int) -> None:
-    """Pool worker initializer: end this process as soon as ``parent_pid`` is no longer
-    its parent. A daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
+    """End this process as soon as ``parent_pid`` is no longer its parent. A daemon thread polls ``os.getppid()`` every :data:`PARENT_POLL_S`
     seconds; it runs while a point computes, because the DRAM engine releases the GIL.
     (Linux's PR_SET_PDEATHSIG is not used: it follows the thread that started the
     worker, not the process, and exists on Linux only.) Ctrl-C in a terminal signals
@@ -154,7 +161,7 @@ class ProcessPool(Backend):
     def run(self, tasks: Sequence[Task], on_done: OnDone, call: Call = run_point) -> None:
         ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba)
         ex = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
-                                    initializer=exit_with_parent, initargs=(os.getpid(),))
+                                    initializer=start_worker, initargs=(os.getpid(),))
         try:
             futures = {ex.submit(call, cfg, job): h for h, cfg, job in tasks}
 

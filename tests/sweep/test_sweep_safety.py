@@ -297,3 +297,37 @@ def test_ctrl_c_ends_a_run_at_once_while_simulations_are_in_flight(tmp_path):
     assert proc.returncode == 130 and took < 2.0, (proc.returncode, took)
     assert "Traceback" not in err, err
     assert not (tmp_path / "r" / "result.json").exists()
+
+
+@pytest.mark.parametrize("initializer, leaks", [("start_worker", False),
+                                                 ("exit_with_parent", True)])
+def test_stopped_workers_leave_no_semaphore(tmp_path, initializer, leaks):
+    """A worker that drew a progress bar and is then stopped by a signal (as Ctrl-C stops
+    a sweep's workers) leaves no semaphore behind when it was started by the sweep's
+    initializer; with tqdm's default lock it leaves one, which the resource tracker
+    reports at exit."""
+    (tmp_path / "drawing.py").write_text(
+        "import os, time\n"
+        "from dram_models.console import progress\n"
+        "def draw_then_wait():\n"
+        "    with progress(3, 'points', enabled=False):\n"
+        "        open(os.environ['DRAWN'], 'w').close()\n"
+        "        time.sleep(60)\n")
+    code = (
+        "import concurrent.futures as cf, multiprocessing, os, time\n"
+        "from h2m2sim.sweeps import execute\n"
+        "from drawing import draw_then_wait\n"
+        "if __name__ == '__main__':\n"
+        "    ex = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),\n"
+        f"        initializer=execute.{initializer}, initargs=(os.getpid(),))\n"
+        "    f = ex.submit(draw_then_wait)\n"
+        "    while not os.path.exists(os.environ['DRAWN']):\n"
+        "        time.sleep(0.05)\n"
+        "    execute.stop_workers(ex)\n"
+        "    ex.shutdown(wait=True, cancel_futures=True)\n")
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60,
+                       env=dict(os.environ, DRAWN=str(tmp_path / "drawn"),
+                                PYTHONPATH=f"{root}{os.pathsep}{tmp_path}"))
+    assert ("leaked semaphore" in p.stderr) == leaks, p.stderr
