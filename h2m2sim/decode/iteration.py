@@ -97,6 +97,7 @@ def _side_key(system, side: str) -> str:
     spec = system.side(side)
     # energy prices change no timing: a sweep over them reuses the simulations
     side_d, mmu_d = to_dict(spec), to_dict(system.mmu)
+    side_d.pop("name", None)     # sides built alike time alike, whatever they are called
     for f in CHIP_ENERGY:
         side_d["chip"].pop(f, None)
     for f in MMU_ENERGY:
@@ -236,7 +237,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
         # what the simulation costs grows with the bytes it moves
         sims = count if fidelity == "cycle" else sampled_groups(group, count)
-        tasks.append((1, run, group_bytes(group) * sims))
+        tasks.append((1, run, group_bytes(group) * sims, json.dumps(key, sort_keys=True)))
     return tasks
 
 
@@ -311,8 +312,13 @@ def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
     per = [_piece_tasks(sysm, side, ks, fidelity, translate, cache, attention)
            for sysm, side, ks in specs]
     flat = [task for tasks in per for task in tasks]
-    results = iter(map_ordered(lambda task: task[1](), flat, cost=[t[2] for t in flat],
-                               desc=desc))
+    # tasks of one key (a piece met twice: on sides built alike, or in two candidate
+    # splits) are simulated once, not on two threads at once before either is cached
+    unique = list({t[3]: t for t in flat}.values())
+    done = dict(zip((t[3] for t in unique),
+                    map_ordered(lambda task: task[1](), unique, cost=[t[2] for t in unique],
+                                desc=desc)))
+    results = iter(done[t[3]] for t in flat)
     return [_sum_piece([next(results) for _ in tasks], [t[0] for t in tasks])
             for tasks in per]
 

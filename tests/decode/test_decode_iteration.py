@@ -264,3 +264,15 @@ def test_hybrid_layer_is_count_weighted_mean_of_kinds(system):
     it = run_iteration(system, m, 2, 256, Mapping(split=split, mapper="fixed"), cache=NOCACHE)
     assert it.iteration_ns == pytest.approx(8 * lay.time_ns)
     assert "per kind" in it.note
+
+
+def test_sides_built_alike_share_their_simulations():
+    """Two sides of one spec under different names present the same pieces: their keys
+    agree, so a piece simulated on one serves the other (the 8-HBM system's halves)."""
+    from h2m2sim.decode.iteration import _side_key
+    from h2m2sim.system import resolve_system
+    s = resolve_system({"preset": "hbm8"})
+    assert s.side_names == ("hbm0", "hbm1")
+    assert _side_key(s, "hbm0") == _side_key(s, "hbm1")
+    h = resolve_system({"preset": "h2m2"})
+    assert _side_key(h, "hbm") != _side_key(h, "lpddr")
