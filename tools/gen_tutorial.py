@@ -10,23 +10,33 @@ The tutorial's source is ``tools/tutorial/tutorial.md.in``: Markdown whose
   (stdout and stderr, as a user sees them; longer output is cut with ``...``);
 * ``<!-- copy: SRC -> DEST -->`` copies a file the commands made into docs/;
 * ``{{ EXPRESSION }}`` is replaced by a Python expression over the helpers below
-  (``wall('sweep')`` the seconds a command took, ``speedup(system, seq)`` read from the
-  sweep's plotted numbers, ...).
+  (``wall('sweep')`` the seconds a command took, ``grep(command, pattern)`` a number
+  from a command's output, ``stamp()`` the line naming the version and date the outputs
+  were made with, ...).
 
 Commands run in the scratch folder with this checkout's ``h2m2sim`` and a fresh result
 cache (``scripts/`` is linked there, so ``python scripts/NAME.py`` runs as from the
 repository root), so every number in the tutorial is what a new user gets today. The measured
-values are kept in ``tools/tutorial/outputs.json``; ``--render`` rebuilds the page from
-them without running anything, and the test suite checks that the page, the template
-and the stored outputs agree (``--check``) and that every command still parses.
+values are kept in ``tools/tutorial/outputs.json``, with the h2m2sim version, git revision
+and date they were made with; ``--render`` rebuilds the page from them without running
+anything, and the test suite checks that the page, the template and the stored outputs
+agree (``--check``), that every command still parses, and that the quickest commands
+still print the stored numbers (tests/docs/test_doc_outputs.py).
 
-    python tools/gen_tutorial.py            # run everything (tens of minutes)
+    python tools/gen_tutorial.py            # run everything (minutes)
     python tools/gen_tutorial.py --render   # rebuild docs/tutorial.md from outputs.json
     python tools/gen_tutorial.py --check    # exit 1 if docs/tutorial.md is stale
+
+``--notebook`` re-executes docs/examples/first-run.ipynb the same way (in a scratch
+folder, with a fresh result cache) and stores its outputs with the line naming the version
+and date; it needs Jupyter's ``nbclient`` and ``ipykernel``, which h2m2sim does not
+(tests/api/test_notebook.py runs the notebook's code without them and compares its
+numbers with the stored outputs).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -42,6 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "tools" / "tutorial" / "tutorial.md.in"
 OUTPUTS = ROOT / "tools" / "tutorial" / "outputs.json"
 PAGE = ROOT / "docs" / "tutorial.md"
+NOTEBOOK = ROOT / "docs" / "examples" / "first-run.ipynb"
+#: the id of the notebook's Markdown cell that says what made its outputs
+MADE_WITH_CELL = "made-with"
 
 FILE = re.compile(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", re.S)
 COPY = re.compile(r"<!-- copy: (\S+) -> (\S+) -->\n")
@@ -54,8 +67,10 @@ def commands(text: str) -> list[str]:
     return [m.group(1) for m in COMMAND.finditer(text)]
 
 
-def run_all(text: str, work: Path) -> dict:
-    """Run every command of ``text`` in ``work``; their outputs and wall times."""
+def run_all(text: str, work: Path, only=None, copy: bool = True) -> dict:
+    """Run the commands of ``text`` in ``work``; their outputs and wall times. ``only``
+    (a predicate over a command) picks the commands to run, the others get None; with
+    ``copy`` False no file is copied into docs/."""
     for m in FILE.finditer(text):
         (work / m.group(1)).write_text(m.group(2))
     env = {**os.environ, "H2M2SIM_CACHE": str(work / ".cache"), "COLUMNS": "100"}
@@ -65,6 +80,10 @@ def run_all(text: str, work: Path) -> dict:
     (work / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
     out = {"outputs": [], "walls": []}
     for cmd in commands(text):
+        if only is not None and not only(cmd):
+            out["outputs"].append(None)
+            out["walls"].append(None)
+            continue
         print(f"$ {cmd}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, shell=True, cwd=work, env=env, text=True,
@@ -72,9 +91,82 @@ def run_all(text: str, work: Path) -> dict:
         out["walls"].append(time.perf_counter() - t0)
         out["outputs"].append(proc.stdout.rstrip("\n"))
         print(f"  {out['walls'][-1]:.1f} s, exit {proc.returncode}", file=sys.stderr)
-    for src, dest in COPY.findall(text):
+    for src, dest in COPY.findall(text) if copy else ():
         shutil.copyfile(work / src, ROOT / "docs" / dest)
     return out
+
+
+NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?")
+#: what differs from run to run or from build to build, not with the results: the block
+#: of wall-clock times, the version in a summary's first line
+VARYING = [re.compile(r"^wall-clock times.*?(?:\n\n|\Z)", re.M | re.S),
+           re.compile(r"^h2m2sim \S+(?=  config )", re.M)]
+
+
+def _number(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def _same_number(a: str, b: str, rel: float) -> bool:
+    """Whole numbers (counts, bytes) equal; others equal to ``rel``."""
+    x, y = _number(a), _number(b)
+    if not any(c in a + b for c in ".eE"):
+        return x == y
+    return abs(x - y) <= rel * max(abs(x), abs(y))
+
+
+def drift(stored: str, fresh: str, rel: float = 1e-6) -> list[str]:
+    """How ``fresh`` output differs from ``stored``, line by line: the text between the
+    numbers must be the same, whole numbers equal and the others equal to ``rel`` (the
+    simulations are deterministic, so this is equality up to how floats print).
+    Wall-clock times and the version string are left out. Empty when they agree."""
+    for v in VARYING:
+        stored, fresh = v.sub("", stored), v.sub("", fresh)
+    a, b = stored.splitlines(), fresh.splitlines()
+    if len(a) != len(b):
+        return [f"{len(a)} lines stored, {len(b)} now"]
+    out = []
+    for x, y in zip(a, b):
+        nx, ny = NUMBER.findall(x), NUMBER.findall(y)
+        same = NUMBER.split(x) == NUMBER.split(y) and len(nx) == len(ny) and all(
+            _same_number(p, q, rel) for p, q in zip(nx, ny))
+        if not same:
+            out.append(f"stored: {x!r}\n   now: {y!r}")
+    return out
+
+
+def made_with() -> dict:
+    """What the outputs are made with: h2m2sim's version, this checkout's git revision
+    (``+dirty`` with uncommitted changes) and today's date."""
+    from h2m2sim.store import git_revision
+    from h2m2sim.version import __version__
+    return {"h2m2sim_version": __version__, "git_revision": git_revision(),
+            "date": datetime.date.today().isoformat()}
+
+
+def stamp(made: dict) -> str:
+    """The sentence naming what made the outputs (:func:`made_with`)."""
+    return (f"Outputs below were made with h2m2sim {made['h2m2sim_version']} on "
+            f"{made['date']}.")
+
+
+def run_notebook(path: Path = NOTEBOOK) -> None:
+    """Execute the notebook at ``path`` in a scratch folder and store its outputs, with
+    what made them in its metadata (``h2m2sim``) and in its ``made-with`` cell."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    made = made_with()
+    with tempfile.TemporaryDirectory(prefix="h2m2sim-notebook-") as work:
+        os.environ["H2M2SIM_CACHE"] = str(Path(work) / ".cache")   # the kernel inherits it
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": work}}).execute()
+    cells = [c for c in nb.cells if c.get("id") == MADE_WITH_CELL]
+    if len(cells) != 1:
+        raise SystemExit(f"{path.name}: no Markdown cell with id {MADE_WITH_CELL!r}")
+    cells[0].source = stamp(made)
+    nb.metadata["h2m2sim"] = made
+    nbformat.write(nb, path)
 
 
 def _cut(output: str, opts: str) -> str:
@@ -120,6 +212,12 @@ class Helpers:
             raise SystemExit(f"tutorial: no {pattern!r} in the output of {fragment!r}")
         return m.group(1)
 
+    def stamp(self) -> str:
+        """The sentence naming the version and date the stored outputs were made with."""
+        if not self.stored.get("made"):
+            raise SystemExit("tutorial: outputs.json does not say what made it: rerun")
+        return stamp(self.stored["made"])
+
     @staticmethod
     def configs() -> str:
         """The shipped configuration files, as Markdown code."""
@@ -128,7 +226,7 @@ class Helpers:
 
     def namespace(self) -> dict:
         return {"wall": self.wall, "minutes": self.minutes, "seconds": self.seconds,
-                "grep": self.grep, "configs": self.configs}
+                "grep": self.grep, "configs": self.configs, "stamp": self.stamp}
 
 
 def render(text: str, stored: dict) -> str:
@@ -161,7 +259,12 @@ def main(argv=None) -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--render", action="store_true", help="rebuild from outputs.json")
     mode.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    mode.add_argument("--notebook", action="store_true",
+                      help="re-execute docs/examples/first-run.ipynb instead")
     args = ap.parse_args(argv)
+    if args.notebook:
+        run_notebook()
+        return 0
     text = TEMPLATE.read_text()
     if args.check:
         stored = json.loads(OUTPUTS.read_text())
@@ -175,7 +278,7 @@ def main(argv=None) -> int:
         return 1 if problems else 0
     if not args.render:
         with tempfile.TemporaryDirectory(prefix="h2m2sim-tutorial-") as work:
-            stored = run_all(text, Path(work))
+            stored = {"made": made_with(), **run_all(text, Path(work))}
         OUTPUTS.write_text(json.dumps(stored, indent=1) + "\n")
     stored = json.loads(OUTPUTS.read_text())
     PAGE.write_text(render(text, stored))
