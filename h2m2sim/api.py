@@ -32,8 +32,9 @@ from h2m2sim.cache import config_hash, plain
 from h2m2sim.config import RunConfig, apply_sets, dump_yaml, load_config, load_file, set_key
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import (ResultStore, RunOutput, environment, flatten_metrics,
-                           git_revision, now_iso, shown_path)
+                           git_revision, now_iso, prepare_file, shown_path, writing_to)
 from h2m2sim.sweeps import Sweep, SweepReport, build_sweep, read_sweep, run_sweep
+from h2m2sim.trace_events import Timeline
 from h2m2sim.version import __version__
 
 __all__ = ["Result", "ResultRows", "SweepResults", "IncompleteSweepWarning", "load", "run",
@@ -138,19 +139,26 @@ def _sets(sets: Iterable[str] | None) -> list[str]:
 
 
 def run(config_or_path: Any, set: Iterable[str] | None = None, *,
-        out: str | os.PathLike | None = None, overwrite: bool = False) -> Result:
+        out: str | os.PathLike | None = None, overwrite: bool = False,
+        timeline: str | os.PathLike | None = None) -> Result:
     """Run one configuration (a YAML path, a RunConfig or a raw mapping; ``set`` as in
     :func:`load`) and return its :class:`Result`. With ``out``, also write
     ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
-    a folder that already holds a result is refused unless ``overwrite``."""
+    a folder that already holds a result is refused unless ``overwrite``. With
+    ``timeline``, write there a trace-event JSON file of the simulated decoder layers
+    that Perfetto opens (:mod:`h2m2sim.decode.timeline`)."""
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
+    if timeline is not None:
+        if not os.fspath(timeline):
+            raise ConfigError("--timeline", "is empty: name the file to write")
+        prepare_file(timeline, "--timeline")
     store = RunOutput(out) if out is not None else None    # an empty out is refused
     if store is not None:
         store.prepare(overwrite=overwrite)   # refuse before a run that may be long
     try:
-        result = _run(cfg)
+        result = _run(cfg, timeline)
         if store is not None:
             store.write(result.result_record(), dump_yaml(cfg), result.timing_record())
     except BaseException:
@@ -160,11 +168,17 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     return result
 
 
-def _run(cfg: RunConfig) -> Result:
-    res = runner.run(cfg)
-    return Result(res.metrics, res.timing, cfg, config_hash(cfg), {
-        "h2m2sim_version": __version__, "git_revision": git_revision(),
-        "finished_at": now_iso(), "environment": environment()})
+def _run(cfg: RunConfig, timeline_path: str | os.PathLike | None = None) -> Result:
+    chash = config_hash(cfg)
+    provenance = {"h2m2sim_version": __version__, "git_revision": git_revision()}
+    tl = None if timeline_path is None else Timeline(
+        {**provenance, "config_hash": chash, "fidelity": cfg.simulation.fidelity})
+    res = runner.run(cfg, timeline=tl)
+    if tl is not None:
+        with writing_to(timeline_path, "--timeline"):
+            tl.write(timeline_path)
+    return Result(res.metrics, res.timing, cfg, chash, {
+        **provenance, "finished_at": now_iso(), "environment": environment()})
 
 
 def serve(config_or_path: Any, trace: str | os.PathLike | None = None,

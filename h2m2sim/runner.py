@@ -37,13 +37,16 @@ from typing import Any
 
 from h2m2sim.cache import plain
 from h2m2sim.config.schema import job_kind
+from h2m2sim.decode.iteration import capture_layers
 from h2m2sim.decode.job import run_iteration
-from h2m2sim.errors import SimError
+from h2m2sim.decode.timeline import draw_layers
+from h2m2sim.errors import ConfigError, SimError
 from h2m2sim.parallel import progress_label, use_threads
 from h2m2sim.registry import Registry
 from h2m2sim.serving.job import run_serving
 from h2m2sim.serving.prefill_job import run_prefill
 from h2m2sim.store import split_timing
+from h2m2sim.trace_events import Timeline
 
 __all__ = ["JOBS", "TIME_METRIC", "ENERGY_METRIC", "job_kind", "get_job", "run", "RunResult",
            "JobError"]
@@ -110,30 +113,52 @@ class RunResult:
     timing: dict[str, Any]    # wall-clock seconds: wall_s (whole run), the job's own
 
 
-def run(cfg: Any, job: Job | None = None) -> RunResult:
+def run(cfg: Any, job: Job | None = None, timeline: Timeline | None = None) -> RunResult:
     """Run ``cfg`` (with ``job``, default: the registered job for its workload kind):
-    its metrics, plus ``speedup`` when a baseline is configured, and its wall times."""
+    its metrics, plus ``speedup`` when a baseline is configured, and its wall times.
+    ``timeline``: also draw the simulated decoder layers of the system (and baseline)
+    on it (:mod:`h2m2sim.decode.timeline`)."""
     t0 = time.perf_counter()
     with use_threads(cfg.simulation.threads):
-        metrics, timing = _run(cfg, job)
+        metrics, timing = _run(cfg, job, timeline)
     return RunResult(metrics, {"wall_s": time.perf_counter() - t0, **timing})
 
 
-def _run(cfg: Any, job: Job | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _drawn(job: Job, cfg: Any, timeline: Timeline | None, label: str) -> dict[str, Any]:
+    """``job(cfg)``; with ``timeline``, its simulated layers drawn there as ``label``."""
+    if timeline is None:
+        return job(cfg)
+    layers: list = []
+    with capture_layers(layers):
+        metrics = job(cfg)
+    if not layers:
+        raise ConfigError("--timeline", "this run simulates no decoder layer to draw: a "
+                          "timeline needs a decode or prefill run at sampled or cycle "
+                          "fidelity on an NPU system")
+    draw_layers(timeline, layers, label, int(metrics.get("layers", 1)),
+                float(metrics.get("iteration_time_ns", 0.0)))
+    return metrics
+
+
+def _run(cfg: Any, job: Job | None, timeline: Timeline | None = None
+         ) -> tuple[dict[str, Any], dict[str, Any]]:
     kind = job_kind(cfg)
     job = get_job(kind) if job is None else job
     name = getattr(job, "__qualname__", repr(job))
     t = TIME_METRIC.get(kind)
     baseline = cfg.policy.baseline
     with progress_label(None if baseline is None else "system"):
-        metrics, timing = split_timing(_clean(job(cfg), f"job {name}"))
+        metrics, timing = split_timing(_clean(_drawn(job, cfg, timeline, cfg.system.name),
+                                              f"job {name}"))
     metrics = _timed(metrics, t, "")
     if baseline is None:
         return metrics, timing
     base_cfg = dataclasses.replace(cfg, system=baseline,
                                    policy=dataclasses.replace(cfg.policy, baseline=None))
     with progress_label("baseline"):     # its bars apart from the system's
-        base, base_timing = split_timing(_clean(job(base_cfg), f"job {name} (baseline)"))
+        base, base_timing = split_timing(_clean(
+            _drawn(job, base_cfg, timeline, f"baseline {base_cfg.system.name}"),
+            f"job {name} (baseline)"))
     base = _timed(base, t, " on the baseline")
     timing.update({f"baseline_{k}": v for k, v in base_timing.items()})
     if t not in metrics or t not in base:

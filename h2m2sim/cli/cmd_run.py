@@ -28,6 +28,10 @@ def register(subparsers) -> None:
                         "wall times DIR/timing.json; DIR must not hold a result already")
     p.add_argument("--overwrite", action="store_true",
                    help="with --out: replace the result DIR already holds")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="also write FILE, a trace-event JSON timeline of the simulated "
+                        "decoder layers (kernels per core and unit, DMA, TLB, DRAM) that "
+                        "ui.perfetto.dev opens; needs sampled or cycle fidelity")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (config_hash, version, metrics, timing) "
                         "instead of the summary")
@@ -254,11 +258,13 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
     cfg = api.load(args.config, args.sets)
     log.info("config %s: %s", config_hash(cfg)[:12], _plan(cfg))
-    res = api.run(cfg, out=args.out, overwrite=args.overwrite)
+    res = api.run(cfg, out=args.out, overwrite=args.overwrite, timeline=args.timeline)
     if args.json:
         print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))
     else:
         print(summary(res.config, res.metrics, res.config_hash, res.timing))
         if args.out:
             print(f"\nwrote {Path(args.out) / 'result.json'}, config.yaml and timing.json")
+        if args.timeline:
+            print(f"wrote the timeline {args.timeline} (open it in ui.perfetto.dev)")
     return 0

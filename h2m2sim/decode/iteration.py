@@ -19,11 +19,13 @@ simulated piece is cached on disk by content hash (:mod:`h2m2sim.cache`).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -78,6 +80,51 @@ class Piece(Additive):
     tlb_misses: float = 0.0
     flops: float = 0.0
     activity: Activity = Activity()
+
+
+@dataclasses.dataclass(frozen=True)
+class PieceRun:
+    """One simulated kernel group of a piece, as a timeline draws it: the engine run's
+    per-tile rows (:func:`~h2m2sim.npu.run_kernels`'s ``timeline``: kernel, unit, core,
+    DMA start, reads back, compute start, compute end, ns from the run's start), the
+    run's own time and the time the piece counts for it (``times`` such runs: sampled
+    request groups, or tiles extrapolated inside a kernel), ns."""
+
+    rows: tuple
+    engine_ns: float
+    reported_ns: float
+    times: float
+    dram: dict
+    tlb_hits: float
+    tlb_misses: float
+    stall_tlb_ns: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTrace:
+    """A simulated layer as a timeline draws it: ``runs[(sublayer, side)]`` the piece's
+    runs in the order its time adds them up, and the layer's result (its times)."""
+
+    label: str
+    runs: dict
+    result: "LayerResult"
+
+
+_CAPTURE: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "h2m2sim_layer_capture", default=None)
+
+
+@contextlib.contextmanager
+def capture_layers(into: list[LayerTrace] | None) -> Iterator[None]:
+    """Layers simulated inside the block (:func:`run_layer`) append a LayerTrace to
+    ``into``: their pieces run with per-tile timelines, simulated afresh rather than read
+    from the result cache (the same deterministic runs, so the same times). None
+    captures nothing inside the block."""
+    token = _CAPTURE.set(into)
+    try:
+        yield
+    finally:
+        _CAPTURE.reset(token)
 
 
 def _tensor_sig(t) -> tuple:
@@ -210,6 +257,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
     att = AttentionExec.of(attention)
     tasks = []
+    capture = _CAPTURE.get() is not None
     skey = _side_key(system, side)
     dram_spec = system.side(side).dram_spec
     groups = _groups(ks)
@@ -227,13 +275,14 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
         def compute(group=group, count=count, members=members, others=others):
             return _simulate_groups(system, side, group, count, members, fidelity,
-                                    translate, others, att.unit)
+                                    translate, others, att.unit, capture)
 
         def run(key=key, compute=compute):
-            d = cached(CACHE_NS, key, compute, **(cache or {}))
-            return Piece(**{f: d[f] for f in PIECE_FIELDS},
-                         activity=activity(d["counts"], dram_spec, DramStats(**d["dram"]))
-                         ).scaled(d["times"])
+            d = compute() if capture else cached(CACHE_NS, key, compute, **(cache or {}))
+            piece = Piece(**{f: d[f] for f in PIECE_FIELDS},
+                          activity=activity(d["counts"], dram_spec, DramStats(**d["dram"]))
+                          ).scaled(d["times"])
+            return piece, (_piece_run(d, piece) if capture else None)
 
         # what the simulation costs grows with the bytes it moves
         sims = count if fidelity == "cycle" else sampled_groups(group, count)
@@ -250,15 +299,25 @@ def touched_before(ks: Sequence, others: Sequence) -> list:
     return [t for k in others for t in list(k.operands) + list(k.outputs) if t.base in mine]
 
 
-def _fields(r, times: float = 1) -> dict:
-    """Cached fields of a simulated result that stands for ``times`` identical runs."""
-    return {**{f: float(getattr(r, f)) for f in PIECE_FIELDS}, "counts": result_counts(r),
-            "dram": r.dram.as_dict(), "times": times}
+def _fields(r, times: float = 1, timeline: bool = False) -> dict:
+    """Cached fields of a simulated result that stands for ``times`` identical runs
+    (with ``timeline``, also its per-tile rows: never cached)."""
+    d = {**{f: float(getattr(r, f)) for f in PIECE_FIELDS}, "counts": result_counts(r),
+         "dram": r.dram.as_dict(), "times": times}
+    if timeline:
+        d["timeline"] = r.timeline
+    return d
+
+
+def _piece_run(d: dict, piece: Piece) -> PieceRun:
+    """The timeline's view of one simulated group (``d``: its fields with rows)."""
+    return PieceRun(tuple(d["timeline"]), d["time_ns"], piece.time_ns, d["times"],
+                    d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns)
 
 
 def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,
                      fidelity: str, translate: str | None, others: Sequence,
-                     attention_unit: str = "auto") -> dict:
+                     attention_unit: str = "auto", timeline: bool = False) -> dict:
     """Cached fields of ``count`` identical kernel groups (``members``: their kernels).
     Groups whose kernels are short run together, each as its dependencies allow
     (requests overlap); ``sampled`` fidelity runs W = :func:`sampled_groups` of them and
@@ -270,11 +329,12 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
         ids = {id(k) for k in ks}
         rest = list(others) + [k for m in members for k in m if id(k) not in ids]
         r = run_kernels(system, side, ks, fidelity=fidelity, translate=translate,
-                        warm=touched_before(ks, rest), attention_unit=attention_unit)
+                        warm=touched_before(ks, rest), attention_unit=attention_unit,
+                        timeline=timeline)
         if r.deadlock:
             raise ConfigError("system", f"the simulation of {ks[0].name} on side {side} "
                               "deadlocked")
-        return _fields(r, times)
+        return _fields(r, times, timeline)
 
     flat = lambda ms: [k for m in ms for k in m]  # noqa: E731
     if count == 1 or len(members) < count or needs_sampling(system, side, group, fidelity):
@@ -304,10 +364,12 @@ def _sum_piece(results, counts) -> Piece:
 
 
 def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
-                cache: dict | None, attention: str, desc: str = "kernels") -> list[Piece]:
+                cache: dict | None, attention: str, desc: str = "kernels",
+                runs: list | None = None) -> list[Piece]:
     """Pieces for ``specs`` = [(system, side, kernels)], their simulations spread over
     the run's threads (:mod:`h2m2sim.parallel`); summed in a fixed order, so the result
-    does not depend on the thread count."""
+    does not depend on the thread count. Inside :func:`capture_layers`, ``runs`` gets
+    each spec's list of :class:`PieceRun`."""
 
     per = [_piece_tasks(sysm, side, ks, fidelity, translate, cache, attention)
            for sysm, side, ks in specs]
@@ -319,8 +381,11 @@ def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
                     map_ordered(lambda task: task[1](), unique, cost=[t[2] for t in unique],
                                 desc=desc)))
     results = iter(done[t[3]] for t in flat)
-    return [_sum_piece([next(results) for _ in tasks], [t[0] for t in tasks])
-            for tasks in per]
+    per_spec = [[next(results) for _ in tasks] for tasks in per]
+    if runs is not None:
+        runs.extend([r for _, r in got] for got in per_spec)
+    return [_sum_piece([p for p, _ in got], [t[0] for t in tasks])
+            for got, tasks in zip(per_spec, per)]
 
 
 def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
@@ -400,9 +465,11 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
     barrier = system.sync.barrier_ns if len(sides) > 1 else 0.0
     # every (sublayer, side) piece is independent: simulate them all at once
     keys = [(sl, s) for sl in SUBLAYERS for s in sides if (s, sl) in per]
+    capture = _CAPTURE.get()
+    runs: list | None = [] if capture is not None else None
     done = dict(zip(keys, _run_pieces([(system, s, per[(s, sl)]) for sl, s in keys],
                                       fidelity, translate, cache, attention,
-                                      "layer kernels")))
+                                      "layer kernels", runs)))
     for sl in SUBLAYERS:
         subl[sl] = {s: done.get((sl, s), Piece()) for s in sides}
         total += max(p.time_ns for p in subl[sl].values())
@@ -411,7 +478,10 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
         link[sl] = t_x
         total += bound[sl]
         xbytes += b_x
-    return LayerResult(total, subl, bound, xbytes, link)
+    result = LayerResult(total, subl, bound, xbytes, link)
+    if capture is not None:
+        capture.append(LayerTrace(model.name, dict(zip(keys, runs)), result))
+    return result
 
 
 def layer_kinds(model: ModelSpec) -> list[tuple[tuple, ModelSpec, int]]:
@@ -508,6 +578,10 @@ def sublayer_tables(system, model: ModelSpec, batch: int, seq_lens, problem: Pro
     """Per-sublayer, per-side time tables (ns per layer for 0..N units), simulated at a
     grid of unit counts and interpolated linearly in between (several layer kinds: the
     layer-count-weighted mean of each kind's tables)."""
+    if _CAPTURE.get() is not None:      # a timeline draws the layers run, not the tables
+        with capture_layers(None):
+            return sublayer_tables(system, model, batch, seq_lens, problem, dtype,
+                                   fidelity, translate, cache, points, attention)
     if not model.homogeneous:
         tabs = [(n, sublayer_tables(system, view, batch, seq_lens, problem, dtype, fidelity,
                                     translate, cache, points, attention))

@@ -1,0 +1,145 @@
+"""Draw the simulated decoder layers of a decode iteration on a :class:`Timeline`.
+
+What is drawn is what the metrics were computed from (:func:`capture_layers` keeps the
+per-tile rows of the same engine runs): for each simulated layer, placed one after the
+other from 0 ns,
+
+* process ``<system>: layer`` -- thread ``layer``: the layer's span (its reported time);
+  thread ``sublayers``: each sublayer (as long as its slower side) and the barrier and
+  activation copies after it;
+* process ``<system>: <side>`` for each side --
+  ``pieces``: each engine run of the side's piece, as long as the time the piece counts
+  for it (sampled request groups and extrapolated tiles included; the arguments say how
+  many runs it stands for); ``kernels 1..n``: each kernel from its first DMA read to its
+  last tile's end, on as few lanes as keep them from overlapping, then
+  ``(extrapolated)`` for the part of the run's reported time that was not simulated
+  tile by tile; ``core C <unit>``: the tiles each unit computed, consecutive tiles of one
+  kernel merged into one span; ``TLB``: runs with misses, with their counts and stall;
+  counters ``DMA tiles in flight`` (reads issued, data not back) and
+  ``DRAM`` (``GB/s`` and ``row hit %`` of each run, for as long as the run counts).
+
+A layer's first kernel starts at its start, and its last kernel (or extrapolated part)
+ends where the last sublayer ends: the layer's reported time less the barrier and
+copies after its last sublayer.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from h2m2sim.mapping import SUBLAYERS
+from h2m2sim.trace_events import Timeline
+
+from .iteration import LayerTrace, PieceRun
+
+__all__ = ["draw_layers"]
+
+
+def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
+                layer_count: int, iteration_ns: float) -> float:
+    """Draw ``layers`` (of ``system``, whose iteration runs ``layer_count`` layers in
+    ``iteration_ns``) one after another from 0; returns where the last one ends (ns)."""
+    t0 = 0.0
+    for i, lay in enumerate(layers):
+        _draw_layer(tl, lay, system, t0, {"simulated layer": f"{i + 1} of {len(layers)}",
+                                          "layers in the iteration": layer_count,
+                                          "iteration_time_ns": iteration_ns})
+        t0 += lay.result.time_ns
+    return t0
+
+
+def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dict) -> None:
+    res = lay.result
+    top = tl.process(f"{system}: layer")
+    tl.span(top, tl.thread(top, "layer"), f"decoder layer ({lay.label})", t0, res.time_ns,
+            {"layer_time_ns": res.time_ns, **args})
+    subl = tl.thread(top, "sublayers")
+    t = t0
+    for sl in SUBLAYERS:
+        pieces = res.sublayers.get(sl, {})
+        dur = max((p.time_ns for p in pieces.values()), default=0.0)
+        tl.span(top, subl, sl, t, dur, {f"{s}_ns": p.time_ns for s, p in pieces.items()})
+        for (sl2, side), runs in lay.runs.items():
+            if sl2 == sl:
+                _draw_piece(tl, f"{system}: {side}", sl, runs, t)
+        t += dur
+        if res.boundary_ns.get(sl, 0.0) > 0:
+            tl.span(top, subl, "barrier + copies", t, res.boundary_ns[sl],
+                    {"interconnect_ns": res.interconnect_ns.get(sl, 0.0)})
+            t += res.boundary_ns[sl]
+
+
+def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceRun],
+                t0: float) -> None:
+    """The runs of one side's piece of ``sublayer``, back to back from ``t0``."""
+    pid = tl.process(process)
+    t = t0
+    for j, run in enumerate(runs):
+        args = {"engine_ns": run.engine_ns, "reported_ns": run.reported_ns,
+                "stands_for_runs": run.times, "tiles_drawn": len(run.rows)}
+        tl.span(pid, tl.thread(pid, "pieces"), f"{sublayer} run {j + 1}", t,
+                run.reported_ns, args)
+        _draw_kernels(tl, pid, run, t)
+        _draw_units(tl, pid, run.rows, t)
+        _draw_counters(tl, pid, run, t)
+        t += run.reported_ns
+
+
+def _draw_kernels(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
+    """Each kernel's span on the first ``kernels N`` lane free at its start."""
+    spans: dict[str, list[float]] = {}
+    for name, _, _, d0, _, _, end in run.rows:
+        s = spans.setdefault(name, [d0, end])
+        s[0], s[1] = min(s[0], d0), max(s[1], end)
+    lanes: list[float] = []              # when each lane is free again
+    last = 0.0
+    for name, (start, end) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0])):
+        k = next((i for i, free in enumerate(lanes) if free <= start), len(lanes))
+        if k == len(lanes):
+            lanes.append(0.0)
+        lanes[k] = end
+        tl.span(pid, tl.thread(pid, f"kernels {k + 1}"), name, t0 + start, end - start)
+        last = max(last, end)
+    if run.reported_ns > last:
+        tl.span(pid, tl.thread(pid, "kernels 1"), "(extrapolated)", t0 + last,
+                run.reported_ns - last,
+                {"why": "sampled request groups or tiles: the run stands for "
+                        f"{run.times:g} runs of {run.engine_ns:.0f} ns"})
+
+
+def _draw_units(tl: Timeline, pid: int, rows: Sequence[tuple], t0: float) -> None:
+    """Tiles per (core, unit), consecutive tiles of one kernel merged."""
+    by_lane: dict[tuple[int, str], list[tuple[float, float, str]]] = {}
+    for name, unit, core, _, _, start, end in rows:
+        by_lane.setdefault((core, unit), []).append((start, end, name))
+    for (core, unit), tiles in sorted(by_lane.items()):
+        tid = tl.thread(pid, f"core {core} {unit}")
+        tiles.sort()
+        cur = None
+        for start, end, name in tiles:
+            if cur is not None and cur[2] == name and start <= cur[1] + 1e-6:
+                cur[1], cur[3] = max(cur[1], end), cur[3] + 1
+                continue
+            if cur is not None:
+                tl.span(pid, tid, cur[2], t0 + cur[0], cur[1] - cur[0], {"tiles": cur[3]})
+            cur = [start, end, name, 1]
+        if cur is not None:
+            tl.span(pid, tid, cur[2], t0 + cur[0], cur[1] - cur[0], {"tiles": cur[3]})
+
+
+def _draw_counters(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
+    """DMA reads in flight over the run's tiles; the run's DRAM bandwidth and row-hit
+    rate for as long as it counts; its TLB misses."""
+    steps = sorted([(d0, 1) for *_, d0, rdy, _, _ in run.rows] +
+                   [(rdy, -1) for *_, d0, rdy, _, _ in run.rows])
+    n = 0
+    for t, dn in steps:
+        n += dn
+        tl.counter(pid, "DMA tiles in flight", t0 + t, {"tiles": n})
+    dram = run.dram
+    tl.counter(pid, "DRAM", t0, {"GB/s": dram.get("bandwidth_gbps", 0.0),
+                                 "row hit %": 100.0 * dram.get("row_hit_rate", 0.0)})
+    tl.counter(pid, "DRAM", t0 + run.reported_ns, {"GB/s": 0.0, "row hit %": 0.0})
+    if run.tlb_misses:
+        tl.span(pid, tl.thread(pid, "TLB"), f"{run.tlb_misses:.0f} TLB misses", t0,
+                run.reported_ns, {"tlb_misses": run.tlb_misses, "tlb_hits": run.tlb_hits,
+                                  "tlb_stall_ns": run.stall_tlb_ns})

@@ -1,0 +1,151 @@
+"""Timelines in the Chrome trace-event JSON format, which Perfetto (ui.perfetto.dev) and
+chrome://tracing open.
+
+A :class:`Timeline` holds *tracks* -- a process (``pid``, e.g. one side of a system) and
+a thread in it (``tid``, e.g. one core's matrix unit) -- of complete spans (``"X"``
+events), and counter tracks (``"C"`` events) of a process. Times are given in ns and
+written in the format's microseconds. :meth:`Timeline.check` verifies what a reader
+relies on: timestamps that never decrease within a track, and spans of one track
+properly nested (one inside another, or apart). :meth:`Timeline.write` writes the file
+atomically.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Timeline", "TimelineError", "read_events", "check_events"]
+
+#: Tolerance of the nesting check, in the file's microseconds: float rounding of ns / 1e3.
+_EPS_US = 1e-6
+
+
+class TimelineError(ValueError):
+    """A timeline that breaks the format's rules (what the readers rely on)."""
+
+
+class Timeline:
+    """Tracks of spans and counters, built in any order and written sorted by time."""
+
+    def __init__(self, metadata: Mapping[str, Any] | None = None):
+        self.events: list[dict] = []
+        self._pids: dict[str, int] = {}
+        self._tids: dict[tuple[int, str], int] = {}
+        self.metadata = dict(metadata or {})
+
+    # ---- tracks -------------------------------------------------------------------
+    def process(self, name: str, sort_index: int | None = None) -> int:
+        """The pid of the process track called ``name`` (made on first use)."""
+        pid = self._pids.get(name)
+        if pid is None:
+            pid = self._pids[name] = len(self._pids) + 1
+            self.events.append({"ph": "M", "pid": pid, "name": "process_name",
+                                "args": {"name": name}})
+            self.events.append({"ph": "M", "pid": pid, "name": "process_sort_index",
+                                "args": {"sort_index": pid if sort_index is None
+                                         else sort_index}})
+        return pid
+
+    def thread(self, pid: int, name: str) -> int:
+        """The tid of thread track ``name`` in process ``pid`` (made on first use; tids
+        follow the order of first use, which Perfetto keeps)."""
+        key = (pid, name)
+        tid = self._tids.get(key)
+        if tid is None:
+            tid = self._tids[key] = sum(1 for p, _ in self._tids if p == pid) + 1
+            self.events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                                "args": {"name": name}})
+            self.events.append({"ph": "M", "pid": pid, "tid": tid,
+                                "name": "thread_sort_index", "args": {"sort_index": tid}})
+        return tid
+
+    # ---- events -------------------------------------------------------------------
+    def span(self, pid: int, tid: int, name: str, start_ns: float, dur_ns: float,
+             args: Mapping[str, Any] | None = None, cat: str = "") -> None:
+        """A complete span from ``start_ns`` lasting ``dur_ns`` (>= 0)."""
+        if not (math.isfinite(start_ns) and math.isfinite(dur_ns) and dur_ns >= 0):
+            raise TimelineError(f"span {name!r}: start {start_ns} ns, duration {dur_ns} ns")
+        ev = {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": start_ns / 1e3,
+              "dur": dur_ns / 1e3}
+        if cat:
+            ev["cat"] = cat
+        if args:
+            ev["args"] = dict(args)
+        self.events.append(ev)
+
+    def counter(self, pid: int, name: str, t_ns: float, values: Mapping[str, float]) -> None:
+        """Counter track ``name`` of process ``pid`` takes ``values`` (series name ->
+        number) from ``t_ns`` until its next sample."""
+        if not math.isfinite(t_ns):
+            raise TimelineError(f"counter {name!r} at {t_ns} ns")
+        self.events.append({"ph": "C", "pid": pid, "name": name, "ts": t_ns / 1e3,
+                            "args": {k: float(v) for k, v in values.items()}})
+
+    # ---- output -------------------------------------------------------------------
+    def as_json(self) -> dict:
+        """The trace-event JSON object: metadata events first, the rest by time (a span
+        before the spans it holds)."""
+        meta = [e for e in self.events if e["ph"] == "M"]
+        rest = sorted((e for e in self.events if e["ph"] != "M"),
+                      key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+        return {"traceEvents": meta + rest, "displayTimeUnit": "ns",
+                "otherData": self.metadata}
+
+    def check(self) -> None:
+        """Raise TimelineError if a track's timestamps decrease or its spans overlap
+        without nesting."""
+        check_events(self.as_json()["traceEvents"])
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Check, then write the timeline to ``path`` atomically (a temporary beside it,
+        renamed)."""
+        self.check()
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(self.as_json(), fh, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+
+def read_events(path: str | os.PathLike) -> list[dict]:
+    """The trace events of a timeline file (its ``traceEvents``)."""
+    with open(path) as fh:
+        data = json.load(fh)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def check_events(events: list[dict]) -> None:
+    """Raise TimelineError unless, within every track, timestamps never decrease (in file
+    order) and every two spans are nested or apart."""
+    last: dict[tuple, float] = {}
+    open_: dict[tuple, list[float]] = {}
+    for e in events:
+        if e.get("ph") == "M":
+            continue
+        track = (e["pid"], e.get("tid"), e["ph"] if e["ph"] == "C" else "X",
+                 e["name"] if e["ph"] == "C" else None)
+        ts = float(e["ts"])
+        if ts < last.get(track, -math.inf):
+            raise TimelineError(f"track {track[:2]}: {e['name']!r} at {ts} us comes after "
+                                f"{last[track]} us")
+        last[track] = ts
+        if e["ph"] != "X":
+            continue
+        stack = open_.setdefault(track, [])
+        while stack and stack[-1] <= ts + _EPS_US:
+            stack.pop()
+        end = ts + float(e["dur"])
+        if stack and end > stack[-1] + _EPS_US:
+            raise TimelineError(f"track {track[:2]}: span {e['name']!r} [{ts}, {end}] us "
+                                f"overlaps the span that ends at {stack[-1]} us")
+        stack.append(end)

@@ -1,0 +1,108 @@
+"""Timelines of decode runs (``run --timeline``): the file is trace-event JSON that
+Perfetto reads (timestamps that never decrease within a track, spans nested), it has
+kernel, DMA, TLB and DRAM tracks, and it is drawn from the events the metrics come from:
+each simulated layer's kernels span the layer's reported time, and the metrics are
+the same with and without it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import h2m2sim
+from h2m2sim.cli import main
+from h2m2sim.errors import ConfigError
+from h2m2sim.trace_events import Timeline, TimelineError, check_events, read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "workloads" / "configs" / "default.yaml"
+SMALL = ["model=opt-1.3b", "workload.batch=4", "workload.seq=256", "simulation.cache=false"]
+
+
+def _tracks(events):
+    procs = {e["pid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    return procs, threads
+
+
+def _layer_checks(events, metrics_by_system):
+    """For each system's layer: its span is the reported layer time, and its kernels run
+    from its start to its end less the boundary after the last sublayer (within 1 %)."""
+    procs, threads = _tracks(events)
+    for system, m in metrics_by_system.items():
+        layer_pid = next(p for p, n in procs.items() if n == f"{system}: layer")
+        (layer,) = [e for e in events if e["ph"] == "X" and e["pid"] == layer_pid
+                    and threads[(layer_pid, e["tid"])] == "layer"]
+        layer_ns = m["iteration_time_ns"] / m["layers"]
+        assert layer["dur"] * 1e3 == pytest.approx(layer_ns, rel=1e-9)
+        kernels = [e for e in events if e["ph"] == "X" and procs[e["pid"]].startswith(
+            f"{system}: ") and e["pid"] != layer_pid
+            and threads[(e["pid"], e["tid"])].startswith("kernels ")]
+        first = min(e["ts"] for e in kernels) * 1e3
+        last = max(e["ts"] + e["dur"] for e in kernels) * 1e3
+        assert first == pytest.approx(layer["ts"] * 1e3, abs=1.0)
+        assert last - first == pytest.approx(layer_ns, rel=0.01)
+
+
+@pytest.mark.parametrize("fidelity", ["sampled", "cycle"])
+def test_a_run_timeline_is_perfetto_json_drawn_from_the_runs_metrics(tmp_path, fidelity):
+    path = tmp_path / "t.json"
+    with_tl = h2m2sim.run(DEFAULT, [*SMALL, f"simulation.fidelity={fidelity}"],
+                          timeline=path)
+    plain = h2m2sim.run(DEFAULT, [*SMALL, f"simulation.fidelity={fidelity}"])
+    assert with_tl.metrics == plain.metrics          # drawing changes no result
+    data = json.loads(path.read_text())
+    assert data["otherData"]["config_hash"] == with_tl.config_hash
+    events = read_events(path)
+    check_events(events)
+    procs, threads = _tracks(events)
+    assert set(procs.values()) >= {"h2m2: layer", "h2m2: hbm", "h2m2: lpddr",
+                                   "baseline lpddr-only: layer",
+                                   "baseline lpddr-only: lpddr"}
+    names = set(threads.values())
+    assert {"kernels 1", "pieces", "sublayers", "core 0 mv"} <= names
+    counters = {(procs[e["pid"]], e["name"]) for e in events if e["ph"] == "C"}
+    assert ("h2m2: hbm", "DRAM") in counters and ("h2m2: hbm", "DMA tiles in flight") \
+        in counters
+    base = {k[len("baseline_"):]: v for k, v in with_tl.metrics.items()
+            if k.startswith("baseline_")}
+    _layer_checks(events, {"h2m2": with_tl.metrics,
+                           "baseline lpddr-only": {**with_tl.metrics, **base}})
+
+
+def test_the_cli_writes_it_and_refuses_what_it_cannot_draw(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    sets = [a for s in SMALL for a in ("--set", s)]
+    assert main(["run", str(DEFAULT), *sets, "--timeline", str(path)]) == 0
+    assert "wrote the timeline" in capsys.readouterr().out and path.exists()
+    assert main(["run", str(DEFAULT), *sets, "--set", "simulation.fidelity=estimate",
+                 "--timeline", str(tmp_path / "e.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --timeline: this run simulates no decoder layer")
+    assert not (tmp_path / "e.json").exists()
+    with pytest.raises(ConfigError, match="--timeline: is empty"):
+        h2m2sim.run(DEFAULT, SMALL, timeline="")
+
+
+def test_the_checker_refuses_what_readers_cannot_show(tmp_path):
+    tl = Timeline()
+    pid = tl.process("side")
+    a, b = tl.thread(pid, "lane a"), tl.thread(pid, "lane b")
+    tl.span(pid, a, "outer", 0, 100)
+    tl.span(pid, a, "inner", 10, 50)
+    tl.span(pid, b, "apart", 20, 200)          # another lane may overlap
+    tl.counter(pid, "DRAM", 0, {"GB/s": 5})
+    tl.check()
+    tl.write(tmp_path / "ok.json")
+    assert len(read_events(tmp_path / "ok.json")) == len(tl.events)
+    tl.span(pid, a, "crossing", 90, 30)        # starts inside 'outer', ends after it
+    with pytest.raises(TimelineError, match="overlaps"):
+        tl.check()
+    with pytest.raises(TimelineError, match="comes after"):
+        check_events([{"ph": "X", "pid": 1, "tid": 1, "name": "x", "ts": 5, "dur": 1},
+                      {"ph": "X", "pid": 1, "tid": 1, "name": "y", "ts": 4, "dur": 1}])
+    with pytest.raises(TimelineError):
+        tl.span(pid, a, "nan", float("nan"), 1)
