@@ -45,6 +45,7 @@ from h2m2sim.parallel import progress_label, use_threads
 from h2m2sim.registry import Registry
 from h2m2sim.serving.job import run_serving
 from h2m2sim.serving.prefill_job import run_prefill
+from h2m2sim.serving.timeline import capture_serving, draw_serving
 from h2m2sim.store import split_timing
 from h2m2sim.trace_events import Timeline
 
@@ -125,16 +126,24 @@ def run(cfg: Any, job: Job | None = None, timeline: Timeline | None = None) -> R
 
 
 def _drawn(job: Job, cfg: Any, timeline: Timeline | None, label: str) -> dict[str, Any]:
-    """``job(cfg)``; with ``timeline``, its simulated layers drawn there as ``label``."""
+    """``job(cfg)``; with ``timeline``, what it simulated drawn there as ``label``: a
+    serving run's requests, or the decoder layers a decode or prefill run simulated."""
     if timeline is None:
         return job(cfg)
+    if job_kind(cfg) == "serving":
+        served: list = []
+        with capture_serving(served):
+            metrics = job(cfg)
+        for result in served:
+            draw_serving(timeline, result, label, float(metrics["kv_bytes_per_token"]))
+        return metrics
     layers: list = []
     with capture_layers(layers):
         metrics = job(cfg)
     if not layers:
         raise ConfigError("--timeline", "this run simulates no decoder layer to draw: a "
-                          "timeline needs a decode or prefill run at sampled or cycle "
-                          "fidelity on an NPU system")
+                          "timeline needs a serving run, or a decode or prefill run at "
+                          "sampled or cycle fidelity on an NPU system")
     draw_layers(timeline, layers, label, int(metrics.get("layers", 1)),
                 float(metrics.get("iteration_time_ns", 0.0)))
     return metrics

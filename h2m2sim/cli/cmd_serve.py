@@ -125,6 +125,10 @@ def register(subparsers) -> None:
                         "metrics) and DIR/timing.json; DIR must not hold a result already")
     p.add_argument("--overwrite", action="store_true",
                    help="with --out: replace the result DIR already holds")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="also write FILE, a trace-event JSON timeline (each request queued, "
+                        "prefilling and decoding; running and waiting requests and reserved "
+                        "KV over time) that ui.perfetto.dev opens")
     p.set_defaults(func=run)
 
 
@@ -197,7 +201,8 @@ def run(args) -> int:
              args.system, args.allocator)
     from h2m2sim import api
     from h2m2sim.cache import plain
-    res = api.run(run_config(args), out=args.out, overwrite=args.overwrite)
+    res = api.run(run_config(args), out=args.out, overwrite=args.overwrite,
+                  timeline=args.timeline)
     m = _clean(res.metrics)
     for key in JSON_KEYS:
         m.setdefault(key, None)

@@ -8,6 +8,7 @@ from h2m2sim.compute.gpu import gpu_side
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
+from .timeline import captured
 
 __all__ = ["run_serving", "check_serving", "check_serving_fits"]
 
@@ -55,8 +56,11 @@ def run_serving(cfg: Any) -> dict:
                                            cache=sim.cache, cache_dir=sim.cache_dir)
     else:
         evaluator = analytic_evaluator
+    into = captured()
     result = serve(None, s, allocator=cfg.policy.allocator,
                    allocator_params=cfg.policy.allocator_params, model=cfg.model,
                    device=device, evaluator=evaluator, seed=sim.seed, cache=sim.cache,
-                   cache_dir=sim.cache_dir)
+                   cache_dir=sim.cache_dir, record_timeline=into is not None)
+    if into is not None:
+        into.append(result)
     return result.metrics

@@ -1,0 +1,89 @@
+"""Draw a serving run on a :class:`~h2m2sim.trace_events.Timeline`, from the same
+per-request times its metrics are computed from (:class:`~h2m2sim.serving.loop.
+ServingResult`).
+
+Process ``<system>: requests``: each served request on a lane (``requests N``, as few
+lanes as keep requests from overlapping), one span ``request i`` from its arrival to its
+last token, holding ``queued`` (arrival to its first prefill), ``prefill`` (to its first
+token) and ``decode`` (to its last token). The request span's arguments hold its TTFT
+and TPOT exactly as the metrics take them: TTFT = first token - arrival, TPOT = (last
+token - first token) / (output tokens - 1). Rejected requests are an instant
+``rejected`` on lane ``rejected``. Counters (process ``<system>: server``): running and
+waiting requests and reserved KV bytes, sampled at each step of the serving loop.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator
+
+import numpy as np
+
+from h2m2sim.trace_events import Timeline
+
+from .loop import ServingResult
+
+__all__ = ["capture_serving", "draw_serving", "captured"]
+
+_CAPTURE: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "h2m2sim_serving_capture", default=None)
+
+
+@contextlib.contextmanager
+def capture_serving(into: list) -> Iterator[None]:
+    """Serving runs inside the block record their loop's steps and append their
+    (ServingResult, bytes per KV token) to ``into``."""
+    token = _CAPTURE.set(into)
+    try:
+        yield
+    finally:
+        _CAPTURE.reset(token)
+
+
+def captured() -> list | None:
+    """Where the serving run in progress appends its result (None: nowhere)."""
+    return _CAPTURE.get()
+
+
+def draw_serving(tl: Timeline, result: ServingResult, system: str,
+                 kv_bytes_per_token: float) -> None:
+    """Draw ``result`` (times in s) as ``system``'s requests and server counters."""
+    pid = tl.process(f"{system}: requests")
+    lanes: list[float] = []                # when each lane is free again (ns)
+    arr_s, first_s, fin_s = (np.asarray(x, dtype=float) for x in (
+        result.arrival_s, result.first_token_s, result.finish_s))
+    arr, adm, first, fin = (x * 1e9 for x in (arr_s, np.asarray(result.admit_s, dtype=float),
+                                              first_s, fin_s))
+    out = np.asarray(result.output_tokens)
+    for i in np.argsort(arr, kind="stable"):
+        if result.rejected[i] or not np.isfinite(fin[i]):
+            tl.span(pid, tl.thread(pid, "rejected"), f"request {i}", arr[i], 0.0,
+                    {"rejected": True})
+            continue
+        k = next((j for j, free in enumerate(lanes) if free <= arr[i]), len(lanes))
+        if k == len(lanes):
+            lanes.append(0.0)
+        lanes[k] = fin[i]
+        tid = tl.thread(pid, f"requests {k + 1}")
+        # the metrics' own arithmetic, on the same seconds
+        tpot = float((fin_s[i] - first_s[i]) / (out[i] - 1)) if out[i] > 1 else None
+        tl.span(pid, tid, f"request {i}", arr[i], fin[i] - arr[i],
+                {"ttft_s": float(first_s[i] - arr_s[i]), "tpot_s": tpot,
+                 "output_tokens": int(out[i]), "preemptions": int(result.preemptions[i])})
+        for name, a, b in (("queued", arr[i], adm[i]), ("prefill", adm[i], first[i]),
+                           ("decode", first[i], fin[i])):
+            if b > a:
+                tl.span(pid, tid, name, a, b - a)
+    _draw_counters(tl, system, result, kv_bytes_per_token)
+
+
+def _draw_counters(tl: Timeline, system: str, result: ServingResult,
+                   kv_bytes_per_token: float) -> None:
+    steps = result.timeline
+    if not steps:
+        return
+    pid = tl.process(f"{system}: server")
+    for t, run, wait, kv in zip(steps["t"], steps["running"], steps["waiting"],
+                                steps["reserved_tokens"]):
+        tl.counter(pid, "requests", t * 1e9, {"running": run, "waiting": wait})
+        tl.counter(pid, "KV reserved", t * 1e9, {"bytes": kv * kv_bytes_per_token})

@@ -1,0 +1,52 @@
+"""``serve --timeline``: each served request's spans and arguments give its TTFT and
+TPOT as the metrics take them, requests never overlap on a lane, and the server's
+counters are there."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from h2m2sim.cli import main
+from h2m2sim.serving.loop import percentiles
+from h2m2sim.trace_events import check_events, read_events
+
+SERVE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",
+         "deepseek-r1-distill-qwen-7b", "--allocator", "paged", "--evaluator", "analytic",
+         "--max-requests", "300", "--rate", "4", "--json"]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
+
+
+def test_request_spans_give_the_metrics_ttft_and_tpot(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert main([*SERVE, "--timeline", str(path)]) == 0
+    m = json.loads(capsys.readouterr().out)
+    events = read_events(path)
+    check_events(events)
+    requests = [e for e in events if e["ph"] == "X" and e["name"].startswith("request ")
+                and "ttft_s" in e.get("args", {})]
+    assert len(requests) == m["requests_completed"] == 300
+    ttft = np.array([e["args"]["ttft_s"] for e in requests])
+    tpot = np.array([e["args"]["tpot_s"] for e in requests
+                     if e["args"]["tpot_s"] is not None])
+    for q, v in percentiles(ttft).items():
+        assert m[f"ttft_{q}_s"] == v
+    for q, v in percentiles(tpot).items():
+        assert m[f"tpot_{q}_s"] == v
+    # the spans say the same: the prefill of each request ends at its first token
+    by_track: dict = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    for e in requests:
+        prefill = next(x for x in by_track[(e["pid"], e["tid"])]
+                       if x["name"] == "prefill" and e["ts"] <= x["ts"] <= e["ts"] + e["dur"])
+        got_s = (prefill["ts"] + prefill["dur"] - e["ts"]) / 1e6
+        assert got_s == pytest.approx(e["args"]["ttft_s"], rel=1e-9, abs=1e-9)
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert counters == {"requests", "KV reserved"}
