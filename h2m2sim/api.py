@@ -140,25 +140,41 @@ def _sets(sets: Iterable[str] | None) -> list[str]:
 
 def run(config_or_path: Any, set: Iterable[str] | None = None, *,
         out: str | os.PathLike | None = None, overwrite: bool = False,
-        timeline: str | os.PathLike | None = None) -> Result:
+        timeline: str | os.PathLike | None = None,
+        timeline_tracks: Iterable[str] | None = None,
+        timeline_window: tuple[float, float] | None = None) -> Result:
     """Run one configuration (a YAML path, a RunConfig or a raw mapping; ``set`` as in
     :func:`load`) and return its :class:`Result`. With ``out``, also write
     ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
     a folder that already holds a result is refused unless ``overwrite``. With
-    ``timeline``, write there a trace-event JSON file of the simulated decoder layers
-    that Perfetto opens (:mod:`h2m2sim.decode.timeline`)."""
+    ``timeline``, write there a trace-event JSON file that Perfetto opens: the
+    simulated decoder layers of a decode or prefill run (:mod:`h2m2sim.decode.timeline`)
+    or the requests of a serving run (:mod:`h2m2sim.serving.timeline`);
+    ``timeline_tracks`` keeps some kinds of track
+    (:data:`~h2m2sim.trace_events.TRACK_KINDS`), ``timeline_window`` = (start, end) ns
+    keeps what happens between them."""
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
+    tl = None
     if timeline is not None:
         if not os.fspath(timeline):
             raise ConfigError("--timeline", "is empty: name the file to write")
+        tl = Timeline({"h2m2sim_version": __version__, "git_revision": git_revision(),
+                       "config_hash": config_hash(cfg), "fidelity": cfg.simulation.fidelity},
+                      tracks=timeline_tracks, window=timeline_window)
         prepare_file(timeline, "--timeline")
+    elif timeline_tracks is not None or timeline_window is not None:
+        raise ConfigError("--timeline-tracks" if timeline_tracks is not None
+                          else "--timeline-window", "only meaningful with --timeline")
     store = RunOutput(out) if out is not None else None    # an empty out is refused
     if store is not None:
         store.prepare(overwrite=overwrite)   # refuse before a run that may be long
     try:
-        result = _run(cfg, timeline)
+        result = _run(cfg, tl)
+        if tl is not None:
+            with writing_to(timeline, "--timeline"):
+                tl.write(timeline)
         if store is not None:
             store.write(result.result_record(), dump_yaml(cfg), result.timing_record())
     except BaseException:
@@ -168,17 +184,11 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     return result
 
 
-def _run(cfg: RunConfig, timeline_path: str | os.PathLike | None = None) -> Result:
-    chash = config_hash(cfg)
-    provenance = {"h2m2sim_version": __version__, "git_revision": git_revision()}
-    tl = None if timeline_path is None else Timeline(
-        {**provenance, "config_hash": chash, "fidelity": cfg.simulation.fidelity})
-    res = runner.run(cfg, timeline=tl)
-    if tl is not None:
-        with writing_to(timeline_path, "--timeline"):
-            tl.write(timeline_path)
-    return Result(res.metrics, res.timing, cfg, chash, {
-        **provenance, "finished_at": now_iso(), "environment": environment()})
+def _run(cfg: RunConfig, timeline: Timeline | None = None) -> Result:
+    res = runner.run(cfg, timeline=timeline)
+    return Result(res.metrics, res.timing, cfg, config_hash(cfg), {
+        "h2m2sim_version": __version__, "git_revision": git_revision(),
+        "finished_at": now_iso(), "environment": environment()})
 
 
 def serve(config_or_path: Any, trace: str | os.PathLike | None = None,

@@ -14,28 +14,63 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Timeline", "TimelineError", "read_events", "check_events"]
+from h2m2sim.errors import ConfigError
+
+__all__ = ["Timeline", "TimelineError", "TRACK_KINDS", "read_events", "check_events"]
 
 #: Tolerance of the nesting check, in the file's microseconds: float rounding of ns / 1e3.
 _EPS_US = 1e-6
 
 
-class TimelineError(ValueError):
-    """A timeline that breaks the format's rules (what the readers rely on)."""
+class TimelineError(ConfigError):
+    """A timeline that breaks the format's rules (what the readers rely on), or settings
+    of one that mean nothing; ``key`` names the setting (``--timeline...``)."""
+
+    def __init__(self, message: str, key: str = "--timeline"):
+        super().__init__(key, message)
+
+
+#: The kinds of track a timeline may hold; ``Timeline(tracks=...)`` keeps a subset.
+TRACK_KINDS = ("layers", "kernels", "units", "dma", "tlb", "dram", "energy", "requests",
+               "server")
+#: Most events a timeline file holds (about 100 MB of JSON); the latest are dropped
+#: beyond it, and the file says how many.
+MAX_EVENTS = 1_000_000
 
 
 class Timeline:
-    """Tracks of spans and counters, built in any order and written sorted by time."""
+    """Tracks of spans and counters, built in any order and written sorted by time.
+    ``tracks``: the kinds to keep (:data:`TRACK_KINDS`; None = all); ``window``: (start,
+    end) ns, events outside it dropped and spans cut to it; ``max_events``: beyond it the
+    latest events are dropped. What was dropped is written in the file's metadata
+    (``otherData.dropped``)."""
 
-    def __init__(self, metadata: Mapping[str, Any] | None = None):
+    def __init__(self, metadata: Mapping[str, Any] | None = None, *,
+                 tracks: Iterable[str] | None = None,
+                 window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS):
         self.events: list[dict] = []
         self._pids: dict[str, int] = {}
         self._tids: dict[tuple[int, str], int] = {}
         self.metadata = dict(metadata or {})
+        self.tracks = frozenset(TRACK_KINDS if tracks is None else tracks)
+        unknown = sorted(self.tracks - set(TRACK_KINDS))
+        if unknown:
+            raise TimelineError(f"unknown track kind {unknown[0]!r}; choose from "
+                                f"{', '.join(TRACK_KINDS)}", "--timeline-tracks")
+        if window is not None and not (math.isfinite(window[0]) and math.isfinite(window[1])
+                                       and 0 <= window[0] < window[1]):
+            raise TimelineError(f"{window[0]:g}:{window[1]:g} ns: needs 0 <= START < END",
+                                "--timeline-window")
+        self.window = window
+        self.max_events = int(max_events)
+
+    def wants(self, kind: str) -> bool:
+        """Whether tracks of ``kind`` (one of :data:`TRACK_KINDS`) are kept."""
+        return kind in self.tracks
 
     # ---- tracks -------------------------------------------------------------------
     def process(self, name: str, sort_index: int | None = None) -> int:
@@ -88,12 +123,25 @@ class Timeline:
     # ---- output -------------------------------------------------------------------
     def as_json(self) -> dict:
         """The trace-event JSON object: metadata events first, the rest by time (a span
-        before the spans it holds)."""
+        before the spans it holds), within the window and the event limit."""
         meta = [e for e in self.events if e["ph"] == "M"]
         rest = sorted((e for e in self.events if e["ph"] != "M"),
                       key=lambda e: (e["ts"], -e.get("dur", 0.0)))
-        return {"traceEvents": meta + rest, "displayTimeUnit": "ns",
-                "otherData": self.metadata}
+        dropped = {}
+        if self.window is not None:
+            kept = _in_window(rest, self.window[0] / 1e3, self.window[1] / 1e3)
+            dropped["outside the window"] = len(rest) - len(kept)
+            rest = kept
+        if len(rest) > self.max_events:
+            dropped[f"after the first {self.max_events:,} events"] = \
+                len(rest) - self.max_events
+            rest = rest[:self.max_events]
+        other = {**self.metadata, "tracks": sorted(self.tracks)}
+        if self.window is not None:
+            other["window_ns"] = list(self.window)
+        if any(dropped.values()):
+            other["dropped"] = {k: v for k, v in dropped.items() if v}
+        return {"traceEvents": meta + rest, "displayTimeUnit": "ns", "otherData": other}
 
     def check(self) -> None:
         """Raise TimelineError if a track's timestamps decrease or its spans overlap
@@ -115,6 +163,24 @@ class Timeline:
         finally:
             tmp.unlink(missing_ok=True)
         return path
+
+
+def _in_window(events: list[dict], t0: float, t1: float) -> list[dict]:
+    """``events`` (us) that reach into [t0, t1), spans cut to it; a counter's last value
+    before t0 is kept at t0, so its track starts where it stood."""
+    out, before = [], {}
+    for e in events:
+        ts = e["ts"]
+        if e["ph"] == "C" and ts < t0:
+            before[(e["pid"], e["name"])] = {**e, "ts": t0}
+            continue
+        end = ts + e.get("dur", 0.0)
+        if ts >= t1 or (e["ph"] == "X" and end <= t0) or (e["ph"] != "X" and ts < t0):
+            continue
+        if e["ph"] == "X" and (ts < t0 or end > t1):
+            e = {**e, "ts": max(ts, t0), "dur": min(end, t1) - max(ts, t0)}
+        out.append(e)
+    return sorted(list(before.values()) + out, key=lambda e: (e["ts"], -e.get("dur", 0.0)))
 
 
 def read_events(path: str | os.PathLike) -> list[dict]:

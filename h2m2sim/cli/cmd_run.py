@@ -28,10 +28,8 @@ def register(subparsers) -> None:
                         "wall times DIR/timing.json; DIR must not hold a result already")
     p.add_argument("--overwrite", action="store_true",
                    help="with --out: replace the result DIR already holds")
-    p.add_argument("--timeline", metavar="FILE",
-                   help="also write FILE, a trace-event JSON timeline of the simulated "
-                        "decoder layers (kernels per core and unit, DMA, TLB, DRAM) that "
-                        "ui.perfetto.dev opens; needs sampled or cycle fidelity")
+    add_timeline_options(p, "the simulated decoder layers (kernels per core and unit, "
+                            "DMA, TLB, DRAM); needs sampled or cycle fidelity")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (config_hash, version, metrics, timing) "
                         "instead of the summary")
@@ -40,6 +38,35 @@ def register(subparsers) -> None:
 
 #: The summary's lines fit a terminal this many characters wide.
 WIDTH = 100
+
+
+def add_timeline_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--timeline FILE`` and the options that size it (``what``: what it draws)."""
+    from h2m2sim.trace_events import TRACK_KINDS
+    p.add_argument("--timeline", metavar="FILE",
+                   help=f"also write FILE, a trace-event JSON timeline of {what}, that "
+                        "ui.perfetto.dev opens")
+    p.add_argument("--timeline-tracks", metavar="KINDS",
+                   help="with --timeline: keep these kinds of track, comma-separated "
+                        f"({', '.join(TRACK_KINDS)}; default all)")
+    p.add_argument("--timeline-window", metavar="START:END",
+                   help="with --timeline: keep what happens between START and END ns")
+
+
+def timeline_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments of :func:`h2m2sim.api.run` for the timeline options."""
+    from h2m2sim.errors import ConfigError
+    window = None
+    if args.timeline_window is not None:
+        try:
+            start, end = (float(x) for x in args.timeline_window.split(":"))
+        except ValueError:
+            raise ConfigError("--timeline-window", f"must be START:END in ns, got "
+                              f"{args.timeline_window!r}") from None
+        window = (start, end)
+    tracks = None if args.timeline_tracks is None else \
+        [t.strip() for t in args.timeline_tracks.split(",") if t.strip()]
+    return {"timeline": args.timeline, "timeline_tracks": tracks, "timeline_window": window}
 
 
 def _is_number(v: Any) -> bool:
@@ -258,7 +285,7 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim.cache import config_hash
     cfg = api.load(args.config, args.sets)
     log.info("config %s: %s", config_hash(cfg)[:12], _plan(cfg))
-    res = api.run(cfg, out=args.out, overwrite=args.overwrite, timeline=args.timeline)
+    res = api.run(cfg, out=args.out, overwrite=args.overwrite, **timeline_options(args))
     if args.json:
         print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))
     else:

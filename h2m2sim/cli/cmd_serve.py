@@ -42,6 +42,7 @@ def _kv(items, what):
 
 def register(subparsers) -> None:
     from h2m2sim.allocators import ALLOCATORS
+    from h2m2sim.cli.cmd_run import add_timeline_options
     p = subparsers.add_parser(
         "serve", help="replay a request trace through a KV-cache allocator",
         description="Replay a request trace (CSV with arrival_s, prompt_tokens, output_tokens "
@@ -125,10 +126,8 @@ def register(subparsers) -> None:
                         "metrics) and DIR/timing.json; DIR must not hold a result already")
     p.add_argument("--overwrite", action="store_true",
                    help="with --out: replace the result DIR already holds")
-    p.add_argument("--timeline", metavar="FILE",
-                   help="also write FILE, a trace-event JSON timeline (each request queued, "
-                        "prefilling and decoding; running and waiting requests and reserved "
-                        "KV over time) that ui.perfetto.dev opens")
+    add_timeline_options(p, "the run (each request queued, prefilling and decoding; "
+                            "running and waiting requests and reserved KV over time)")
     p.set_defaults(func=run)
 
 
@@ -201,8 +200,9 @@ def run(args) -> int:
              args.system, args.allocator)
     from h2m2sim import api
     from h2m2sim.cache import plain
+    from h2m2sim.cli.cmd_run import timeline_options
     res = api.run(run_config(args), out=args.out, overwrite=args.overwrite,
-                  timeline=args.timeline)
+                  **timeline_options(args))
     m = _clean(res.metrics)
     for key in JSON_KEYS:
         m.setdefault(key, None)

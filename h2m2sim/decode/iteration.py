@@ -98,6 +98,8 @@ class PieceRun:
     tlb_hits: float
     tlb_misses: float
     stall_tlb_ns: float
+    #: DRAM energy of the whole piece run (all ``times``), nJ by component
+    dram_nj: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,8 +313,10 @@ def _fields(r, times: float = 1, timeline: bool = False) -> dict:
 
 def _piece_run(d: dict, piece: Piece) -> PieceRun:
     """The timeline's view of one simulated group (``d``: its fields with rows)."""
+    e = piece.activity.dram
     return PieceRun(tuple(d["timeline"]), d["time_ns"], piece.time_ns, d["times"],
-                    d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns)
+                    d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns,
+                    {f.name[:-3]: getattr(e, f.name) for f in dataclasses.fields(e)})
 
 
 def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,

@@ -15,8 +15,13 @@ other from 0 ns,
   ``(extrapolated)`` for the part of the run's reported time that was not simulated
   tile by tile; ``core C <unit>``: the tiles each unit computed, consecutive tiles of one
   kernel merged into one span; ``TLB``: runs with misses, with their counts and stall;
-  counters ``DMA tiles in flight`` (reads issued, data not back) and
-  ``DRAM`` (``GB/s`` and ``row hit %`` of each run, for as long as the run counts).
+  counters ``DMA tiles in flight`` (reads issued, data not back), ``DRAM`` (``GB/s``
+  and ``row hit %`` of each run, for as long as the run counts) and ``DRAM power (W)``
+  by component (activation, read/write, refresh, background, I/O: the run's DRAM energy
+  over its time).
+
+``Timeline(tracks=...)`` keeps some of these: ``layers`` (layer, sublayers, pieces),
+``kernels``, ``units``, ``dma``, ``tlb``, ``dram``, ``energy``.
 
 A layer's first kernel starts at its start, and its last kernel (or extrapolated part)
 ends where the last sublayer ends: the layer's reported time less the barrier and
@@ -49,23 +54,26 @@ def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
 
 def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dict) -> None:
     res = lay.result
-    top = tl.process(f"{system}: layer")
-    tl.span(top, tl.thread(top, "layer"), f"decoder layer ({lay.label})", t0, res.time_ns,
-            {"layer_time_ns": res.time_ns, **args})
-    subl = tl.thread(top, "sublayers")
+    layers = tl.wants("layers")
+    if layers:
+        top = tl.process(f"{system}: layer")
+        tl.span(top, tl.thread(top, "layer"), f"decoder layer ({lay.label})", t0,
+                res.time_ns, {"layer_time_ns": res.time_ns, **args})
+        subl = tl.thread(top, "sublayers")
     t = t0
     for sl in SUBLAYERS:
         pieces = res.sublayers.get(sl, {})
         dur = max((p.time_ns for p in pieces.values()), default=0.0)
-        tl.span(top, subl, sl, t, dur, {f"{s}_ns": p.time_ns for s, p in pieces.items()})
+        if layers:
+            tl.span(top, subl, sl, t, dur, {f"{s}_ns": p.time_ns for s, p in pieces.items()})
         for (sl2, side), runs in lay.runs.items():
             if sl2 == sl:
                 _draw_piece(tl, f"{system}: {side}", sl, runs, t)
         t += dur
-        if res.boundary_ns.get(sl, 0.0) > 0:
+        if layers and res.boundary_ns.get(sl, 0.0) > 0:
             tl.span(top, subl, "barrier + copies", t, res.boundary_ns[sl],
                     {"interconnect_ns": res.interconnect_ns.get(sl, 0.0)})
-            t += res.boundary_ns[sl]
+        t += res.boundary_ns.get(sl, 0.0)
 
 
 def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceRun],
@@ -76,10 +84,13 @@ def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceR
     for j, run in enumerate(runs):
         args = {"engine_ns": run.engine_ns, "reported_ns": run.reported_ns,
                 "stands_for_runs": run.times, "tiles_drawn": len(run.rows)}
-        tl.span(pid, tl.thread(pid, "pieces"), f"{sublayer} run {j + 1}", t,
-                run.reported_ns, args)
-        _draw_kernels(tl, pid, run, t)
-        _draw_units(tl, pid, run.rows, t)
+        if tl.wants("layers"):
+            tl.span(pid, tl.thread(pid, "pieces"), f"{sublayer} run {j + 1}", t,
+                    run.reported_ns, args)
+        if tl.wants("kernels"):
+            _draw_kernels(tl, pid, run, t)
+        if tl.wants("units"):
+            _draw_units(tl, pid, run.rows, t)
         _draw_counters(tl, pid, run, t)
         t += run.reported_ns
 
@@ -129,17 +140,25 @@ def _draw_units(tl: Timeline, pid: int, rows: Sequence[tuple], t0: float) -> Non
 def _draw_counters(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
     """DMA reads in flight over the run's tiles; the run's DRAM bandwidth and row-hit
     rate for as long as it counts; its TLB misses."""
-    steps = sorted([(d0, 1) for *_, d0, rdy, _, _ in run.rows] +
-                   [(rdy, -1) for *_, d0, rdy, _, _ in run.rows])
-    n = 0
-    for t, dn in steps:
-        n += dn
-        tl.counter(pid, "DMA tiles in flight", t0 + t, {"tiles": n})
-    dram = run.dram
-    tl.counter(pid, "DRAM", t0, {"GB/s": dram.get("bandwidth_gbps", 0.0),
-                                 "row hit %": 100.0 * dram.get("row_hit_rate", 0.0)})
-    tl.counter(pid, "DRAM", t0 + run.reported_ns, {"GB/s": 0.0, "row hit %": 0.0})
-    if run.tlb_misses:
+    if tl.wants("dma"):
+        steps = sorted([(d0, 1) for *_, d0, rdy, _, _ in run.rows] +
+                       [(rdy, -1) for *_, d0, rdy, _, _ in run.rows])
+        n = 0
+        for t, dn in steps:
+            n += dn
+            tl.counter(pid, "DMA tiles in flight", t0 + t, {"tiles": n})
+    if tl.wants("dram"):
+        dram = run.dram
+        tl.counter(pid, "DRAM", t0, {"GB/s": dram.get("bandwidth_gbps", 0.0),
+                                     "row hit %": 100.0 * dram.get("row_hit_rate", 0.0)})
+        tl.counter(pid, "DRAM", t0 + run.reported_ns, {"GB/s": 0.0, "row hit %": 0.0})
+    if tl.wants("energy") and run.reported_ns > 0:
+        # nJ / ns = W: the run's DRAM power by component, for as long as it counts
+        tl.counter(pid, "DRAM power (W)", t0,
+                   {k: v / run.reported_ns for k, v in run.dram_nj.items()})
+        tl.counter(pid, "DRAM power (W)", t0 + run.reported_ns,
+                   {k: 0.0 for k in run.dram_nj})
+    if tl.wants("tlb") and run.tlb_misses:
         tl.span(pid, tl.thread(pid, "TLB"), f"{run.tlb_misses:.0f} TLB misses", t0,
                 run.reported_ns, {"tlb_misses": run.tlb_misses, "tlb_hits": run.tlb_hits,
                                   "tlb_stall_ns": run.stall_tlb_ns})

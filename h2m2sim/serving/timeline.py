@@ -48,6 +48,10 @@ def captured() -> list | None:
 def draw_serving(tl: Timeline, result: ServingResult, system: str,
                  kv_bytes_per_token: float) -> None:
     """Draw ``result`` (times in s) as ``system``'s requests and server counters."""
+    if tl.wants("server"):
+        _draw_counters(tl, system, result, kv_bytes_per_token)
+    if not tl.wants("requests"):
+        return
     pid = tl.process(f"{system}: requests")
     lanes: list[float] = []                # when each lane is free again (ns)
     arr_s, first_s, fin_s = (np.asarray(x, dtype=float) for x in (
@@ -74,7 +78,6 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
                            ("decode", first[i], fin[i])):
             if b > a:
                 tl.span(pid, tid, name, a, b - a)
-    _draw_counters(tl, system, result, kv_bytes_per_token)
 
 
 def _draw_counters(tl: Timeline, system: str, result: ServingResult,

@@ -106,3 +106,38 @@ def test_the_checker_refuses_what_readers_cannot_show(tmp_path):
                       {"ph": "X", "pid": 1, "tid": 1, "name": "y", "ts": 4, "dur": 1}])
     with pytest.raises(TimelineError):
         tl.span(pid, a, "nan", float("nan"), 1)
+
+
+def test_tracks_window_and_limit_are_kept_and_said(tmp_path):
+    tl = Timeline(tracks=["kernels"], window=(100, 300), max_events=2)
+    assert tl.wants("kernels") and not tl.wants("dram")
+    pid = tl.process("side")
+    lane = tl.thread(pid, "kernels 1")
+    tl.span(pid, lane, "before", 0, 50)            # dropped: ends before the window
+    tl.span(pid, lane, "across", 50, 100)          # cut to [100, 150]
+    tl.span(pid, lane, "inside", 200, 50)
+    tl.span(pid, lane, "late", 260, 10)            # beyond the limit of two events
+    tl.counter(pid, "c", 10, {"v": 1})             # stands at 100 when the window opens
+    data = tl.as_json()
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in spans] == [
+        ("across", 0.1, pytest.approx(0.05))]
+    counters = [e for e in data["traceEvents"] if e["ph"] == "C"]
+    assert [(e["ts"], e["args"]) for e in counters] == [(0.1, {"v": 1.0})]
+    assert data["otherData"]["dropped"] == {"outside the window": 1,
+                                            "after the first 2 events": 2}
+    assert data["otherData"]["tracks"] == ["kernels"]
+    with pytest.raises(ConfigError, match="--timeline-tracks: unknown track kind 'dma2'"):
+        Timeline(tracks=["dma2"])
+    with pytest.raises(ConfigError, match="--timeline-window"):
+        Timeline(window=(5, 3))
+
+
+def test_a_run_keeps_only_the_tracks_asked_for(tmp_path):
+    path = tmp_path / "t.json"
+    h2m2sim.run(DEFAULT, SMALL, timeline=path, timeline_tracks=["dram", "energy"])
+    events = read_events(path)
+    assert {e["ph"] for e in events} == {"M", "C"}
+    assert {e["name"] for e in events if e["ph"] == "C"} == {"DRAM", "DRAM power (W)"}
+    with pytest.raises(ConfigError, match="--timeline-window: only meaningful"):
+        h2m2sim.run(DEFAULT, SMALL, timeline_window=(0, 10))
