@@ -5,7 +5,9 @@ import argparse
 from pathlib import Path
 
 from dram_models.schema import positive_int
+from h2m2sim.cli.cmd_run import add_timeline_options, timeline_options
 from h2m2sim.cli.cmd_validate import add_set_option
+from h2m2sim.errors import ConfigError
 
 HELP = "run a parameter sweep (grid / zipped axes) in parallel, resumably"
 
@@ -29,11 +31,19 @@ def register(subparsers) -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar with ETA (default: on a terminal only)")
     add_set_option(p)
+    p.add_argument("--point", type=int, metavar="N",
+                   help="run only point N (as numbered in results.csv) in this process, "
+                        "storing nothing: with --timeline, to see one point's timeline")
+    add_timeline_options(p, "point N (see h2m2sim run --timeline and serve --timeline)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim import api
+    if args.point is not None:
+        return _one_point(args)
+    if args.timeline is not None:
+        raise ConfigError("--timeline", "draws one point: name it with --point N")
     # an empty --out (an unset shell variable) is not the default: the API refuses it
     out = args.out if args.out is not None else Path("results") / Path(args.sweep).stem
     rows = api.sweep(args.sweep, out, resume=args.resume, workers=args.workers,
@@ -43,4 +53,24 @@ def main(args: argparse.Namespace) -> int:
     print(f"{rows.name}: {rep.points} points{dup}; {rep.ran} run, {rep.skipped} already "
           f"finished, {rep.errors} with errors")
     print(f"results: {rep.csv_path}")
+    return 0
+
+
+def _one_point(args: argparse.Namespace) -> int:
+    """Run point ``args.point`` of the sweep alone, as ``h2m2sim run`` would run it."""
+    from h2m2sim import api
+    from h2m2sim.cli.cmd_run import summary
+    spec = api.read_sweep(args.sweep, args.sets)
+    if not 0 <= args.point < len(spec.points):
+        raise ConfigError("--point", f"the sweep has points 0 to {len(spec.points) - 1}, "
+                          f"got {args.point}")
+    if args.out is not None or args.resume:
+        raise ConfigError("--point", "runs one point and stores nothing: drop --out and "
+                          "--resume")
+    point = spec.points[args.point]
+    res = api.run(point.config, **timeline_options(args))
+    print(f"point {point.index}: " + ", ".join(f"{k}={v}" for k, v in point.params.items()))
+    print(summary(res.config, res.metrics, res.config_hash, res.timing))
+    if args.timeline:
+        print(f"wrote the timeline {args.timeline} (open it in ui.perfetto.dev)")
     return 0

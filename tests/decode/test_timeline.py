@@ -141,3 +141,17 @@ def test_a_run_keeps_only_the_tracks_asked_for(tmp_path):
     assert {e["name"] for e in events if e["ph"] == "C"} == {"DRAM", "DRAM power (W)"}
     with pytest.raises(ConfigError, match="--timeline-window: only meaningful"):
         h2m2sim.run(DEFAULT, SMALL, timeline_window=(0, 10))
+
+
+def test_one_sweep_point_draws_its_timeline(tmp_path, capsys):
+    spec = ROOT / "workloads" / "configs" / "seq-sweep.yaml"
+    sets = [a for s in SMALL for a in ("--set", s)]
+    path = tmp_path / "p.json"
+    assert main(["sweep", str(spec), "--point", "1", *sets, "--timeline", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("point 1: workload.seq=1024") and "wrote the timeline" in out
+    check_events(read_events(path))
+    assert main(["sweep", str(spec), "--point", "4", *sets]) == 2
+    assert "points 0 to 3, got 4" in capsys.readouterr().err
+    assert main(["sweep", str(spec), "--timeline", str(path)]) == 2
+    assert "name it with --point N" in capsys.readouterr().err
