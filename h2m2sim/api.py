@@ -142,7 +142,8 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
         out: str | os.PathLike | None = None, overwrite: bool = False,
         timeline: str | os.PathLike | None = None,
         timeline_tracks: Iterable[str] | None = None,
-        timeline_window: tuple[float, float] | None = None) -> Result:
+        timeline_window: tuple[float, float] | None = None,
+        timeline_dram_window: tuple[float, float] | None = None) -> Result:
     """Run one configuration (a YAML path, a RunConfig or a raw mapping; ``set`` as in
     :func:`load`) and return its :class:`Result`. With ``out``, also write
     ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
@@ -152,7 +153,8 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     or the requests of a serving run (:mod:`h2m2sim.serving.timeline`);
     ``timeline_tracks`` keeps some kinds of track
     (:data:`~h2m2sim.trace_events.TRACK_KINDS`), ``timeline_window`` = (start, end) ns
-    keeps what happens between them."""
+    keeps what happens between them, ``timeline_dram_window`` = (start, end) ns shows
+    each DRAM command issued between them (runs that small enough to log them)."""
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
@@ -162,11 +164,15 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
             raise ConfigError("--timeline", "is empty: name the file to write")
         tl = Timeline({"h2m2sim_version": __version__, "git_revision": git_revision(),
                        "config_hash": config_hash(cfg), "fidelity": cfg.simulation.fidelity},
-                      tracks=timeline_tracks, window=timeline_window)
+                      tracks=timeline_tracks, window=timeline_window,
+                      dram_window=timeline_dram_window)
         prepare_file(timeline, "--timeline")
-    elif timeline_tracks is not None or timeline_window is not None:
-        raise ConfigError("--timeline-tracks" if timeline_tracks is not None
-                          else "--timeline-window", "only meaningful with --timeline")
+    else:
+        for key, value in (("--timeline-tracks", timeline_tracks),
+                           ("--timeline-window", timeline_window),
+                           ("--timeline-dram-window", timeline_dram_window)):
+            if value is not None:
+                raise ConfigError(key, "only meaningful with --timeline")
     store = RunOutput(out) if out is not None else None    # an empty out is refused
     if store is not None:
         store.prepare(overwrite=overwrite)   # refuse before a run that may be long

@@ -51,7 +51,8 @@ class Timeline:
 
     def __init__(self, metadata: Mapping[str, Any] | None = None, *,
                  tracks: Iterable[str] | None = None,
-                 window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS):
+                 window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS,
+                 dram_window: tuple[float, float] | None = None):
         self.events: list[dict] = []
         self._pids: dict[str, int] = {}
         self._tids: dict[tuple[int, str], int] = {}
@@ -61,12 +62,11 @@ class Timeline:
         if unknown:
             raise TimelineError(f"unknown track kind {unknown[0]!r}; choose from "
                                 f"{', '.join(TRACK_KINDS)}", "--timeline-tracks")
-        if window is not None and not (math.isfinite(window[0]) and math.isfinite(window[1])
-                                       and 0 <= window[0] < window[1]):
-            raise TimelineError(f"{window[0]:g}:{window[1]:g} ns: needs 0 <= START < END",
-                                "--timeline-window")
+        _checked_window(window, "--timeline-window")
         self.window = window
         self.max_events = int(max_events)
+        #: (start, end) ns in which the drawers show each DRAM command (None: none)
+        self.dram_window = _checked_window(dram_window, "--timeline-dram-window")
 
     def wants(self, kind: str) -> bool:
         """Whether tracks of ``kind`` (one of :data:`TRACK_KINDS`) are kept."""
@@ -108,6 +108,16 @@ class Timeline:
               "dur": dur_ns / 1e3}
         if cat:
             ev["cat"] = cat
+        if args:
+            ev["args"] = dict(args)
+        self.events.append(ev)
+
+    def instant(self, pid: int, tid: int, name: str, t_ns: float,
+                args: Mapping[str, Any] | None = None) -> None:
+        """A moment on a thread track (a DRAM command, say)."""
+        if not math.isfinite(t_ns):
+            raise TimelineError(f"instant {name!r} at {t_ns} ns")
+        ev = {"ph": "i", "s": "t", "pid": pid, "tid": tid, "name": name, "ts": t_ns / 1e3}
         if args:
             ev["args"] = dict(args)
         self.events.append(ev)
@@ -163,6 +173,14 @@ class Timeline:
         finally:
             tmp.unlink(missing_ok=True)
         return path
+
+
+def _checked_window(window: tuple[float, float] | None, key: str
+                    ) -> tuple[float, float] | None:
+    if window is not None and not (math.isfinite(window[0]) and math.isfinite(window[1])
+                                   and 0 <= window[0] < window[1]):
+        raise TimelineError(f"{window[0]:g}:{window[1]:g} ns: needs 0 <= START < END", key)
+    return None if window is None else (float(window[0]), float(window[1]))
 
 
 def _in_window(events: list[dict], t0: float, t1: float) -> list[dict]:

@@ -51,22 +51,31 @@ def add_timeline_options(p: argparse.ArgumentParser, what: str) -> None:
                         f"({', '.join(TRACK_KINDS)}; default all)")
     p.add_argument("--timeline-window", metavar="START:END",
                    help="with --timeline: keep what happens between START and END ns")
+    p.add_argument("--timeline-dram-window", metavar="START:END",
+                   help="with --timeline: show each DRAM command issued between START and "
+                        "END ns, and per channel bandwidth and row hits in 100 windows of "
+                        "it (runs of up to a few million commands)")
+
+
+def _window(text: str | None, key: str) -> tuple[float, float] | None:
+    from h2m2sim.errors import ConfigError
+    if text is None:
+        return None
+    try:
+        start, end = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise ConfigError(key, f"must be START:END in ns, got {text!r}") from None
+    return start, end
 
 
 def timeline_options(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments of :func:`h2m2sim.api.run` for the timeline options."""
-    from h2m2sim.errors import ConfigError
-    window = None
-    if args.timeline_window is not None:
-        try:
-            start, end = (float(x) for x in args.timeline_window.split(":"))
-        except ValueError:
-            raise ConfigError("--timeline-window", f"must be START:END in ns, got "
-                              f"{args.timeline_window!r}") from None
-        window = (start, end)
     tracks = None if args.timeline_tracks is None else \
         [t.strip() for t in args.timeline_tracks.split(",") if t.strip()]
-    return {"timeline": args.timeline, "timeline_tracks": tracks, "timeline_window": window}
+    return {"timeline": args.timeline, "timeline_tracks": tracks,
+            "timeline_window": _window(args.timeline_window, "--timeline-window"),
+            "timeline_dram_window": _window(args.timeline_dram_window,
+                                            "--timeline-dram-window")}
 
 
 def _is_number(v: Any) -> bool:

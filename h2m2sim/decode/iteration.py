@@ -100,6 +100,10 @@ class PieceRun:
     stall_tlb_ns: float
     #: DRAM energy of the whole piece run (all ``times``), nJ by component
     dram_nj: dict = dataclasses.field(default_factory=dict)
+    #: the engine's command log of the run (see :class:`~h2m2sim.npu.KernelResult`'s
+    #: ``commands``) when asked for, and ns per tick
+    commands: object = None
+    tick_ns: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,17 +116,25 @@ class LayerTrace:
     result: "LayerResult"
 
 
-_CAPTURE: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+@dataclasses.dataclass(frozen=True)
+class _Capture:
+    layers: list
+    dram_commands: bool
+
+
+_CAPTURE: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar(
     "h2m2sim_layer_capture", default=None)
 
 
 @contextlib.contextmanager
-def capture_layers(into: list[LayerTrace] | None) -> Iterator[None]:
+def capture_layers(into: list[LayerTrace] | None, dram_commands: bool = False
+                   ) -> Iterator[None]:
     """Layers simulated inside the block (:func:`run_layer`) append a LayerTrace to
-    ``into``: their pieces run with per-tile timelines, simulated afresh rather than read
-    from the result cache (the same deterministic runs, so the same times). None
-    captures nothing inside the block."""
-    token = _CAPTURE.set(into)
+    ``into``: their pieces run with per-tile timelines (and with ``dram_commands`` the
+    engine's command logs), simulated afresh rather than read from the result cache
+    (the same deterministic runs, so the same times). None captures nothing inside the
+    block."""
+    token = _CAPTURE.set(None if into is None else _Capture(into, dram_commands))
     try:
         yield
     finally:
@@ -259,7 +271,9 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
     att = AttentionExec.of(attention)
     tasks = []
-    capture = _CAPTURE.get() is not None
+    cap = _CAPTURE.get()
+    capture = cap is not None
+    commands = capture and cap.dram_commands
     skey = _side_key(system, side)
     dram_spec = system.side(side).dram_spec
     groups = _groups(ks)
@@ -277,7 +291,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
         def compute(group=group, count=count, members=members, others=others):
             return _simulate_groups(system, side, group, count, members, fidelity,
-                                    translate, others, att.unit, capture)
+                                    translate, others, att.unit, capture, commands)
 
         def run(key=key, compute=compute):
             d = compute() if capture else cached(CACHE_NS, key, compute, **(cache or {}))
@@ -303,11 +317,11 @@ def touched_before(ks: Sequence, others: Sequence) -> list:
 
 def _fields(r, times: float = 1, timeline: bool = False) -> dict:
     """Cached fields of a simulated result that stands for ``times`` identical runs
-    (with ``timeline``, also its per-tile rows: never cached)."""
+    (with ``timeline``, also its per-tile rows and command log: never cached)."""
     d = {**{f: float(getattr(r, f)) for f in PIECE_FIELDS}, "counts": result_counts(r),
          "dram": r.dram.as_dict(), "times": times}
     if timeline:
-        d["timeline"] = r.timeline
+        d.update(timeline=r.timeline, commands=r.commands, tick_ns=r.tick_ns)
     return d
 
 
@@ -316,12 +330,14 @@ def _piece_run(d: dict, piece: Piece) -> PieceRun:
     e = piece.activity.dram
     return PieceRun(tuple(d["timeline"]), d["time_ns"], piece.time_ns, d["times"],
                     d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns,
-                    {f.name[:-3]: getattr(e, f.name) for f in dataclasses.fields(e)})
+                    {f.name[:-3]: getattr(e, f.name) for f in dataclasses.fields(e)},
+                    d["commands"], d["tick_ns"])
 
 
 def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,
                      fidelity: str, translate: str | None, others: Sequence,
-                     attention_unit: str = "auto", timeline: bool = False) -> dict:
+                     attention_unit: str = "auto", timeline: bool = False,
+                     dram_commands: bool = False) -> dict:
     """Cached fields of ``count`` identical kernel groups (``members``: their kernels).
     Groups whose kernels are short run together, each as its dependencies allow
     (requests overlap); ``sampled`` fidelity runs W = :func:`sampled_groups` of them and
@@ -334,7 +350,7 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
         rest = list(others) + [k for m in members for k in m if id(k) not in ids]
         r = run_kernels(system, side, ks, fidelity=fidelity, translate=translate,
                         warm=touched_before(ks, rest), attention_unit=attention_unit,
-                        timeline=timeline)
+                        timeline=timeline, dram_commands=dram_commands)
         if r.deadlock:
             raise ConfigError("system", f"the simulation of {ks[0].name} on side {side} "
                               "deadlocked")
@@ -484,7 +500,7 @@ def run_layer(system, model: ModelSpec, batch: int, seq_lens, split: dict,
         xbytes += b_x
     result = LayerResult(total, subl, bound, xbytes, link)
     if capture is not None:
-        capture.append(LayerTrace(model.name, dict(zip(keys, runs)), result))
+        capture.layers.append(LayerTrace(model.name, dict(zip(keys, runs)), result))
     return result
 
 

@@ -20,6 +20,12 @@ other from 0 ns,
   by component (activation, read/write, refresh, background, I/O: the run's DRAM energy
   over its time).
 
+With a DRAM window (``Timeline(dram_window=...)``, ``--timeline-dram-window``), each
+DRAM command the engine issued inside it is a moment on lane ``channel C commands``
+(with its bank and row), and counters ``channel C`` give each channel's bandwidth
+and the share of its column commands that needed no activation (row hit %) in 100
+windows of it.
+
 ``Timeline(tracks=...)`` keeps some of these: ``layers`` (layer, sublayers, pieces),
 ``kernels``, ``units``, ``dma``, ``tlb``, ``dram``, ``energy``.
 
@@ -31,6 +37,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
+from dram_models.commands import CMDS
 from h2m2sim.mapping import SUBLAYERS
 from h2m2sim.trace_events import Timeline
 
@@ -38,21 +47,28 @@ from .iteration import LayerTrace, PieceRun
 
 __all__ = ["draw_layers"]
 
+#: The column commands (each moves one burst)
+COLUMN = [CMDS.index(c) for c in ("RD", "WR", "RDA", "WRA")]
+
 
 def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
                 layer_count: int, iteration_ns: float) -> float:
     """Draw ``layers`` (of ``system``, whose iteration runs ``layer_count`` layers in
     ``iteration_ns``) one after another from 0; returns where the last one ends (ns)."""
     t0 = 0.0
+    commands: dict[int, list] = {}
     for i, lay in enumerate(layers):
         _draw_layer(tl, lay, system, t0, {"simulated layer": f"{i + 1} of {len(layers)}",
                                           "layers in the iteration": layer_count,
-                                          "iteration_time_ns": iteration_ns})
+                                          "iteration_time_ns": iteration_ns}, commands)
         t0 += lay.result.time_ns
+    for pid, parts in commands.items():
+        _draw_channel_counters(tl, pid, parts, tl.dram_window)
     return t0
 
 
-def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dict) -> None:
+def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dict,
+                commands: dict[int, list]) -> None:
     res = lay.result
     layers = tl.wants("layers")
     if layers:
@@ -68,7 +84,7 @@ def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dic
             tl.span(top, subl, sl, t, dur, {f"{s}_ns": p.time_ns for s, p in pieces.items()})
         for (sl2, side), runs in lay.runs.items():
             if sl2 == sl:
-                _draw_piece(tl, f"{system}: {side}", sl, runs, t)
+                _draw_piece(tl, f"{system}: {side}", sl, runs, t, commands)
         t += dur
         if layers and res.boundary_ns.get(sl, 0.0) > 0:
             tl.span(top, subl, "barrier + copies", t, res.boundary_ns[sl],
@@ -77,8 +93,10 @@ def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dic
 
 
 def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceRun],
-                t0: float) -> None:
-    """The runs of one side's piece of ``sublayer``, back to back from ``t0``."""
+                t0: float, commands: dict[int, list]) -> None:
+    """The runs of one side's piece of ``sublayer``, back to back from ``t0``; their DRAM
+    commands in the DRAM window are drawn, and kept in ``commands[pid]`` for the
+    channel counters."""
     pid = tl.process(process)
     t = t0
     for j, run in enumerate(runs):
@@ -92,6 +110,9 @@ def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceR
         if tl.wants("units"):
             _draw_units(tl, pid, run.rows, t)
         _draw_counters(tl, pid, run, t)
+        if tl.dram_window is not None and tl.wants("dram") and run.commands is not None:
+            commands.setdefault(pid, []).append(_draw_commands(tl, pid, run, t,
+                                                               tl.dram_window))
         t += run.reported_ns
 
 
@@ -162,3 +183,48 @@ def _draw_counters(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
         tl.span(pid, tl.thread(pid, "TLB"), f"{run.tlb_misses:.0f} TLB misses", t0,
                 run.reported_ns, {"tlb_misses": run.tlb_misses, "tlb_hits": run.tlb_hits,
                                   "tlb_stall_ns": run.stall_tlb_ns})
+
+
+#: Windows the per-channel DRAM counters of ``--timeline-dram-window`` are counted in.
+DRAM_BINS = 100
+
+
+def _draw_commands(tl: Timeline, pid: int, run: PieceRun, t0: float,
+                   window: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each DRAM command of ``run`` (placed at ``t0``) inside ``window`` (ns) as a
+    moment on its channel's lane, with its bank and row; returns those commands' times
+    (ns), log rows and the run's bytes per burst."""
+    log = np.asarray(run.commands)
+    t = t0 + log[:, 0] * run.tick_ns
+    sel = (t >= window[0]) & (t < window[1])
+    log, t = log[sel], t[sel]
+    for (tick_ns, (_, cmd, ch, _, _, _, bank, row)) in zip(t, log):
+        # bank: the engine's bank index within the channel (pseudo-channel, rank and
+        # group included); row -1 for commands of no row (refresh, precharge all)
+        tl.instant(pid, tl.thread(pid, f"channel {ch} commands"), CMDS[cmd], tick_ns,
+                   {"bank": int(bank), "row": int(row)})
+    dram = run.dram
+    bursts = dram.get("reads", 0) + dram.get("writes", 0)
+    return t, log, (dram.get("bytes", 0) / bursts if bursts else 0.0)
+
+
+def _draw_channel_counters(tl: Timeline, pid: int, parts: list, window: tuple[float, float]
+                           ) -> None:
+    """Per channel of a side, in DRAM_BINS windows of ``window``: bandwidth (its column
+    commands' bytes) and the share of column commands that needed no activation."""
+    t = np.concatenate([p[0] for p in parts])
+    log = np.concatenate([p[1] for p in parts]) if len(t) else np.zeros((0, 8), np.int64)
+    nbytes = np.concatenate([np.full(len(p[0]), p[2]) for p in parts])
+    width = (window[1] - window[0]) / DRAM_BINS
+    b = np.minimum(((t - window[0]) // width).astype(np.int64), DRAM_BINS - 1)
+    col = np.isin(log[:, 1], COLUMN)
+    act = log[:, 1] == CMDS.index("ACT")
+    for ch in np.unique(log[:, 2]):
+        on = log[:, 2] == ch
+        moved = np.bincount(b[on & col], weights=nbytes[on & col], minlength=DRAM_BINS)
+        cols = np.bincount(b[on & col], minlength=DRAM_BINS)
+        acts = np.bincount(b[on & act], minlength=DRAM_BINS)
+        for k in range(DRAM_BINS):
+            hit = 100.0 * max(0.0, 1.0 - acts[k] / cols[k]) if cols[k] else 0.0
+            tl.counter(pid, f"channel {ch}", window[0] + k * width,
+                       {"GB/s": moved[k] / width, "row hit %": hit})

@@ -109,10 +109,14 @@ class KernelResult:
     kernels: tuple = ()
     timeline: tuple = ()
     sync_bytes: int = 0
+    #: with ``dram_commands``: the engine's command log of the run (rows of tick, command,
+    #: channel, pseudo-channel, rank, bank group, bank, row; ``tick_ns`` ns per tick)
+    commands: Any = None
+    tick_ns: float = 0.0
 
     def as_dict(self, dram: bool = True) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name not in ("dram", "kernels", "timeline")}
+             if f.name not in ("dram", "kernels", "timeline", "commands")}
         if dram:
             d["dram"] = self.dram.as_dict()
         if self.kernels:
@@ -143,6 +147,7 @@ class _Ctx:
             raise ConfigError("translate", f"must be 'mmu' or 'ideal', got {mode!r}")
         self.ideal = mode == "ideal"
         self.tick_ns = self.ms.tick_ns
+        self.log_commands = False       # keep the engine's command log (timelines)
         self.bw_gbps = 0.9 * self.side.bandwidth_gbps
         q, chunk, _ = dma_params(self.chip, self.ms, self.memory.page_size)
         # bytes the cores' buffers must hold in flight to keep every channel streaming
@@ -186,6 +191,21 @@ class _Run:
     wdone: np.ndarray        # last write (or barrier flag) issued after the tile done
 
 
+#: Most DRAM commands a run logs for a timeline (rows of 8 int64: 1.5 GB at most).
+MAX_LOGGED_COMMANDS = 3_000_000
+
+
+def _check_log_size(ctx: _Ctx, lay: DmaLayout) -> None:
+    """Refuse a command log too large to hold: about 3.5 commands per burst."""
+    bursts = float(lay.streams.nbytes.sum()) / ctx.ms.spec.burst_bytes
+    if 3.5 * bursts > MAX_LOGGED_COMMANDS:
+        raise ConfigError("--timeline-dram-window", f"side {ctx.side.name}: a run of "
+                          f"{bursts / 1e6:.1f} M DRAM bursts would log about "
+                          f"{3.5 * bursts / 1e6:.0f} M commands, more than the "
+                          f"{MAX_LOGGED_COMMANDS / 1e6:.0f} M a timeline holds; draw a "
+                          "smaller batch or context")
+
+
 def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray,
                 kern: np.ndarray | None, lay: DmaLayout | None = None) -> _Run:
     if lay is None:
@@ -193,7 +213,9 @@ def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray
                             kern, ctx.ideal, SHARED_QUEUES)
     if not ctx.ideal:
         lay = translation_for(lay, ctx.memory, ctx.side.name, ctx.tick_ns, ctx.warm)
-    res = ctx.ms.run(lay.streams, lay.translation)
+    if ctx.log_commands:
+        _check_log_size(ctx, lay)
+    res = ctx.ms.run(lay.streams, lay.translation, log=ctx.log_commands)
     if res.deadlock:
         raise RuntimeError(f"engine deadlock simulating {plan.op} on side {ctx.side.name} "
                            "(a bug in the DMA gating)")
@@ -612,7 +634,8 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
         deadlock=bool(run.res.deadlock), kernels=per,
         timeline=_timeline(ctx, [p.unit for p in plans], plan, kidx, run, names,
                            ctx.ticks(plan.cycles)) if timeline else (),
-        sync_bytes=int(round(sync)))
+        sync_bytes=int(round(sync)),
+        commands=run.res.command_log if ctx.log_commands else None, tick_ns=tn)
 
 
 # ------------------------------------------------------------------------- kernel plans
@@ -849,7 +872,7 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
                 addresses: Mapping[str, int] | None = None, fidelity: str = "cycle", *,
                 translate: str | None = None, dependencies: bool = True,
                 warm: Sequence[Any] = (), timeline: bool = False,
-                attention_unit: str = "auto") -> KernelResult:
+                attention_unit: str = "auto", dram_commands: bool = False) -> KernelResult:
     """Simulate graph kernels of one side back to back (in the given order, each
     starting after all earlier ones finished: one barrier between consecutive kernels),
     all cores of the chip, in one engine run. With ``sampled`` fidelity the run holds
@@ -867,7 +890,8 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
     not place are ignored). ``timeline``: also return per-tile times
     (``result.timeline``: kernel, unit, core, DMA start, reads back, compute start,
     compute end, ns). ``attention_unit``: see
-    :func:`plan_graph_kernel`."""
+    :func:`plan_graph_kernel`. ``dram_commands``: also return the engine's command log
+    (``result.commands``; at most :data:`MAX_LOGGED_COMMANDS`, else a ConfigError)."""
     _check_fidelity(fidelity)
     if attention_unit not in ("auto", "mm", "mv"):
         raise ConfigError("attention_unit", f"must be auto, mm or mv, got {attention_unit!r}")
@@ -878,6 +902,7 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
         ctx, addresses = _graph_ctx(system, side, kernels, translate)
     else:
         ctx = _Ctx(system, side, memory, None, "contiguous", 0, translate)
+    ctx.log_commands = bool(dram_commands)
     if warm:
         known = lambda b: b in addresses if addresses is not None else \
             b in ctx.memory.tensors  # noqa: E731

@@ -155,3 +155,28 @@ def test_one_sweep_point_draws_its_timeline(tmp_path, capsys):
     assert "points 0 to 3, got 4" in capsys.readouterr().err
     assert main(["sweep", str(spec), "--timeline", str(path)]) == 2
     assert "name it with --point N" in capsys.readouterr().err
+
+
+def test_a_dram_window_shows_each_command_and_channel_counters(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    base = [*SMALL, "policy.baseline=null"]
+    r = h2m2sim.run(DEFAULT, base, timeline=path, timeline_dram_window=(0, 2000))
+    events = read_events(path)
+    check_events(events)
+    procs, threads = _tracks(events)
+    cmds = [e for e in events if e["ph"] == "i"]
+    assert cmds and {e["name"] for e in cmds} <= {"ACT", "PRE", "PREA", "RD", "WR", "RDA",
+                                                  "WRA", "REF", "REFPB"}
+    assert all(0 <= e["ts"] < 2.0 for e in cmds)
+    assert all(threads[(e["pid"], e["tid"])].startswith("channel ") for e in cmds)
+    reads = sum(e["name"] in ("RD", "RDA") for e in cmds)
+    assert reads > 0
+    chans = [e for e in events if e["ph"] == "C" and e["name"].startswith("channel ")]
+    # each channel's bandwidth counts its column commands: 100 windows of 20 ns
+    tracks = {(e["pid"], e["name"]) for e in chans}
+    assert len(tracks) > 4
+    assert {sum((e["pid"], e["name"]) == k for e in chans) for k in tracks} == {100}
+    assert r.metrics == h2m2sim.run(DEFAULT, base).metrics
+    monkeypatch.setattr("h2m2sim.npu.simulate.MAX_LOGGED_COMMANDS", 1000)
+    with pytest.raises(ConfigError, match="--timeline-dram-window: side .* would log"):
+        h2m2sim.run(DEFAULT, base, timeline=path, timeline_dram_window=(0, 2000))
