@@ -122,6 +122,20 @@ class Timeline:
             ev["args"] = dict(args)
         self.events.append(ev)
 
+    def flow(self, src: tuple[int, int, float], dst: tuple[int, int, float],
+             name: str = "dependency") -> None:
+        """An arrow from the span on track ``src`` = (pid, tid, ns) that holds that time
+        to the span on ``dst`` that starts at its time (Perfetto's flow events)."""
+        self._flows = getattr(self, "_flows", 0) + 1
+        for (pid, tid, t_ns), ph in ((src, "s"), (dst, "f")):
+            if not math.isfinite(t_ns):
+                raise TimelineError(f"flow {name!r} at {t_ns} ns")
+            ev = {"ph": ph, "id": self._flows, "pid": pid, "tid": tid, "name": name,
+                  "cat": name, "ts": t_ns / 1e3}
+            if ph == "f":
+                ev["bp"] = "e"          # bound to the span that holds its time
+            self.events.append(ev)
+
     def counter(self, pid: int, name: str, t_ns: float, values: Mapping[str, float]) -> None:
         """Counter track ``name`` of process ``pid`` takes ``values`` (series name ->
         number) from ``t_ns`` until its next sample."""

@@ -57,7 +57,7 @@ def add_timeline_options(p: argparse.ArgumentParser, what: str) -> None:
                         "it (runs of up to a few million commands)")
 
 
-def _window(text: str | None, key: str) -> tuple[float, float] | None:
+def parse_window(text: str | None, key: str) -> tuple[float, float] | None:
     from h2m2sim.errors import ConfigError
     if text is None:
         return None
@@ -73,8 +73,8 @@ def timeline_options(args: argparse.Namespace) -> dict[str, Any]:
     tracks = None if args.timeline_tracks is None else \
         [t.strip() for t in args.timeline_tracks.split(",") if t.strip()]
     return {"timeline": args.timeline, "timeline_tracks": tracks,
-            "timeline_window": _window(args.timeline_window, "--timeline-window"),
-            "timeline_dram_window": _window(args.timeline_dram_window,
+            "timeline_window": parse_window(args.timeline_window, "--timeline-window"),
+            "timeline_dram_window": parse_window(args.timeline_dram_window,
                                             "--timeline-dram-window")}
 
 

@@ -39,7 +39,7 @@ from h2m2sim.model import (ModelSpec, build_layer_graph, dtype_bytes, expected_e
                            footprint, kernels, normalize_batch, partition_layer, split_units,
                            transfers)
 from h2m2sim.npu.energy import Activity, activity, result_counts
-from h2m2sim.npu.simulate import needs_sampling, run_kernels
+from h2m2sim.npu.simulate import kernel_dependencies, needs_sampling, run_kernels
 from h2m2sim.parallel import map_ordered
 from h2m2sim.system.chip import ENERGY_FIELDS as CHIP_ENERGY
 from h2m2sim.system.mmu import ENERGY_FIELDS as MMU_ENERGY
@@ -104,6 +104,8 @@ class PieceRun:
     #: ``commands``) when asked for, and ns per tick
     commands: object = None
     tick_ns: float = 0.0
+    #: (producer, consumer) kernel names: the consumer reads what the producer wrote
+    deps: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,7 +333,7 @@ def _piece_run(d: dict, piece: Piece) -> PieceRun:
     return PieceRun(tuple(d["timeline"]), d["time_ns"], piece.time_ns, d["times"],
                     d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns,
                     {f.name[:-3]: getattr(e, f.name) for f in dataclasses.fields(e)},
-                    d["commands"], d["tick_ns"])
+                    d["commands"], d["tick_ns"], d.get("deps", ()))
 
 
 def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,
@@ -354,7 +356,11 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
         if r.deadlock:
             raise ConfigError("system", f"the simulation of {ks[0].name} on side {side} "
                               "deadlocked")
-        return _fields(r, times, timeline)
+        d = _fields(r, times, timeline)
+        if timeline:
+            d["deps"] = tuple((ks[i].name, ks[j].name)
+                              for j, ds in enumerate(kernel_dependencies(ks)) for i in ds)
+        return d
 
     flat = lambda ms: [k for m in ms for k in m]  # noqa: E731
     if count == 1 or len(members) < count or needs_sampling(system, side, group, fidelity):

@@ -11,7 +11,8 @@ other from 0 ns,
   ``pieces``: each engine run of the side's piece, as long as the time the piece counts
   for it (sampled request groups and extrapolated tiles included; the arguments say how
   many runs it stands for); ``kernels 1..n``: each kernel from its first DMA read to its
-  last tile's end, on as few lanes as keep them from overlapping, then
+  last tile's end, on as few lanes as keep them from overlapping, with arrows from each
+  kernel to those that read what it wrote, then
   ``(extrapolated)`` for the part of the run's reported time that was not simulated
   tile by tile; ``core C <unit>``: the tiles each unit computed, consecutive tiles of one
   kernel merged into one span; ``TLB``: runs with misses, with their counts and stall;
@@ -123,14 +124,22 @@ def _draw_kernels(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
         s = spans.setdefault(name, [d0, end])
         s[0], s[1] = min(s[0], d0), max(s[1], end)
     lanes: list[float] = []              # when each lane is free again
+    placed: dict[str, tuple[int, float, float]] = {}
     last = 0.0
     for name, (start, end) in sorted(spans.items(), key=lambda kv: (kv[1][0], kv[0])):
         k = next((i for i, free in enumerate(lanes) if free <= start), len(lanes))
         if k == len(lanes):
             lanes.append(0.0)
         lanes[k] = end
-        tl.span(pid, tl.thread(pid, f"kernels {k + 1}"), name, t0 + start, end - start)
+        tid = tl.thread(pid, f"kernels {k + 1}")
+        tl.span(pid, tid, name, t0 + start, end - start)
+        placed[name] = (tid, t0 + start, t0 + end)
         last = max(last, end)
+    for producer, consumer in run.deps:      # arrows along the data dependencies
+        if producer in placed and consumer in placed:
+            src, dst = placed[producer], placed[consumer]
+            inside = src[2] - min(1.0, (src[2] - src[1]) / 2)   # within the producer
+            tl.flow((pid, src[0], inside), (pid, dst[0], dst[1]))
     if run.reported_ns > last:
         tl.span(pid, tl.thread(pid, "kernels 1"), "(extrapolated)", t0 + last,
                 run.reported_ns - last,

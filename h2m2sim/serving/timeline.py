@@ -8,8 +8,10 @@ last token, holding ``queued`` (arrival to its first prefill), ``prefill`` (to i
 token) and ``decode`` (to its last token). The request span's arguments hold its TTFT
 and TPOT exactly as the metrics take them: TTFT = first token - arrival, TPOT = (last
 token - first token) / (output tokens - 1). Rejected requests are an instant
-``rejected`` on lane ``rejected``. Counters (process ``<system>: server``): running and
-waiting requests and reserved KV bytes, sampled at each step of the serving loop.
+``rejected`` on lane ``rejected``. Process ``<system>: server``: counters of running and
+waiting requests and reserved KV bytes, sampled at each step of the serving loop, and
+the allocator's logged events (migrations, ODMA's bucket refreshes) as moments on lane
+``allocator``.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
     """Draw ``result`` (times in s) as ``system``'s requests and server counters."""
     if tl.wants("server"):
         _draw_counters(tl, system, result, kv_bytes_per_token)
+        _draw_allocator(tl, system, result)
     if not tl.wants("requests"):
         return
     pid = tl.process(f"{system}: requests")
@@ -90,3 +93,17 @@ def _draw_counters(tl: Timeline, system: str, result: ServingResult,
                                 steps["reserved_tokens"]):
         tl.counter(pid, "requests", t * 1e9, {"running": run, "waiting": wait})
         tl.counter(pid, "KV reserved", t * 1e9, {"bytes": kv * kv_bytes_per_token})
+
+
+def _draw_allocator(tl: Timeline, system: str, result: ServingResult) -> None:
+    """The allocator's logged events (migrations, bucket refreshes; every reserve,
+    grow and release when it logs them all) as moments on lane ``allocator``."""
+    if not result.events:
+        return
+    pid = tl.process(f"{system}: server")
+    tid = tl.thread(pid, "allocator")
+    for ev in sorted(result.events, key=lambda e: e.time_s):
+        args = {"request": int(ev.req_id), "tokens": int(ev.tokens), "bytes": int(ev.nbytes)}
+        if ev.info is not None:
+            args["info"] = str(ev.info)
+        tl.instant(pid, tid, ev.kind, ev.time_s * 1e9, args)

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("h2m2sim.serving",),
     ("h2m2sim.config",),
     ("h2m2sim.runner", "h2m2sim.catalog"),
-    ("h2m2sim.sweeps", "h2m2sim.plotting"),
+    ("h2m2sim.sweeps", "h2m2sim.plotting", "h2m2sim.timeline_plot"),
     ("h2m2sim.api",),                 # the Python interface (h2m2sim.run, ...)
     ("h2m2sim.cli",),
     ("h2m2sim.__main__",),

@@ -47,6 +47,23 @@ def _layer_checks(events, metrics_by_system):
         assert last - first == pytest.approx(layer_ns, rel=0.01)
 
 
+def _flow_checks(events):
+    """Each dependency arrow leaves from inside a kernel span and lands where a kernel
+    span on its track starts."""
+    spans: dict = {}
+    for e in events:
+        if e["ph"] == "X":
+            spans.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    starts = [e for e in events if e["ph"] == "s"]
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and len(starts) == len(ends)
+    for s in starts:
+        f = ends[s["id"]]
+        assert any(a <= s["ts"] <= b for a, b in spans[(s["pid"], s["tid"])])
+        assert any(abs(a - f["ts"]) < 1e-9 for a, _ in spans[(f["pid"], f["tid"])])
+        assert f["ts"] >= s["ts"] - 1e-3          # a consumer starts after its producer
+
+
 @pytest.mark.parametrize("fidelity", ["sampled", "cycle"])
 def test_a_run_timeline_is_perfetto_json_drawn_from_the_runs_metrics(tmp_path, fidelity):
     path = tmp_path / "t.json"
@@ -67,6 +84,7 @@ def test_a_run_timeline_is_perfetto_json_drawn_from_the_runs_metrics(tmp_path, f
     counters = {(procs[e["pid"]], e["name"]) for e in events if e["ph"] == "C"}
     assert ("h2m2: hbm", "DRAM") in counters and ("h2m2: hbm", "DMA tiles in flight") \
         in counters
+    _flow_checks(events)
     base = {k[len("baseline_"):]: v for k, v in with_tl.metrics.items()
             if k.startswith("baseline_")}
     _layer_checks(events, {"h2m2": with_tl.metrics,
@@ -180,3 +198,16 @@ def test_a_dram_window_shows_each_command_and_channel_counters(tmp_path, monkeyp
     monkeypatch.setattr("h2m2sim.npu.simulate.MAX_LOGGED_COMMANDS", 1000)
     with pytest.raises(ConfigError, match="--timeline-dram-window: side .* would log"):
         h2m2sim.run(DEFAULT, base, timeline=path, timeline_dram_window=(0, 2000))
+
+
+def test_the_timeline_command_summarises_and_draws(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    h2m2sim.run(DEFAULT, SMALL, timeline=path)
+    assert main(["timeline", str(path), "--png", str(tmp_path / "t.png"),
+                 "--window", "0:20000"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("h2m2: layer: 0.0 to ") and "counters DMA tiles in flight" in out
+    assert (tmp_path / "t.png").stat().st_size > 10_000
+    (tmp_path / "bad.json").write_text("[1, 2")
+    assert main(["timeline", str(tmp_path / "bad.json")]) == 2
+    assert "is not a timeline file" in capsys.readouterr().err

@@ -50,3 +50,17 @@ def test_request_spans_give_the_metrics_ttft_and_tpot(tmp_path, capsys):
         assert got_s == pytest.approx(e["args"]["ttft_s"], rel=1e-9, abs=1e-9)
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert counters == {"requests", "KV reserved"}
+
+
+def test_allocator_events_are_moments_on_their_lane(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    args = [a if a != "paged" else "odma" for a in SERVE]
+    assert main([*args, "--timeline", str(path), "--timeline-tracks", "server"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    events = read_events(path)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    moments = [e for e in events if e["ph"] == "i"]
+    assert {threads[(e["pid"], e["tid"])] for e in moments} == {"allocator"}
+    assert sum(e["name"] == "migrate" for e in moments) == m["migrations"] > 0
+    assert not [e for e in events if e["ph"] == "X"]      # requests were not asked for
