@@ -27,6 +27,39 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(MAX_TEST_WORKERS, cores))
 
 
+#: What compiles the DRAM engine's two controllers: a closed-loop NPU run (the general
+#: event loop) and a trace bench (the lean read controller).
+WARM_UPS = (
+    ["-m", "h2m2sim", "run", "workloads/configs/default.yaml", "--set", "model=opt-1.3b",
+     "--set", "workload.batch=4", "--set", "policy.baseline=null", "--json"],
+    ["-m", "dram_models.bench", "--standard", "lpddr5-6400", "--pattern", "random",
+     "--requests", "2000", "--json"],
+)
+
+
+def pytest_sessionstart(session):
+    """With several test processes, compile the DRAM engine first, its two controllers
+    in two processes at once, into the Numba cache the test processes then load from:
+    each test process would otherwise compile all of it for itself, at the same time
+    (in CI, with an empty cache, minutes of both cores). Already compiled, this takes
+    a few seconds."""
+    config = session.config
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not workers or workers == 1:
+        return
+    import subprocess
+    import sys
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "H2M2SIM_CACHE": cache}
+        procs = [subprocess.Popen([sys.executable, *args], cwd=root, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for args in WARM_UPS]
+        for proc in procs:       # a failure shows in the tests that need the engine
+            proc.communicate()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_result_cache(tmp_path_factory):
     """The suite keeps the pieces it simulates in a result cache of its own (shared by
