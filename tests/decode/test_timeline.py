@@ -64,7 +64,7 @@ def _flow_checks(events):
         assert f["ts"] >= s["ts"] - 1e-3          # a consumer starts after its producer
 
 
-@pytest.mark.parametrize("fidelity", ["sampled", "cycle"])
+@pytest.mark.parametrize("fidelity", ["sampled", pytest.param("cycle", marks=pytest.mark.slow)])
 def test_a_run_timeline_is_perfetto_json_drawn_from_the_runs_metrics(tmp_path, fidelity):
     path = tmp_path / "t.json"
     with_tl = h2m2sim.run(DEFAULT, [*SMALL, f"simulation.fidelity={fidelity}"],

@@ -42,7 +42,14 @@ def test_the_quick_commands_include_a_serving_run():
     assert any("--evaluator analytic" in c for c in QUICK_COMMANDS)
 
 
-@pytest.mark.parametrize("command", QUICK_COMMANDS,
+def _marks(command: str) -> list:
+    """The serving commands after the first take seconds each: the slow tests rerun
+    them (the first keeps the serving path checked in every run)."""
+    serves = [c for c in QUICK_COMMANDS if c.startswith("h2m2sim serve")]
+    return [pytest.mark.slow] if command in serves[1:] else []
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, marks=_marks(c)) for c in QUICK_COMMANDS],
                          ids=[f"{COMMANDS.index(c)}-{c.split()[1]}" for c in QUICK_COMMANDS])
 def test_a_quick_tutorial_command_prints_its_stored_output(command):
     assert _drift(lambda c: c == command) == {}
