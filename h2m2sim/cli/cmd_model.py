@@ -33,6 +33,8 @@ def register(subparsers) -> None:
                    "comma-separated lengths, one per request (decode: tokens attended "
                    "including the new one; prefill: prompt length)")
     p.add_argument("--phase", default="decode", help="decode (default) or prefill")
+    p.add_argument("--kv-dtype", default=None, help="dtype of the KV cache for "
+                   "kv_bytes_per_token and kv_bytes (default: --dtype)")
     p.add_argument("--dtype", default=None, help="int8 | fp16 | bf16 | fp32 (default: the "
                    "model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -111,8 +113,15 @@ def run(args) -> int:
     st = state_bytes(G)
     fp = graph_footprint(G, state_apart=True)
     kinds = _layer_kinds(model, G, batch, seqs, phase, dtype)
+    kv_dtype = _choice(args.kv_dtype, "--kv-dtype", list(DTYPE_BYTES)) if args.kv_dtype \
+        else dtype
     out = {
         "name": model.name, "phase": phase, "batch": batch, "dtype": dtype,
+        # the sizes serving and memory studies start from (KV in --kv-dtype)
+        "params": model.total_params, "active_params": model.active_params,
+        "kv_dtype": kv_dtype, "kv_bytes_per_token": model.kv_bytes_per_token(kv_dtype),
+        "kv_bytes": model.kv_bytes_per_token(kv_dtype) * sum(seqs),
+        "attention": [_attention_kind(model, i) for i in range(model.layers)],
         "seq_min": min(seqs), "seq_max": max(seqs), "seq_sum": sum(seqs),
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "head_dim": model.head_dim, "ffn_dim": model.ffn_dim,
@@ -182,6 +191,12 @@ def run(args) -> int:
         return 0
     _print_text(out)
     return 0
+
+
+def _attention_kind(model, layer: int) -> str:
+    """What layer ``layer`` attends with: ``full`` (over the whole context) or ``none``
+    (a Mamba layer, which keeps a fixed state instead of KV)."""
+    return "full" if model.is_attention_layer(layer) else "none"
 
 
 def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:

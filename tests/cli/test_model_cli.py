@@ -139,3 +139,23 @@ def test_hybrid_footprint_separates_ssm_state_from_kv(capsys):
     main(["model", "jamba-mini", "--batch", "1", "--seq", "8192"])
     out = capsys.readouterr().out
     assert "ssm+moe" in out and "ssm state" in out.split("footprint per layer")[1]
+
+
+def test_json_has_the_sizes_serving_studies_start_from(capsys):
+    """params, active_params, KV bytes per token in the KV dtype, the batch's KV, and
+    each layer's attention kind, at the top level."""
+    def sizes(*extra):
+        assert main(["model", "jamba-mini", "--json", "--batch", "2", "--seq", "100",
+                     *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+    d = sizes()
+    assert d["params"] == d["total_params"] and 0 < d["active_params"] < d["params"]
+    assert d["kv_dtype"] == d["dtype"] == "bf16"
+    # Jamba: 4 attention layers of 8 KV heads x 128, K and V, 2 bytes
+    assert d["kv_bytes_per_token"] == 4 * 2 * 8 * 128 * 2
+    assert d["kv_bytes"] == d["kv_bytes_per_token"] * 200 == d["total_kv_bytes"]
+    assert [i for i, a in enumerate(d["attention"]) if a == "full"] == [4, 12, 20, 28]
+    assert set(d["attention"]) == {"full", "none"} and len(d["attention"]) == 32
+    half = sizes("--kv-dtype", "int8")
+    assert half["kv_bytes_per_token"] * 2 == d["kv_bytes_per_token"]
+    assert half["total_weight_bytes"] == d["total_weight_bytes"]    # weights as before

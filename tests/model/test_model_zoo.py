@@ -68,6 +68,10 @@ EXPECTED = {
     "llama2-70b": 68_976_648_192,  # HF count
     "llama3-8b": 8_030_261_248,   # HF count
     "qwen2-7b": 7_615_616_512,    # HF count
+    "llama3.1-70b": 70_553_706_496,    # HF count (70.6B)
+    "llama3.1-405b": 405_853_388_800,  # HF count (406B); 8 KV heads, the Llama 3 paper
+    "qwen2.5-7b": 7_615_616_512,       # HF count (7.61B); the Qwen2 7B shape
+    "qwen2.5-72b": 72_706_203_648,     # HF count (72.7B)
     "deepseek-r1-distill-qwen-7b": llama_like(28, 3584, 28, 4, 18944, 152064, qkv_bias=True),
     # published shape (Hoffmann et al. Table 4), RMSNorm, no biases, untied embeddings
     "chinchilla-70b": 80 * (12 * 8192 ** 2 + 2 * 8192) + 2 * 32000 * 8192 + 8192,
@@ -98,6 +102,10 @@ def test_independent_formulas_agree_with_pinned_counts():
     assert gpt_like(40, 5120, 50272, 2050) == EXPECTED["opt-13b"]
     assert llama_like(80, 8192, 64, 8, 28672, 32000) == EXPECTED["llama2-70b"]
     assert llama_like(28, 3584, 28, 4, 18944, 152064, qkv_bias=True) == EXPECTED["qwen2-7b"]
+    assert llama_like(80, 8192, 64, 8, 28672, 128256) == EXPECTED["llama3.1-70b"]
+    assert llama_like(126, 16384, 128, 8, 53248, 128256) == EXPECTED["llama3.1-405b"]
+    assert llama_like(80, 8192, 64, 8, 29568, 152064, qkv_bias=True) == \
+        EXPECTED["qwen2.5-72b"]
 
 
 NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
@@ -107,6 +115,9 @@ NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
     "opt-6.7b": (6.7e9, 0.01), "opt-13b": (13e9, 0.02), "opt-30b": (30e9, 0.01),
     "opt-66b": (66e9, 0.01), "qwen2-7b": (7.6e9, 0.01),
     "deepseek-r1-distill-qwen-7b": (7.6e9, 0.01),
+    # model cards: Llama 3.1 70B and 405B, Qwen2.5 7.61B and 72.7B
+    "llama3.1-70b": (70.6e9, 0.01), "llama3.1-405b": (405e9, 0.01),
+    "qwen2.5-7b": (7.61e9, 0.01), "qwen2.5-72b": (72.7e9, 0.01),
     # published totals: Mixtral paper 46.7B, Jamba model card 52B, Qwen1.5-MoE card 14.3B
     "mixtral-8x7b": (46.7e9, 0.01), "jamba-mini": (52e9, 0.01),
     "qwen1.5-moe-a2.7b": (14.3e9, 0.01),
