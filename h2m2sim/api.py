@@ -154,7 +154,7 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     ``timeline_tracks`` keeps some kinds of track
     (:data:`~h2m2sim.trace_events.TRACK_KINDS`), ``timeline_window`` = (start, end) ns
     keeps what happens between them, ``timeline_dram_window`` = (start, end) ns shows
-    each DRAM command issued between them (runs that small enough to log them)."""
+    each DRAM command issued between them (for runs small enough to log them)."""
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
