@@ -149,7 +149,7 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
     a folder that already holds a result is refused unless ``overwrite``. With
     ``timeline``, write there a trace-event JSON file that Perfetto opens: the
-    simulated decoder layers of a decode or prefill run (:mod:`h2m2sim.decode.timeline`)
+    simulated decoder layers of a decode run (:mod:`h2m2sim.decode.timeline`)
     or the requests of a serving run (:mod:`h2m2sim.serving.timeline`);
     ``timeline_tracks`` keeps some kinds of track
     (:data:`~h2m2sim.trace_events.TRACK_KINDS`), ``timeline_window`` = (start, end) ns

@@ -127,9 +127,13 @@ def run(cfg: Any, job: Job | None = None, timeline: Timeline | None = None) -> R
 
 def _drawn(job: Job, cfg: Any, timeline: Timeline | None, label: str) -> dict[str, Any]:
     """``job(cfg)``; with ``timeline``, what it simulated drawn there as ``label``: a
-    serving run's requests, or the decoder layers a decode or prefill run simulated."""
+    serving run's requests, or the decoder layers a decode run simulated."""
     if timeline is None:
         return job(cfg)
+    if job_kind(cfg) == "prefill":      # refused before a step that may be long
+        raise ConfigError("--timeline", "a prefill step is not drawn yet: a timeline "
+                          "needs a serving run, or a decode run at sampled or cycle "
+                          "fidelity on an NPU system")
     if job_kind(cfg) == "serving":
         served: list = []
         with capture_serving(served):
@@ -142,8 +146,8 @@ def _drawn(job: Job, cfg: Any, timeline: Timeline | None, label: str) -> dict[st
         metrics = job(cfg)
     if not layers:
         raise ConfigError("--timeline", "this run simulates no decoder layer to draw: a "
-                          "timeline needs a serving run, or a decode or prefill run at "
-                          "sampled or cycle fidelity on an NPU system")
+                          "timeline needs a serving run, or a decode run at sampled or "
+                          "cycle fidelity on an NPU system")
     draw_layers(timeline, layers, label, int(metrics.get("layers", 1)),
                 float(metrics.get("iteration_time_ns", 0.0)))
     return metrics

@@ -101,6 +101,9 @@ def test_the_cli_writes_it_and_refuses_what_it_cannot_draw(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --timeline: this run simulates no decoder layer")
     assert not (tmp_path / "e.json").exists()
+    assert main(["run", str(DEFAULT), *sets, "--set", "workload.phase=prefill",
+                 "--timeline", str(tmp_path / "p.json")]) == 2
+    assert "a prefill step is not drawn yet" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--timeline: is empty"):
         h2m2sim.run(DEFAULT, SMALL, timeline="")
 
