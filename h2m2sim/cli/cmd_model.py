@@ -120,7 +120,7 @@ def run(args) -> int:
         # the sizes serving and memory studies start from (KV in --kv-dtype)
         "params": model.total_params, "active_params": model.active_params,
         "kv_dtype": kv_dtype, "kv_bytes_per_token": model.kv_bytes_per_token(kv_dtype),
-        "kv_bytes": model.kv_bytes_per_token(kv_dtype) * sum(seqs),
+        "kv_bytes": model.kv_bytes_per_token(kv_dtype) * sum(map(model.kv_tokens, seqs)),
         "attention": [_attention_kind(model, i) for i in range(model.layers)],
         "seq_min": min(seqs), "seq_max": max(seqs), "seq_sum": sum(seqs),
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
@@ -194,9 +194,11 @@ def run(args) -> int:
 
 
 def _attention_kind(model, layer: int) -> str:
-    """What layer ``layer`` attends with: ``full`` (over the whole context) or ``none``
-    (a Mamba layer, which keeps a fixed state instead of KV)."""
-    return "full" if model.is_attention_layer(layer) else "none"
+    """What layer ``layer`` attends with: ``full`` (the whole context), ``sliding W``
+    (the last W tokens) or ``none`` (a Mamba layer, which keeps a fixed state)."""
+    if not model.is_attention_layer(layer):
+        return "none"
+    return "full" if model.sliding_window is None else f"sliding {model.sliding_window}"
 
 
 def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:

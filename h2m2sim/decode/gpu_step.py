@@ -16,7 +16,7 @@ import numpy as np
 from h2m2sim.compute.evaluator import step_metrics
 from h2m2sim.compute.gpu import GpuEvaluator
 from h2m2sim.memory.kv_layout import CONTIGUOUS
-from h2m2sim.model import normalize_batch
+from h2m2sim.model import normalize_batch, windowed_lens
 
 __all__ = ["gpu_step"]
 
@@ -27,6 +27,7 @@ def gpu_step(system, model, batch, seq_lens, phase: str = "decode", dtype: str |
     GPU of ``system`` (:func:`h2m2sim.compute.evaluator.step_metrics`, with the batch, the
     fidelity, the layer count and ``granularity: gpu``)."""
     batch, lens = normalize_batch(batch, seq_lens)
+    lens = windowed_lens(model, lens, phase)        # a sliding window's KV, at most
     cache = cache or {}
     ev = GpuEvaluator(model, system, dtype, cache=cache.get("enabled", True),
                       cache_dir=cache.get("cache_dir"))

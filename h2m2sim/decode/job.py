@@ -79,7 +79,8 @@ def iteration_options(params: Any) -> IterationOptions:
 def _fits(system, model, batch: int, seq_lens) -> None:
     """Weights and KV cache of the batch must fit in the system's memory (all sides; a
     necessary condition, the mapper checks each side)."""
-    total_tokens = sum(seq_lens) if isinstance(seq_lens, tuple) else batch * int(seq_lens)
+    lens = seq_lens if isinstance(seq_lens, tuple) else (int(seq_lens),) * batch
+    total_tokens = sum(model.kv_tokens(s) for s in lens)     # within a sliding window
     weights = model.total_weight_bytes()
     # KV in the attention layers, a fixed recurrent state per request in the Mamba layers
     kv = model.kv_bytes_per_token_per_layer() * (model.layers - model.ssm_layers) * \

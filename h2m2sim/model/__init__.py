@@ -13,7 +13,8 @@ from .spec import DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model
 from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, TensorRef, Transfer,
                     barriers, build_layer_graph, kernels, normalize_batch, partition_layer,
                     split_units, total_flops, transfer_bytes, transfers, unique_bytes,
-                    expected_experts, layer_model, STATE_TENSORS, state_bytes)
+                    expected_experts, layer_model, STATE_TENSORS, state_bytes,
+                    windowed_lens)
 from .footprint import footprint, graph_footprint
 
 __all__ = ["DTYPE_BYTES", "ModelSpec", "dtype_bytes", "list_models", "load_model",
@@ -21,4 +22,4 @@ __all__ = ["DTYPE_BYTES", "ModelSpec", "dtype_bytes", "list_models", "load_model
            "Transfer", "barriers", "build_layer_graph", "kernels", "normalize_batch",
            "partition_layer", "split_units", "total_flops", "transfer_bytes", "transfers",
            "unique_bytes", "expected_experts", "layer_model", "footprint", "graph_footprint",
-           "STATE_TENSORS", "state_bytes"]
+           "STATE_TENSORS", "state_bytes", "windowed_lens"]

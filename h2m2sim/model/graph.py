@@ -737,7 +737,21 @@ def _prepare(model, batch, seq_lens, phase, dtype, layer=None):
         raise ConfigError("phase", f"must be 'decode' or 'prefill', got {phase!r}")
     batch, seqs = normalize_batch(batch, seq_lens)
     db = dtype_bytes(dtype or model.dtype)
-    return model, batch, seqs, db
+    return model, batch, windowed_lens(model, seqs, phase), db
+
+
+def windowed_lens(model, seqs: list[int], phase: str, key: str = "seq_lens") -> list[int]:
+    """The tokens each request's attention reads and keeps under the model's sliding
+    window: a decode step attends at most the window. A prompt longer than the window
+    would attend a band, which the prefill kernels do not model: refused."""
+    w = model.sliding_window
+    if w is None:
+        return seqs
+    if phase == "prefill" and max(seqs) > w:
+        raise ConfigError(key, f"a prompt of {max(seqs):,} tokens is longer than "
+                          f"{model.name}'s sliding window ({w:,}): a prefill beyond the "
+                          "window is not modelled yet")
+    return [model.kv_tokens(s) for s in seqs]
 
 
 def build_layer_graph(model, batch, seq_lens, phase: str = "decode",

@@ -79,6 +79,10 @@ class ModelSpec:
     vocab: int = param(doc="vocabulary size (embedding rows)", gt=0)
     max_context: int = param(doc="maximum context the model was built for; informational, "
                              "longer sequences are allowed in simulations", unit="tokens", gt=0)
+    sliding_window: Optional[int] = param(
+        None, doc="every attention layer attends only the last this many tokens and keeps "
+                  "only their K and V (Mistral 7B v0.1: 4096); null = the whole context",
+        unit="tokens", gt=0)
     position: Literal["learned", "rope", "relative", "alibi"] = param(
         "rope", doc="position encoding; only 'learned' adds parameters (pos_embed_rows x hidden)")
     pos_embed_rows: Optional[int] = param(None, doc="rows of the learned position table; "
@@ -381,6 +385,12 @@ class ModelSpec:
         sequence length: SSM state d_inner x d_state plus conv state d_inner x (d_conv-1)."""
         di = self.ssm_d_inner
         return di * (self.ssm_d_state + self.ssm_d_conv - 1) * self.dtype_bytes(dtype)
+
+    def kv_tokens(self, context: int) -> int:
+        """Tokens of K and V an attention layer keeps for a request of ``context``
+        tokens: all of them, or the last ``sliding_window``."""
+        return context if self.sliding_window is None else min(context,
+                                                                 self.sliding_window)
 
     def kv_bytes_per_token(self, dtype: str | None = None) -> int:
         """Bytes of K and V of one token over the attention layers (Mamba layers hold

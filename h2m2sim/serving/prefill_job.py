@@ -29,7 +29,7 @@ from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.decode.job import check_iteration_fits, iteration_options
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
-from h2m2sim.model import normalize_batch
+from h2m2sim.model import normalize_batch, windowed_lens
 
 from .cycle_eval import CycleEvaluator
 
@@ -44,6 +44,7 @@ def check_prefill(cfg: Any) -> None:
     if max(lens) > m.max_context:
         raise ConfigError("workload.seq", f"a prompt of {max(lens):,} tokens is longer than "
                           f"{m.name}'s context ({m.max_context:,} tokens)")
+    windowed_lens(m, lens, "prefill", "workload.seq")
     iteration_options(cfg.policy.mapper_params)
 
 
@@ -66,6 +67,7 @@ def run_prefill(cfg: Any) -> dict[str, Any]:
     check_iteration_fits(cfg)         # weights and the prompts' KV, as for decode
     w, sim = cfg.workload, cfg.simulation
     batch, lens = normalize_batch(w.batch, w.seq, "workload.seq")
+    windowed_lens(cfg.model, lens, "prefill", "workload.seq")   # past a window: refused
     ev = prefill_evaluator(cfg.system, cfg.model, sim)
     out: dict[str, Any] = {"fidelity": sim.fidelity, "batch": batch,
                            "layers": cfg.model.layers,

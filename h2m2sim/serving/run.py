@@ -220,11 +220,24 @@ def with_model_context(cfg: ServingConfig, model) -> ServingConfig:
         if cfg.max_context_tokens > model.max_context:
             raise ConfigError("serving.max_context_tokens", f"{cfg.max_context_tokens} is "
                               f"more than {model.name} takes ({model.max_context})")
+        _check_window(cfg.max_context_tokens, model)
         return cfg
     if cfg.max_new_tokens is not None and cfg.max_new_tokens >= model.max_context:
         raise ConfigError("serving.max_new_tokens", f"must be < the model's context "
                           f"({model.max_context}), got {cfg.max_new_tokens}")
+    _check_window(model.max_context, model)
     return dataclasses.replace(cfg, max_context_tokens=int(model.max_context))
+
+
+def _check_window(context: int, model) -> None:
+    """The allocators grow a request's KV with every token: a sliding-window model is
+    served only where no request outgrows its window, which then changes nothing."""
+    w = model.sliding_window
+    if w is not None and context > w:
+        raise ConfigError("serving.max_context_tokens", f"{model.name} keeps K and V of "
+                          f"its last {w:,} tokens only, which the KV allocators do not "
+                          f"model yet: serve it with max_context_tokens <= {w:,} "
+                          f"(--max-context {w}), got {context:,}")
 
 
 def _grid(cfg: ServingConfig, trace, kv_tokens: int) -> TableGrid:

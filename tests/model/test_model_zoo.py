@@ -72,6 +72,7 @@ EXPECTED = {
     "llama3.1-405b": 405_853_388_800,  # HF count (406B); 8 KV heads, the Llama 3 paper
     "qwen2.5-7b": 7_615_616_512,       # HF count (7.61B); the Qwen2 7B shape
     "qwen2.5-72b": 72_706_203_648,     # HF count (72.7B)
+    "mistral-7b": 7_241_732_096,       # HF count (7.24B)
     "deepseek-r1-distill-qwen-7b": llama_like(28, 3584, 28, 4, 18944, 152064, qkv_bias=True),
     # published shape (Hoffmann et al. Table 4), RMSNorm, no biases, untied embeddings
     "chinchilla-70b": 80 * (12 * 8192 ** 2 + 2 * 8192) + 2 * 32000 * 8192 + 8192,
@@ -106,6 +107,7 @@ def test_independent_formulas_agree_with_pinned_counts():
     assert llama_like(126, 16384, 128, 8, 53248, 128256) == EXPECTED["llama3.1-405b"]
     assert llama_like(80, 8192, 64, 8, 29568, 152064, qkv_bias=True) == \
         EXPECTED["qwen2.5-72b"]
+    assert llama_like(32, 4096, 32, 8, 14336, 32000) == EXPECTED["mistral-7b"]
 
 
 NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
@@ -118,6 +120,7 @@ NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
     # model cards: Llama 3.1 70B and 405B, Qwen2.5 7.61B and 72.7B
     "llama3.1-70b": (70.6e9, 0.01), "llama3.1-405b": (405e9, 0.01),
     "qwen2.5-7b": (7.61e9, 0.01), "qwen2.5-72b": (72.7e9, 0.01),
+    "mistral-7b": (7.24e9, 0.01),      # its model card
     # published totals: Mixtral paper 46.7B, Jamba model card 52B, Qwen1.5-MoE card 14.3B
     "mixtral-8x7b": (46.7e9, 0.01), "jamba-mini": (52e9, 0.01),
     "qwen1.5-moe-a2.7b": (14.3e9, 0.01),
