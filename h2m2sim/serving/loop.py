@@ -192,7 +192,8 @@ class ServingLoop:
                               "(serving.predictor)")
         self.reserved_int = 0.0     # token-seconds of reserved KV
         self.used_int = 0.0         # token-seconds of KV actually held
-        self.timeline = {"t": [], "reserved_tokens": [], "running": [], "waiting": []} \
+        self.timeline = {"t": [], "reserved_tokens": [], "used_tokens": [], "running": [],
+                         "waiting": []} \
             if record_timeline else None
         self.known = n if owner is None else 0          # requests routed so far
         self.n_mine = n if owner is None else 0
@@ -329,7 +330,10 @@ class ServingLoop:
     def _record(self) -> None:
         self.timeline["t"].append(self.t)
         self.timeline["reserved_tokens"].append(self.allocator.reserved_tokens)
-        self.timeline["running"].append(self.running.m)
+        run = self.running    # KV the running requests hold (a shared block once)
+        self.timeline["used_tokens"].append(float(run.ctx[:run.m].sum())
+                                            - self._counted_twice())
+        self.timeline["running"].append(run.m)
         self.timeline["waiting"].append(len(self.waiting))
 
     def _advance(self, dt: float, held_tokens: float) -> None:
@@ -963,6 +967,22 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> fl
     return float(v[order][min(i, v.size - 1)])
 
 
+def slo_met(slo_ttft_s, slo_tpot_s, arr, first_t, finish_t, out) -> np.ndarray | None:
+    """Which requests finished within the TTFT and TPOT objectives (s; a request of one
+    token has no TPOT); None without an objective."""
+    if slo_ttft_s is None and slo_tpot_s is None:
+        return None
+    ok = np.isfinite(first_t) & np.isfinite(finish_t)
+    if slo_ttft_s is not None:
+        ok &= (first_t - arr) <= slo_ttft_s
+    if slo_tpot_s is not None:
+        multi = out >= 2
+        tpot = np.zeros(len(out))
+        tpot[multi] = (finish_t[multi] - first_t[multi]) / (out[multi] - 1)
+        ok &= ~multi | (tpot <= slo_tpot_s)
+    return ok
+
+
 def latency_metrics(cfg: ServingConfig, arr, first_t, finish_t, out, itl_s, itl_count,
                     span: float) -> dict:
     """Inter-token latency percentiles (``itl_p50_s``, ``itl_p90_s``, ``itl_p99_s``,
@@ -977,17 +997,10 @@ def latency_metrics(cfg: ServingConfig, arr, first_t, finish_t, out, itl_s, itl_
     m["itl_mean_s"] = float(np.dot(itl_s, itl_count) / tot) if tot > 0 else None
     m["itl_tokens"] = int(tot)
     m["slo_ttft_s"], m["slo_tpot_s"] = cfg.slo_ttft_s, cfg.slo_tpot_s
-    if cfg.slo_ttft_s is None and cfg.slo_tpot_s is None:
+    ok = slo_met(cfg.slo_ttft_s, cfg.slo_tpot_s, arr, first_t, finish_t, out)
+    if ok is None:
         m["slo_attainment"] = m["goodput_rps"] = None
         return m
-    ok = np.isfinite(first_t) & np.isfinite(finish_t)
-    if cfg.slo_ttft_s is not None:
-        ok &= (first_t - arr) <= cfg.slo_ttft_s
-    if cfg.slo_tpot_s is not None:
-        multi = out >= 2
-        tpot = np.zeros(len(out))
-        tpot[multi] = (finish_t[multi] - first_t[multi]) / (out[multi] - 1)
-        ok &= ~multi | (tpot <= cfg.slo_tpot_s)
     met = int(np.count_nonzero(ok))
     m["slo_attainment"] = met / len(out) if len(out) else None
     m["goodput_rps"] = met / span if span > 0 else None

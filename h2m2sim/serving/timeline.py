@@ -9,7 +9,9 @@ token) and ``decode`` (to its last token). The request span's arguments hold its
 and TPOT exactly as the metrics take them: TTFT = first token - arrival, TPOT = (last
 token - first token) / (output tokens - 1). Rejected requests are an instant
 ``rejected`` on lane ``rejected``. Process ``<system>: server``: counters of running and
-waiting requests and reserved KV bytes, sampled at each step of the serving loop, and
+waiting requests and of KV bytes reserved and in use (a shared prefix block once),
+sampled at each step of the serving loop; with an SLO, ``goodput``: the requests that
+met it per second, by when they finished, in 100 windows of the run; and
 the allocator's logged events (migrations, ODMA's bucket refreshes) as moments on lane
 ``allocator``.
 """
@@ -23,7 +25,7 @@ import numpy as np
 
 from h2m2sim.trace_events import Timeline
 
-from .loop import ServingResult
+from .loop import ServingResult, slo_met
 
 __all__ = ["capture_serving", "draw_serving", "captured"]
 
@@ -89,10 +91,37 @@ def _draw_counters(tl: Timeline, system: str, result: ServingResult,
     if not steps:
         return
     pid = tl.process(f"{system}: server")
-    for t, run, wait, kv in zip(steps["t"], steps["running"], steps["waiting"],
-                                steps["reserved_tokens"]):
+    for t, run, wait, kv, used in zip(steps["t"], steps["running"], steps["waiting"],
+                                      steps["reserved_tokens"], steps["used_tokens"]):
         tl.counter(pid, "requests", t * 1e9, {"running": run, "waiting": wait})
-        tl.counter(pid, "KV reserved", t * 1e9, {"bytes": kv * kv_bytes_per_token})
+        tl.counter(pid, "KV", t * 1e9, {"reserved bytes": kv * kv_bytes_per_token,
+                                        "used bytes": used * kv_bytes_per_token})
+    _draw_goodput(tl, pid, result)
+
+
+#: Windows the goodput counter is counted in, over the run.
+GOODPUT_BINS = 100
+
+
+def _draw_goodput(tl: Timeline, pid: int, result: ServingResult) -> None:
+    """Requests that met the SLO, per second, in GOODPUT_BINS windows of the run, by
+    when they finished (none without an SLO). Their count over the windows is the
+    metrics' goodput_rps x duration_s."""
+    m = result.metrics
+    ok = slo_met(m.get("slo_ttft_s"), m.get("slo_tpot_s"), result.arrival_s,
+                 result.first_token_s, result.finish_s, np.asarray(result.output_tokens))
+    span = m.get("duration_s") or 0.0
+    if ok is None or span <= 0:
+        return
+    served = ~np.asarray(result.rejected)
+    t0 = float(np.min(np.asarray(result.arrival_s)[served])) if served.any() else 0.0
+    width = span / GOODPUT_BINS
+    done = np.asarray(result.finish_s)[ok]
+    k = np.minimum(((done - t0) // width).astype(np.int64), GOODPUT_BINS - 1)
+    per = np.bincount(k, minlength=GOODPUT_BINS)
+    for j in range(GOODPUT_BINS):
+        tl.counter(pid, "goodput", (t0 + j * width) * 1e9, {"requests/s": per[j] / width})
+    tl.counter(pid, "goodput", (t0 + span) * 1e9, {"requests/s": 0.0})
 
 
 def _draw_allocator(tl: Timeline, system: str, result: ServingResult) -> None:

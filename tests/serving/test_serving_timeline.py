@@ -49,7 +49,24 @@ def test_request_spans_give_the_metrics_ttft_and_tpot(tmp_path, capsys):
         got_s = (prefill["ts"] + prefill["dur"] - e["ts"]) / 1e6
         assert got_s == pytest.approx(e["args"]["ttft_s"], rel=1e-9, abs=1e-9)
     counters = {e["name"] for e in events if e["ph"] == "C"}
-    assert counters == {"requests", "KV reserved"}
+    assert counters == {"requests", "KV"}                  # no SLO: no goodput
+    kv = [e["args"] for e in events if e["ph"] == "C" and e["name"] == "KV"]
+    assert all(0 <= a["used bytes"] <= a["reserved bytes"] for a in kv)
+    assert max(a["used bytes"] for a in kv) > 0
+
+
+def test_goodput_windows_add_up_to_the_metrics_goodput(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert main([*SERVE, "--slo-ttft", "0.04", "--slo-tpot", "0.05", "--timeline", str(path),
+                 "--timeline-tracks", "server"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    good = sorted((e for e in read_events(path) if e["ph"] == "C"
+                   and e["name"] == "goodput"), key=lambda e: e["ts"])
+    assert len(good) == 101
+    width_s = (good[1]["ts"] - good[0]["ts"]) / 1e6
+    met = sum(e["args"]["requests/s"] for e in good[:-1]) * width_s
+    assert met == pytest.approx(m["goodput_rps"] * m["duration_s"], rel=1e-9)
+    assert 0 < met < m["requests_completed"]
 
 
 def test_allocator_events_are_moments_on_their_lane(tmp_path, capsys):
