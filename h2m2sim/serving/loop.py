@@ -92,6 +92,8 @@ class ServingResult:
     allocator_stats: dict
     timeline: dict | None = None
     events: list = dataclasses.field(default_factory=list)   # allocator events (migrate, refresh, ...)
+    #: (request, preempted at, resumed at) s, one per preemption that ended
+    paused: list = dataclasses.field(default_factory=list)
     # inter-token latencies as groups: itl_s[i] seconds for itl_count[i] tokens
     itl_s: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     itl_count: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
@@ -159,6 +161,8 @@ class ServingLoop:
         self.first_t = [nan] * n
         self.finish_t = [nan] * n
         self.npre = np.zeros(n, dtype=np.int64)
+        self.paused: list[tuple[int, float, float]] = []    # (request, preempted, resumed) s
+        self._paused_at: dict[int, float] = {}
         self.swapped = [False] * n
         self.last_tok = [nan] * n       # time of each request's last token
         self.itl_s: list[float] = []    # inter-token gaps (s), grouped ...
@@ -469,6 +473,7 @@ class ServingLoop:
         for r in both:
             if admit_t[r] != admit_t[r]:      # NaN: first admission
                 admit_t[r] = t
+            self._resumed(r, t)
         held = int(run.ctx[:run.m].sum())
         self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in both))
         t = self.t
@@ -552,6 +557,7 @@ class ServingLoop:
         prefix cache serves count as already prefilled."""
         if self.admit_t[r] != self.admit_t[r]:
             self.admit_t[r] = self.t
+        self._resumed(r, self.t)
         # a prompt served whole by the cache still computes its last token (its logits)
         self.filled[r] = 0 if self.prefix is None else min(
             self.prefix.cached_tokens(r), self.prompt_l[r] + self.gen[r] - 1)
@@ -686,6 +692,13 @@ class ServingLoop:
         self.npre[r] += 1
         self.st["preemptions"] += 1
         self.waiting.appendleft(r)
+        self._paused_at[r] = self.t
+
+    def _resumed(self, r: int, t: float) -> None:
+        """Request ``r`` starts (again) at ``t``: the end of a preemption if it had one."""
+        since = self._paused_at.pop(r, None)
+        if since is not None:
+            self.paused.append((r, since, t))
 
     def victim(self) -> int:
         """Position of the running request to preempt (``preemption_victim``): the
@@ -801,9 +814,11 @@ class ServingLoop:
         timeline = self.timeline
         if timeline is not None:
             timeline = {k: np.asarray(v) for k, v in timeline.items()}
+        itl_s, itl_count = self.itl_arrays()
         return ServingResult(metrics, self.arr, admit_t, first_t, finish_t, self.out,
                              self.npre, self.rejected, self.allocator.stats(), timeline,
-                             list(self.allocator.events), *self.itl_arrays())
+                             list(self.allocator.events), list(self.paused),
+                             itl_s=itl_s, itl_count=itl_count)
 
     def itl_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(gap s, tokens) of the inter-token latency groups."""

@@ -100,7 +100,8 @@ def _merged(loops: Sequence[ServingLoop], owner: np.ndarray) -> ServingResult:
     return ServingResult(m, lp0.arr, pick["admit_s"], pick["first_token_s"], pick["finish_s"],
                          lp0.out, pick["preemptions"], lp0.rejected,
                          {f"replica{k}": p.allocator_stats for k, p in enumerate(parts)},
-                         None, events, itl_s, itl_count)
+                         None, events, [x for p in parts for x in p.paused],
+                         itl_s=itl_s, itl_count=itl_count)
 
 
 #: resource metrics that add over replicas

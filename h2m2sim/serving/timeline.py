@@ -5,7 +5,8 @@ ServingResult`).
 Process ``<system>: requests``: each served request on a lane (``requests N``, as few
 lanes as keep requests from overlapping), one span ``request i`` from its arrival to its
 last token, holding ``queued`` (arrival to its first prefill), ``prefill`` (to its first
-token) and ``decode`` (to its last token). The request span's arguments hold its TTFT
+token) and ``decode`` (to its last token), and inside those a ``preempted`` span for each
+time it gave its KV back, until it started again. The request span's arguments hold its TTFT
 and TPOT exactly as the metrics take them: TTFT = first token - arrival, TPOT = (last
 token - first token) / (output tokens - 1). Rejected requests are an instant
 ``rejected`` on lane ``rejected``. Process ``<system>: server``: counters of running and
@@ -64,6 +65,9 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
     arr, adm, first, fin = (x * 1e9 for x in (arr_s, np.asarray(result.admit_s, dtype=float),
                                               first_s, fin_s))
     out = np.asarray(result.output_tokens)
+    paused: dict[int, list] = {}
+    for r, p0, p1 in result.paused:
+        paused.setdefault(int(r), []).append((p0, p1))
     for i in np.argsort(arr, kind="stable"):
         if result.rejected[i] or not np.isfinite(fin[i]):
             tl.span(pid, tl.thread(pid, "rejected"), f"request {i}", arr[i], 0.0,
@@ -83,6 +87,8 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
                            ("decode", first[i], fin[i])):
             if b > a:
                 tl.span(pid, tid, name, a, b - a)
+        for p0, p1 in paused.get(int(i), ()):   # inside its prefill or decode
+            tl.span(pid, tid, "preempted", p0 * 1e9, (p1 - p0) * 1e9)
 
 
 def _draw_counters(tl: Timeline, system: str, result: ServingResult,

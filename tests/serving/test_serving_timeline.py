@@ -81,3 +81,19 @@ def test_allocator_events_are_moments_on_their_lane(tmp_path, capsys):
     assert {threads[(e["pid"], e["tid"])] for e in moments} == {"allocator"}
     assert sum(e["name"] == "migrate" for e in moments) == m["migrations"] > 0
     assert not [e for e in events if e["ph"] == "X"]      # requests were not asked for
+
+
+def test_each_preemption_is_a_span_inside_its_request(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    tight = [a if a != "4" else "20" for a in SERVE]        # a higher rate ...
+    assert main([*tight, "--kv-capacity", "4GB", "--max-context", "16384",   # ... less KV
+                 "--timeline", str(path), "--timeline-tracks", "requests"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    events = read_events(path)
+    check_events(events)
+    paused = [e for e in events if e["ph"] == "X" and e["name"] == "preempted"]
+    assert len(paused) == m["preemptions"] > 0
+    requests = [e for e in events if e["ph"] == "X" and e["name"].startswith("request ")]
+    for e in paused:
+        assert any(r["pid"] == e["pid"] and r["tid"] == e["tid"] and r["ts"] <= e["ts"]
+                   and e["ts"] + e["dur"] <= r["ts"] + r["dur"] + 1e-6 for r in requests)
