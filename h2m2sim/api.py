@@ -160,13 +160,11 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     cfg = load(config_or_path, set)
     tl = None
     if timeline is not None:
-        if not os.fspath(timeline):
-            raise ConfigError("--timeline", "is empty: name the file to write")
         tl = Timeline({"h2m2sim_version": __version__, "git_revision": git_revision(),
                        "config_hash": config_hash(cfg), "fidelity": cfg.simulation.fidelity},
                       tracks=timeline_tracks, window=timeline_window,
                       dram_window=timeline_dram_window)
-        prepare_file(timeline, "--timeline")
+        prepare_file(timeline, "--timeline")       # before a run that may be long
     else:
         for key, value in (("--timeline-tracks", timeline_tracks),
                            ("--timeline-window", timeline_window),

@@ -29,7 +29,7 @@ from typing import Any
 from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
 from h2m2sim.quantities import quantity_of, readable_name
-from h2m2sim.store import ResultStore, decode_cell, encode_cell, read_csv
+from h2m2sim.store import ResultStore, decode_cell, encode_cell, given_out, read_csv
 
 log = logging.getLogger(__name__)
 
@@ -314,8 +314,9 @@ def format_pivot(xs: list, hues: list, data: dict, x: str) -> str:
 
 
 def check_out(out: str | os.PathLike) -> Path:
-    """``out`` as a Path if its extension names a supported figure format."""
-    out = Path(out)
+    """``out`` as a Path if it is not empty and its extension names a supported figure
+    format."""
+    out = given_out(out, "--out", "file")
     if out.suffix.lower() not in FORMATS:
         raise ConfigError("--out", f"must end in {', '.join(FORMATS)}, got '{out.name}'")
     return out

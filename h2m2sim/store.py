@@ -184,11 +184,13 @@ def output_error(key: str, path: str | os.PathLike, err: OSError) -> ConfigError
     return ConfigError(key, f"cannot write to {shown_path(path)}: {reason}")
 
 
-def given_out(path: str | os.PathLike, key: str = "--out") -> Path:
+def given_out(path: str | os.PathLike, key: str = "--out", what: str = "folder") -> Path:
     """``path`` as a Path; an empty one (an unset shell variable) is refused, since
-    ``Path("")`` would quietly mean the working folder."""
+    ``Path("")`` would quietly mean the working folder. ``what``: what the path names,
+    for the message (``folder`` or ``file``)."""
     if not os.fspath(path):
-        raise ConfigError(key, "is empty: name the folder to write to")
+        raise ConfigError(key, f"is empty: name the {what} to write"
+                               + (" to" if what == "folder" else ""))
     return Path(path)
 
 
@@ -231,8 +233,9 @@ def prepare_dir(path: str | os.PathLike, key: str = "--out") -> Path | None:
 
 def prepare_file(path: str | os.PathLike, key: str) -> Path | None:
     """Make the folder of output file ``path`` writable (:func:`prepare_dir`) and check
-    that ``path`` is not a directory. Returns what :func:`prepare_dir` returns."""
-    path = Path(path)
+    that ``path`` is not a directory (nor empty). Returns what :func:`prepare_dir`
+    returns."""
+    path = given_out(path, key, "file")
     with writing_to(path, key):
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))

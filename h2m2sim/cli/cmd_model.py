@@ -17,7 +17,7 @@ from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph,
                            total_flops, transfer_bytes, transfers, unique_bytes)
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
-from h2m2sim.store import atomic_output_path, prepare_file, writing_to
+from h2m2sim.store import atomic_output_path, given_out, prepare_file, writing_to
 
 
 def register(subparsers) -> None:
@@ -164,7 +164,7 @@ def run(args) -> int:
         timing["partition_s"] = round(t_part, 6)
     elif args.side is not None:
         raise ConfigError("--side", "only meaningful with --split")
-    if args.export_trace:
+    if args.export_trace is not None:     # an empty one is refused, not ignored
         fmt = _choice(args.format, "--format", FORMATS)
         kind = _choice(args.kv_layout, "--kv-layout", ("contiguous", "paged"))
         layout = CONTIGUOUS if kind == "contiguous" else \
@@ -172,7 +172,7 @@ def run(args) -> int:
         if split is not None and args.side is None:
             raise ConfigError("--side", f"--export-trace with --split needs --side "
                               f"({' or '.join(sides)})")
-        path = _trace_path(args.export_trace, fmt)
+        path = _trace_path(given_out(args.export_trace, "--export-trace", "file"), fmt)
         prepare_file(path, "--export-trace")  # before the traffic, which may take seconds
         tr = layer_traffic(model, batch, seqs, kv_layout=layout,
                            request_bytes=_int(args.request_bytes, "--request-bytes", 1),

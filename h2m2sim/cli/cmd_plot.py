@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     from h2m2sim import plotting
     from h2m2sim.store import prepare_file
     size = plotting.parse_size(args.size)
-    if args.out:
+    if args.out is not None:         # an empty --out is refused, not the default
         prepare_file(plotting.check_out(args.out), "--out")  # fail before reading anything
     res = _load(args.results)
     x = plotting.column(res, args.x, "--x")
@@ -69,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     rows = plotting.rescale(plotting.rescale(rows, y, yaxis.scale), x, xaxis.scale)
     xs, hues, data = plotting.pivot(rows, x, y, hue, res.axes or res.columns)
     src = res.source if res.source.is_dir() else res.source.parent
-    out = Path(args.out) if args.out else src / f"{args.y}_vs_{x}.png".replace("/", "_")
+    out = Path(args.out) if args.out is not None else src / f"{args.y}_vs_{x}.png".replace("/", "_")
     prepare_file(out, "--out")
     plotting.plot(xs, hues, data, x=x, xlabel=xaxis.label, ylabel=yaxis.label, hue=hue,
                   out=out, kind=args.kind, title=args.title,

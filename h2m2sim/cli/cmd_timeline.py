@@ -21,6 +21,7 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim.cli.cmd_run import parse_window
+    from h2m2sim.store import prepare_file
     from h2m2sim.timeline_plot import draw, summarize
     for s in summarize(args.file):
         span = (f"{s.start_ns / 1e3:,.1f} to {s.end_ns / 1e3:,.1f} us"
@@ -30,7 +31,8 @@ def main(args: argparse.Namespace) -> int:
             print("  tracks   " + _fitted([f"{k} ({n})" for k, n in s.threads.items()]))
         if s.counters:
             print("  counters " + _fitted(list(s.counters)))
-    if args.png:
+    if args.png is not None:
+        prepare_file(args.png, "--png")
         out = draw(args.file, args.png, parse_window(args.window, "--window"))
         print(f"wrote {out}")
     return 0

@@ -177,6 +177,19 @@ def test_empty_output_is_refused(work, capsys):
     assert sorted(os.listdir(work)) == ["run.yaml", "s.yaml"]
 
 
+def test_an_empty_output_file_is_refused(work, capsys):
+    """Output files too: an empty name was ignored (``model --export-trace``), fell back
+    to the default (``plot --out``) or failed late."""
+    file_error = "is empty: name the file to write"
+    assert one_error(capsys, ["model", "opt-350m", "--export-trace", ""]) == \
+        f"error: --export-trace: {file_error}"
+    assert one_error(capsys, ["plot", "res", "--x", "workload.seq", "--y",
+                              "iteration_time_ns", "--out", ""]) == f"error: --out: {file_error}"
+    assert one_error(capsys, ["run", "run.yaml", "--timeline", ""]) == \
+        f"error: --timeline: {file_error}"
+    assert sorted(os.listdir(work)) == ["run.yaml", "s.yaml"]
+
+
 @pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT", "EIO"])
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_a_failing_disk_is_one_line_and_leaves_nothing(work, capsys, monkeypatch, command,
