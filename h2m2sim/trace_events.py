@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from h2m2sim.errors import ConfigError
+from h2m2sim.store import atomic_write_text
 
 __all__ = ["Timeline", "TimelineError", "TRACK_KINDS", "read_events", "check_events"]
 
@@ -54,6 +55,7 @@ class Timeline:
                  window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS,
                  dram_window: tuple[float, float] | None = None):
         self.events: list[dict] = []
+        self._flows = 0                 # flow ids given so far
         self._pids: dict[str, int] = {}
         self._tids: dict[tuple[int, str], int] = {}
         self.metadata = dict(metadata or {})
@@ -126,7 +128,7 @@ class Timeline:
              name: str = "dependency") -> None:
         """An arrow from the span on track ``src`` = (pid, tid, ns) that holds that time
         to the span on ``dst`` that starts at its time (Perfetto's flow events)."""
-        self._flows = getattr(self, "_flows", 0) + 1
+        self._flows += 1
         for (pid, tid, t_ns), ph in ((src, "s"), (dst, "f")):
             if not math.isfinite(t_ns):
                 raise TimelineError(f"flow {name!r} at {t_ns} ns")
@@ -173,20 +175,11 @@ class Timeline:
         check_events(self.as_json()["traceEvents"])
 
     def write(self, path: str | os.PathLike) -> Path:
-        """Check, then write the timeline to ``path`` atomically (a temporary beside it,
-        renamed)."""
+        """Check, then write the timeline to ``path`` atomically (compact JSON: a
+        timeline holds up to :data:`MAX_EVENTS` events)."""
         self.check()
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w") as fh:
-                json.dump(self.as_json(), fh, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return path
+        atomic_write_text(path, json.dumps(self.as_json(), separators=(",", ":")))
+        return Path(path)
 
 
 def _checked_window(window: tuple[float, float] | None, key: str

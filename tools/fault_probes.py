@@ -105,7 +105,9 @@ def _deep_jsonl(d: Path) -> None:
                                + ', "output_length": 5, "hash_ids": [1]}\n')
 
 
-def _result(d: Path) -> None:
+def _config_and_result(d: Path) -> None:
+    """A configuration, and a folder that already holds a run's result."""
+    _config("")(d)
     (d / "out").mkdir()
     (d / "out" / "result.json").write_text("{}")
 
@@ -203,7 +205,7 @@ def fast_probes() -> list[Probe]:
         Probe("output", "a file where the folder goes", (*c, "--out", "{d}/c.yaml"),
               setup=_config("")),
         Probe("output", "a folder holding a result", (*c, "--out", "{d}/out"),
-              setup=lambda d: (_config("")(d), _result(d))),
+              setup=_config_and_result),
         # a valid run, so that the probes cannot pass by refusing everything
         Probe("control", "the default run", ("run", str(DEFAULT), *ESTIMATE),
               expect="ok"),

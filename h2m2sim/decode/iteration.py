@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import json
 from collections import OrderedDict
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -265,11 +265,20 @@ def fuse_requests(members: Sequence[Sequence]) -> list | None:
     ]
 
 
+class _Task(NamedTuple):
+    """One simulation of a piece: ``run()`` gives its (scaled Piece, PieceRun or None);
+    ``cost`` estimates what it costs (the bytes it moves); ``key`` is its cache key, the
+    same for simulations that are the same."""
+
+    run: Callable[[], tuple]
+    cost: float
+    key: str
+
+
 def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str | None,
-                 cache: dict | None, attention: "str | AttentionExec") -> list:
-    """The simulations of one piece: (count, run, bytes) per distinct kernel group, where
-    ``run()`` returns the group's cached or simulated piece fields and ``bytes`` (what
-    its kernels read and write) estimates its cost."""
+                 cache: dict | None, attention: "str | AttentionExec") -> list[_Task]:
+    """The simulations of one piece, one per distinct kernel group: ``run()`` gives the
+    group's cached or simulated piece, scaled to the groups it stands for."""
 
     att = AttentionExec.of(attention)
     tasks = []
@@ -304,7 +313,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
 
         # what the simulation costs grows with the bytes it moves
         sims = count if fidelity == "cycle" else sampled_groups(group, count)
-        tasks.append((1, run, group_bytes(group) * sims, json.dumps(key, sort_keys=True)))
+        tasks.append(_Task(run, group_bytes(group) * sims, json.dumps(key, sort_keys=True)))
     return tasks
 
 
@@ -402,16 +411,14 @@ def _run_pieces(specs: Sequence[tuple], fidelity: str, translate: str | None,
     flat = [task for tasks in per for task in tasks]
     # tasks of one key (a piece met twice: on sides built alike, or in two candidate
     # splits) are simulated once, not on two threads at once before either is cached
-    unique = list({t[3]: t for t in flat}.values())
-    done = dict(zip((t[3] for t in unique),
-                    map_ordered(lambda task: task[1](), unique, cost=[t[2] for t in unique],
+    unique = list({t.key: t for t in flat}.values())
+    done = dict(zip((t.key for t in unique),
+                    map_ordered(lambda t: t.run(), unique, cost=[t.cost for t in unique],
                                 desc=desc)))
-    results = iter(done[t[3]] for t in flat)
-    per_spec = [[next(results) for _ in tasks] for tasks in per]
+    per_spec = [[done[t.key] for t in tasks] for tasks in per]
     if runs is not None:
         runs.extend([r for _, r in got] for got in per_spec)
-    return [_sum_piece([p for p, _ in got], [t[0] for t in tasks])
-            for got, tasks in zip(per_spec, per)]
+    return [_sum_piece([p for p, _ in got], [1] * len(got)) for got in per_spec]
 
 
 def run_piece(system, side: str, ks: Sequence, fidelity: str = "sampled",
