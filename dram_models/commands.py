@@ -6,6 +6,10 @@ from __future__ import annotations
 CMDS = ("ACT", "PRE", "PREA", "RD", "WR", "RDA", "WRA", "REF", "REFPB")
 ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = range(len(CMDS))
 NCMD = len(CMDS)
+#: Not a command: a request entering a channel's read or write queue, in a command log
+#: kept with queue entries (``MemorySystem.run(log_queue=True)``), so that the queue's
+#: occupancy over time is entries minus column commands.
+ENQ = NCMD
 ROW_CMDS = (ACT, PRE, PREA, REF, REFPB)
 COL_CMDS = (RD, WR, RDA, WRA)
 RDS = (RD, RDA)

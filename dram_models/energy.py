@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
+from .commands import ACT, NCMD, RD, RDA, REF, REFPB, WR, WRA
 from .spec import DramSpec, Power, Rail
 from .stats import DramStats
 
@@ -122,6 +125,23 @@ def command_pj(spec: DramSpec) -> dict[str, float]:
     }
     n = devices_per_rank(spec)
     return {k: v * n for k, v in out.items()}
+
+
+def energy_per_command_pj(spec: DramSpec) -> np.ndarray | None:
+    """Energy each command of a command log costs, pJ, indexed by command code (one
+    entry past the commands, 0, for the log's queue entries): ACT its ACT+PRE pair, a
+    column command its burst's core and I/O energy, a refresh its own; PRE, PREA 0 (in
+    the pair). Summed over a run's log it is :func:`dram_energy` less background. None
+    without power parameters."""
+    if not isinstance(spec.power, Power):
+        return None
+    e, bits = command_pj(spec), 8 * spec.burst_bytes
+    out = np.zeros(NCMD + 1)
+    out[ACT] = e["act"]
+    out[[RD, RDA]] = e["rd"] + bits * spec.power.io_read_pj_per_bit
+    out[[WR, WRA]] = e["wr"] + bits * spec.power.io_write_pj_per_bit
+    out[REF], out[REFPB] = e["ref"], e["refpb"]
+    return out
 
 
 def active_fraction(spec: DramSpec, stats: DramStats) -> float:

@@ -24,9 +24,9 @@ from .engine.inputs import AddressMap, Config, Inputs, Paging, Rules, Traffic
 from .engine.run import Results
 from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
     C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
-    NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PREFETCH, TL_PTE, TL_SETS, \
-    TL_SHIFT, \
-    TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
+    LOG_COMMANDS, LOG_OFF, LOG_QUEUE, NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, \
+    TL_PREFETCH, TL_PTE, TL_SETS, TL_SHIFT, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, \
+    T_FAW, T_REFI, T_REFIPB
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
 from .rules import act_domain_is_pc, command_slots, compile_rules, timing_values
@@ -331,9 +331,12 @@ class MemorySystem:
     def run(self, streams: Streams, translation: Translation | None = None,
             record: bool = False, log: bool = False, *,
             stream_per_channel: bool = False, threads: int = 1,
-            lean: bool | None = None) -> RunResult:
+            lean: bool | None = None, log_queue: bool = False) -> RunResult:
         """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
-        every burst (in issue order); ``log`` keeps the issued command log for the checker.
+        every burst (in issue order); ``log`` keeps the issued command log for the checker;
+        ``log_queue`` (with ``log``) also logs each request entering a queue, as a row of
+        pseudo-command :data:`~dram_models.commands.ENQ` (the general engine's run; not for
+        the checker).
         ``stream_per_channel`` promises that stream c addresses only channel c (as
         :meth:`trace_streams` builds them): an open-loop run without ``record`` or ``log``
         then simulates the channels one at a time, with identical results, and ``threads``
@@ -360,14 +363,17 @@ class MemorySystem:
             np.ascontiguousarray(streams.max_outstanding, dtype=np.int64)
         ng = 0 if streams.compute is None else len(streams.compute)
         cfg = self.cfg.copy()
-        cfg[C_LOG] = log
+        if log_queue and not log:
+            raise ConfigError("log_queue", "logs queue entries into the command log: needs "
+                              "log=True")
+        cfg[C_LOG] = LOG_QUEUE if log_queue else (LOG_COMMANDS if log else LOG_OFF)
         cfg[C_REC] = record
         cfg[C_PERCH] = stream_per_channel and S == self.channels and \
             self._bursts_stay(addr, nb, most)
         log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
         if log:
             # room for refresh commands: one per domain per interval, generously
-            log_cap += int(total * 0.5) + 100000
+            log_cap += int(total * 0.5) + 100000 + (total if log_queue else 0)
         first = np.ascontiguousarray(streams.first, dtype=np.int64)
         last = np.ascontiguousarray(streams.last, dtype=np.int64)
         load = (last - first).tolist()

@@ -38,7 +38,7 @@ class TimelineError(ConfigError):
 #: The kinds of track a timeline may hold; ``Timeline(tracks=...)`` keeps a subset.
 TRACK_KINDS = ("layers", "kernels", "units", "dma", "tlb", "dram", "energy", "requests",
                "server")
-#: Most events a timeline file holds (about 100 MB of JSON); the latest are dropped
+#: Most events a timeline file holds (about 120 MB of JSON); the latest are dropped
 #: beyond it, and the file says how many.
 MAX_EVENTS = 1_000_000
 
@@ -55,6 +55,7 @@ class Timeline:
                  window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS,
                  dram_window: tuple[float, float] | None = None):
         self.events: list[dict] = []
+        self._detail: list[dict] = []   # moments dropped first (see instant)
         self._flows = 0                 # flow ids given so far
         self._pids: dict[str, int] = {}
         self._tids: dict[tuple[int, str], int] = {}
@@ -115,14 +116,15 @@ class Timeline:
         self.events.append(ev)
 
     def instant(self, pid: int, tid: int, name: str, t_ns: float,
-                args: Mapping[str, Any] | None = None) -> None:
-        """A moment on a thread track (a DRAM command, say)."""
+                args: Mapping[str, Any] | None = None, detail: bool = False) -> None:
+        """A moment on a thread track (a DRAM command, say); a ``detail`` moment is
+        dropped before any other event when the timeline holds too many."""
         if not math.isfinite(t_ns):
             raise TimelineError(f"instant {name!r} at {t_ns} ns")
         ev = {"ph": "i", "s": "t", "pid": pid, "tid": tid, "name": name, "ts": t_ns / 1e3}
         if args:
             ev["args"] = dict(args)
-        self.events.append(ev)
+        (self._detail if detail else self.events).append(ev)
 
     def flow(self, src: tuple[int, int, float], dst: tuple[int, int, float],
              name: str = "dependency") -> None:
@@ -143,21 +145,33 @@ class Timeline:
         number) from ``t_ns`` until its next sample."""
         if not math.isfinite(t_ns):
             raise TimelineError(f"counter {name!r} at {t_ns} ns")
+        # whole numbers (requests, bytes) are written as integers: a shorter file
         self.events.append({"ph": "C", "pid": pid, "name": name, "ts": t_ns / 1e3,
-                            "args": {k: float(v) for k, v in values.items()}})
+                            "args": {k: _number(v) for k, v in values.items()}})
 
     # ---- output -------------------------------------------------------------------
     def as_json(self) -> dict:
         """The trace-event JSON object: metadata events first, the rest by time (a span
-        before the spans it holds), within the window and the event limit."""
+        before the spans it holds), within the window and the event limit (detail
+        moments dropped first, the latest first)."""
         meta = [e for e in self.events if e["ph"] == "M"]
-        rest = sorted((e for e in self.events if e["ph"] != "M"),
-                      key=lambda e: (e["ts"], -e.get("dur", 0.0)))
+        by_time = (lambda e: (e["ts"], -e.get("dur", 0.0)))
+        rest = sorted((e for e in self.events if e["ph"] != "M"), key=by_time)
+        detail = sorted(self._detail, key=by_time)
         dropped = {}
         if self.window is not None:
             kept = _in_window(rest, self.window[0] / 1e3, self.window[1] / 1e3)
             dropped["outside the window"] = len(rest) - len(kept)
             rest = kept
+            kept = _in_window(detail, self.window[0] / 1e3, self.window[1] / 1e3)
+            dropped["outside the window"] += len(detail) - len(kept)
+            detail = kept
+        room = max(0, self.max_events - len(rest))
+        if len(detail) > room:
+            dropped[f"detail moments after the first {room:,}"] = len(detail) - room
+            detail = detail[:room]
+        if detail:
+            rest = sorted(rest + detail, key=by_time)
         if len(rest) > self.max_events:
             dropped[f"after the first {self.max_events:,} events"] = \
                 len(rest) - self.max_events
@@ -180,6 +194,12 @@ class Timeline:
         self.check()
         atomic_write_text(path, json.dumps(self.as_json(), separators=(",", ":")))
         return Path(path)
+
+
+def _number(v) -> int | float:
+    """``v`` as a JSON number: an int when it is a whole number of at most 15 digits."""
+    f = float(v)
+    return int(f) if f.is_integer() and abs(f) < 1e15 else f
 
 
 def _checked_window(window: tuple[float, float] | None, key: str
@@ -233,10 +253,12 @@ def check_events(events: list[dict]) -> None:
         if e["ph"] != "X":
             continue
         stack = open_.setdefault(track, [])
-        while stack and stack[-1] <= ts + _EPS_US:
+        # times come from seconds or ns in doubles: allow their rounding at this time
+        eps = _EPS_US + 1e-12 * abs(ts)
+        while stack and stack[-1] <= ts + eps:
             stack.pop()
         end = ts + float(e["dur"])
-        if stack and end > stack[-1] + _EPS_US:
+        if stack and end > stack[-1] + eps:
             raise TimelineError(f"track {track[:2]}: span {e['name']!r} [{ts}, {end}] us "
                                 f"overlaps the span that ends at {stack[-1]} us")
         stack.append(end)

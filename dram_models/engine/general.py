@@ -60,18 +60,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..commands import ACT, NCMD, PRE, PREA, RD, RDA, REF, WR, WRA
+from ..commands import ACT, ENQ, NCMD, PRE, PREA, RD, RDA, REF, WR, WRA
 from .address import _decode
 from .candidates import _no_candidate, _pending_min, _ready_min, _ready_min3, _recat, \
     _setbit, _sync_cs, _wake
-from .layout import BF_ASEQ, BF_CNT, BF_CONF, BF_CSEQ, BF_HEAD, BF_HIT, BF_HSEQ, BF_NHITS, \
-    BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_REC, C_REFMODE, \
-    C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, F_BANK, F_BID, F_DESC, F_ENQ, \
-    F_FLAG, F_GRP, F_KIND, F_NEXT, F_PREV, F_ROW, F_SEQ, F_STREAM, INF, K_ACT, K_COL, \
-    K_PRE, LANE_BITS, LANE_MASK, LAT_BINS, NBF, NOLINK, NQF, S_CONFLICTS, S_DEADLOCK, \
-    S_DECISIONS, S_END, S_EVENTS, S_HITS, S_LATSUM, S_MISSES, S_PTE, S_READS, S_TLBHIT, \
-    S_TLBMERGE, S_TLBMISS, S_TLBSTALL, S_WRITES, TL_MISS, TL_PTE, TL_SETS, TL_SHIFT, \
-    TL_PREFETCH, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
+from .layout import BF_ASEQ, BF_CNT, BF_CONF, BF_CSEQ, BF_HEAD, BF_HIT, BF_HSEQ, \
+    BF_NHITS, BF_TAIL, BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, \
+    C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, F_BANK, \
+    F_BID, F_DESC, F_ENQ, F_FLAG, F_GRP, F_KIND, F_NEXT, F_PREV, F_ROW, F_SEQ, F_STREAM, \
+    INF, K_ACT, K_COL, K_PRE, LANE_BITS, LANE_MASK, LAT_BINS, LOG_QUEUE, NBF, NOLINK, \
+    NQF, S_CONFLICTS, S_DEADLOCK, S_DECISIONS, S_END, S_EVENTS, S_HITS, S_LATSUM, \
+    S_MISSES, S_PTE, S_READS, S_TLBHIT, S_TLBMERGE, S_TLBMISS, S_TLBSTALL, S_WRITES, \
+    TL_MISS, TL_PREFETCH, TL_PTE, TL_SETS, TL_SHIFT, TL_VBASE, TL_WALK, TL_WAYS, T_BL, \
+    T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB, U1
 from .timing import _bank_part, _log_cmd, _raise, _rank_lb, _refresh_cmd
 from .tree import _targmin, _tset
 
@@ -260,6 +261,7 @@ def _loop(inp, st):
     gmask = m_sizes[3] - 1
     bmask = m_sizes[4] - 1
     logon = cfg[C_LOG] != 0
+    logq = cfg[C_LOG] == LOG_QUEUE     # queue entries too (commands.ENQ rows)
     rec = cfg[C_REC] != 0
     tcl = tim[T_CL]
     tcwl = tim[T_CWL]
@@ -528,6 +530,8 @@ def _loop(inp, st):
                         bq[bi + BF_CSEQ] = sq
                         _setbit(km, mi + K_PRE * W, br, True)
                 qn[cq] = n + 1
+                if logq:
+                    _log_cmd(st.log, st.nlog, now, ENQ, ch, pcn, rkn, bgn, bank, row)
                 _sync_cs(cs, cq, NBC, lbk, bq, orow, hits_since[bank], cap)
                 # wake the controller when this entry could first issue (a lower bound),
                 # or now if it may flip the read/write mode

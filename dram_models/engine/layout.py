@@ -15,6 +15,8 @@ QMAX_LIMIT = 64                     # queue entries per queue
 C_CH, C_PC, C_RK, C_BG, C_BA, C_RQ, C_WQ, C_WHI, C_WLO, C_CLOSED, C_CAP, C_REFMODE, \
     C_APC, C_SPLIT, C_SHIFT, C_XOR, C_LOG, C_REC, C_PERCH = range(19)
 NCFG = 19
+# cfg[C_LOG]: no command log, the commands, or the commands and each queue entry
+LOG_OFF, LOG_COMMANDS, LOG_QUEUE = range(3)
 # tim indices (ticks)
 T_CL, T_CWL, T_BL, T_FAW, T_REFI, T_REFIPB = range(6)
 NTIM = 6

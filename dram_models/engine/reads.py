@@ -55,10 +55,10 @@ from numba import njit
 from ..commands import ACT, NCMD, PRE, PREA, RD, RDA, REF, REFPB
 from .address import _decode
 from .inputs import Rules
-from .layout import BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_PC, C_REFMODE, C_RK, \
-    C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, S_CONFLICTS, \
-    S_DEADLOCK, S_DECISIONS, S_END, S_HITS, S_LATSUM, S_MISSES, S_READS, T_BL, T_CL, \
-    T_FAW, T_REFI, T_REFIPB
+from .layout import BIG, C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_REFMODE, \
+    C_RK, C_RQ, C_SHIFT, C_SPLIT, C_XOR, INF, LANE_BITS, LANE_MASK, LAT_BINS, LOG_QUEUE, \
+    S_CONFLICTS, S_DEADLOCK, S_DECISIONS, S_END, S_HITS, S_LATSUM, S_MISSES, S_READS, \
+    T_BL, T_CL, T_FAW, T_REFI, T_REFIPB
 from .timing import _first_refresh, _log2, _log_cmd, _raise, _rank_lb, _refresh_cmd
 
 # scalar state of a channel (sc[...]): the current tick, the tick of the last decision
@@ -150,6 +150,7 @@ def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: 
                      (NBC > 1 << LANE_BITS, f"{NBC} banks per channel (the limit is "
                                              f"{1 << LANE_BITS})"),
                      (writes, "writes"), (translation, "address translation"),
+                     (cfg[C_LOG] == LOG_QUEUE, "queue entries logged"),
                      (groups, "tile groups"), (capped, "outstanding caps"),
                      (record and int(cfg[C_CH]) > 1, "a burst record of several "
                       "channels"), (bursts >= AGE_LIMIT, f"{bursts} bursts (the limit is "

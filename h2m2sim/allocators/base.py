@@ -77,8 +77,11 @@ class AllocEvent(NamedTuple):
     """One allocator event. Always logged: ``migrate`` (contiguous copy of ``nbytes``
     from ``src`` to ``dst``) and ``refresh`` (ODMA bucket bounds changed; ``info`` holds
     them). With ``log_all_events`` also ``reserve``, ``grow``, ``release``, ``deny``
-    (reserve refused) and ``grow_fail`` (grow refused); their counts are always in
-    ``counts``. ``time_s`` is the
+    (reserve refused) and ``grow_fail`` (grow refused), whose counts are always in
+    ``counts``, and the prefix cache's ``prefix_hit`` (tokens served from it) and
+    ``evict`` (a cached block freed; request -1). A block allocator's grants inside a
+    decode window are one ``grow`` of request -1 whose ``info`` lists the requests, one
+    entry per block, in order; ``tokens`` is then the tokens granted. ``time_s`` is the
     allocator's ``clock`` when the event happened (set by the serving loop)."""
 
     kind: str
@@ -483,6 +486,12 @@ class KVAllocator(abc.ABC):
         self.reserved_tokens += tokens
         if self.reserved_tokens > self.peak_reserved_tokens:
             self.peak_reserved_tokens = self.reserved_tokens
+
+    def note(self, kind: str, req_id: int, tokens: int) -> None:
+        """Log an event of the serving layer above (``prefix_hit``, ``evict``) beside the
+        allocator's own, when it logs them all (a timeline is recorded)."""
+        if self.log_all_events:
+            self._log(kind, req_id, tokens, tokens * self.bytes_per_token)
 
     def _log(self, kind: str, req_id: int, tokens: int, nbytes: int = 0, src: int = -1,
              dst: int = -1, info: Any = None) -> None:

@@ -131,8 +131,8 @@ class PagedAllocator(KVAllocator):
             r.used = r.cap - bt + 1
             if r.cap > r.peak_cap:
                 r.peak_cap = r.cap
-            if self.log_all_events:
-                self._log("grow", rid, r.cap)
+        if self.log_all_events:     # one event for the call: it is one moment
+            self._log("grow", -1, len(req_ids) * bt, info=list(req_ids))
         self.counts["grow"] += len(req_ids)
         self._add_reserved(len(req_ids) * bt)
 

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from dram_models.energy import Additive
+from dram_models.energy import Additive, dram_energy, energy_per_command_pj
 from dram_models.schema import to_dict
 from dram_models.stats import DramStats
 from h2m2sim.cache import cached
@@ -106,6 +106,11 @@ class PieceRun:
     tick_ns: float = 0.0
     #: (producer, consumer) kernel names: the consumer reads what the producer wrote
     deps: tuple = ()
+    #: with the command log: pJ of each command code
+    #: (:func:`~dram_models.energy.energy_per_command_pj`; empty without power
+    #: parameters) and one channel's background power during the run, W
+    command_pj: tuple = ()
+    background_w: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +314,7 @@ def _piece_tasks(system, side: str, ks: Sequence, fidelity: str, translate: str 
             piece = Piece(**{f: d[f] for f in PIECE_FIELDS},
                           activity=activity(d["counts"], dram_spec, DramStats(**d["dram"]))
                           ).scaled(d["times"])
-            return piece, (_piece_run(d, piece) if capture else None)
+            return piece, (_piece_run(d, piece, dram_spec) if capture else None)
 
         # what the simulation costs grows with the bytes it moves
         sims = count if fidelity == "cycle" else sampled_groups(group, count)
@@ -336,13 +341,19 @@ def _fields(r, times: float = 1, timeline: bool = False) -> dict:
     return d
 
 
-def _piece_run(d: dict, piece: Piece) -> PieceRun:
+def _piece_run(d: dict, piece: Piece, dram_spec) -> PieceRun:
     """The timeline's view of one simulated group (``d``: its fields with rows)."""
     e = piece.activity.dram
+    pj, bg_w = (), 0.0
+    if d["commands"] is not None and (per := energy_per_command_pj(dram_spec)) is not None:
+        stats = DramStats(**d["dram"])
+        pj = tuple(per)
+        if stats.sim_ns > 0:
+            bg_w = dram_energy(dram_spec, stats).background_nj / stats.sim_ns / stats.channels
     return PieceRun(tuple(d["timeline"]), d["time_ns"], piece.time_ns, d["times"],
                     d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns,
                     {f.name[:-3]: getattr(e, f.name) for f in dataclasses.fields(e)},
-                    d["commands"], d["tick_ns"], d.get("deps", ()))
+                    d["commands"], d["tick_ns"], d.get("deps", ()), pj, bg_w)
 
 
 def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,

@@ -23,9 +23,10 @@ other from 0 ns,
 
 With a DRAM window (``Timeline(dram_window=...)``, ``--timeline-dram-window``), each
 DRAM command the engine issued inside it is a moment on lane ``channel C commands``
-(with its bank and row), and counters ``channel C`` give each channel's bandwidth
-and the share of its column commands that needed no activation (row hit %) in 100
-windows of it.
+(with its bank and row), and in 100 windows of it counters ``channel C`` give each
+channel's bandwidth and the share of its column commands that needed no activation (row
+hit %), ``channel C queue`` the requests waiting in its queues (time average), and
+``channel C power`` its DRAM power (its commands' energy and its background power).
 
 ``Timeline(tracks=...)`` keeps some of these: ``layers`` (layer, sublayers, pieces),
 ``kernels``, ``units``, ``dma``, ``tlb``, ``dram``, ``energy``.
@@ -36,11 +37,12 @@ copies after its last sublayer.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dram_models.commands import CMDS
+from dram_models.commands import CMDS, ENQ
 from h2m2sim.mapping import SUBLAYERS
 from h2m2sim.trace_events import Timeline
 
@@ -198,42 +200,87 @@ def _draw_counters(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
 DRAM_BINS = 100
 
 
+@dataclasses.dataclass(frozen=True)
+class _LoggedRun:
+    """One engine run's command log placed on the timeline: each row's time (ns), the
+    rows (queue entries included), the bytes one column command moves, the pJ of each
+    command code and one channel's background power (W) from ``start`` to ``end`` ns."""
+
+    t: np.ndarray
+    log: np.ndarray
+    burst_bytes: float
+    command_pj: tuple
+    background_w: float
+    start: float
+    end: float
+
+
 def _draw_commands(tl: Timeline, pid: int, run: PieceRun, t0: float,
-                   window: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, float]:
+                   window: tuple[float, float]) -> _LoggedRun:
     """Each DRAM command of ``run`` (placed at ``t0``) inside ``window`` (ns) as a
-    moment on its channel's lane, with its bank and row; returns those commands' times
-    (ns), log rows and the run's bytes per burst."""
+    moment on its channel's lane, with its bank and row; returns the run's whole log."""
     log = np.asarray(run.commands)
     t = t0 + log[:, 0] * run.tick_ns
-    sel = (t >= window[0]) & (t < window[1])
-    log, t = log[sel], t[sel]
-    for (tick_ns, (_, cmd, ch, _, _, _, bank, row)) in zip(t, log):
+    sel = (t >= window[0]) & (t < window[1]) & (log[:, 1] != ENQ)
+    for (tick_ns, (_, cmd, ch, _, _, _, bank, row)) in zip(t[sel], log[sel]):
         # bank: the engine's bank index within the channel (pseudo-channel, rank and
         # group included); row -1 for commands of no row (refresh, precharge all)
         tl.instant(pid, tl.thread(pid, f"channel {ch} commands"), CMDS[cmd], tick_ns,
                    {"bank": int(bank), "row": int(row)})
     dram = run.dram
     bursts = dram.get("reads", 0) + dram.get("writes", 0)
-    return t, log, (dram.get("bytes", 0) / bursts if bursts else 0.0)
+    return _LoggedRun(t, log, dram.get("bytes", 0) / bursts if bursts else 0.0,
+                      run.command_pj, run.background_w, t0, t0 + run.engine_ns)
 
 
-def _draw_channel_counters(tl: Timeline, pid: int, parts: list, window: tuple[float, float]
-                           ) -> None:
-    """Per channel of a side, in DRAM_BINS windows of ``window``: bandwidth (its column
-    commands' bytes) and the share of column commands that needed no activation."""
-    t = np.concatenate([p[0] for p in parts])
-    log = np.concatenate([p[1] for p in parts]) if len(t) else np.zeros((0, 8), np.int64)
-    nbytes = np.concatenate([np.full(len(p[0]), p[2]) for p in parts])
+def _draw_channel_counters(tl: Timeline, pid: int, parts: list[_LoggedRun],
+                           window: tuple[float, float]) -> None:
+    """Per channel of a side, in DRAM_BINS windows of ``window``: ``channel C`` its
+    bandwidth (its column commands' bytes) and the share of column commands that needed
+    no activation; ``channel C queue`` the requests in its read and write queues (time
+    average: entries less column commands since the run began); ``channel C power`` its
+    commands' energy and its background power over each window."""
+    t = np.concatenate([p.t for p in parts])
+    log = np.concatenate([p.log for p in parts])
+    nbytes = np.concatenate([np.full(len(p.t), p.burst_bytes) for p in parts])
     width = (window[1] - window[0]) / DRAM_BINS
+    edges = window[0] + width * np.arange(DRAM_BINS + 1)
+    inside = (t >= window[0]) & (t < window[1])
     b = np.minimum(((t - window[0]) // width).astype(np.int64), DRAM_BINS - 1)
     col = np.isin(log[:, 1], COLUMN)
     act = log[:, 1] == CMDS.index("ACT")
+    pj = np.concatenate([np.asarray(p.command_pj)[p.log[:, 1]] if p.command_pj
+                         else np.zeros(len(p.t)) for p in parts])
     for ch in np.unique(log[:, 2]):
-        on = log[:, 2] == ch
+        on = (log[:, 2] == ch) & inside
         moved = np.bincount(b[on & col], weights=nbytes[on & col], minlength=DRAM_BINS)
         cols = np.bincount(b[on & col], minlength=DRAM_BINS)
         acts = np.bincount(b[on & act], minlength=DRAM_BINS)
+        step = np.where(log[:, 1] == ENQ, 1, np.where(col, -1, 0))[log[:, 2] == ch]
+        queue = _time_average(t[log[:, 2] == ch], step, edges)
+        nj = np.bincount(b[on], weights=pj[on], minlength=DRAM_BINS) / 1e3
+        bg_nj = sum(p.background_w * np.clip(np.minimum(edges[1:], p.end)
+                                             - np.maximum(edges[:-1], p.start), 0, None)
+                    for p in parts)
         for k in range(DRAM_BINS):
             hit = 100.0 * max(0.0, 1.0 - acts[k] / cols[k]) if cols[k] else 0.0
-            tl.counter(pid, f"channel {ch}", window[0] + k * width,
+            tl.counter(pid, f"channel {ch}", edges[k],
                        {"GB/s": moved[k] / width, "row hit %": hit})
+            tl.counter(pid, f"channel {ch} queue", edges[k], {"requests": queue[k]})
+            if any(p.command_pj for p in parts):
+                tl.counter(pid, f"channel {ch} power", edges[k],
+                           {"W": (nj[k] + bg_nj[k]) / width})
+
+
+def _time_average(t: np.ndarray, step: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The time average over each window between ``edges`` of a level that starts at 0
+    and moves by ``step[i]`` at time ``t[i]`` (ns)."""
+    if not len(t):
+        return np.zeros(len(edges) - 1)
+    order = np.argsort(t, kind="stable")
+    t, level = t[order], np.cumsum(step[order])
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])  # up to each t[i]
+    j = np.searchsorted(t, edges, side="right") - 1          # last event at or before
+    k = np.maximum(j, 0)
+    upto = np.where(j >= 0, area[k] + level[k] * (edges - t[k]), 0.0)
+    return np.diff(upto) / np.diff(edges)

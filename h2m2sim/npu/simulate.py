@@ -110,7 +110,8 @@ class KernelResult:
     timeline: tuple = ()
     sync_bytes: int = 0
     #: with ``dram_commands``: the engine's command log of the run (rows of tick, command,
-    #: channel, pseudo-channel, rank, bank group, bank, row; ``tick_ns`` ns per tick)
+    #: channel, pseudo-channel, rank, bank group, bank, row; ``tick_ns`` ns per tick),
+    #: with a row of pseudo-command ``ENQ`` for each request entering a queue
     commands: Any = None
     tick_ns: float = 0.0
 
@@ -191,19 +192,21 @@ class _Run:
     wdone: np.ndarray        # last write (or barrier flag) issued after the tile done
 
 
-#: Most DRAM commands a run logs for a timeline (rows of 8 int64: 1.5 GB at most).
-MAX_LOGGED_COMMANDS = 3_000_000
+#: Most rows (DRAM commands and queue entries) a run logs for a timeline (rows of 8
+#: int64: 256 MB, 1 GB at most while the engine retries a log that overflowed).
+MAX_LOGGED_COMMANDS = 4_000_000
 
 
 def _check_log_size(ctx: _Ctx, lay: DmaLayout) -> None:
-    """Refuse a command log too large to hold: about 3.5 commands per burst."""
+    """Refuse a command log too large to hold: about 3.5 commands and one queue entry
+    per burst."""
     bursts = float(lay.streams.nbytes.sum()) / ctx.ms.spec.burst_bytes
-    if 3.5 * bursts > MAX_LOGGED_COMMANDS:
+    if 4.5 * bursts > MAX_LOGGED_COMMANDS:
         raise ConfigError("--timeline-dram-window", f"side {ctx.side.name}: a run of "
                           f"{bursts / 1e6:.1f} M DRAM bursts would log about "
-                          f"{3.5 * bursts / 1e6:.0f} M commands, more than the "
-                          f"{MAX_LOGGED_COMMANDS / 1e6:.0f} M a timeline holds; draw a "
-                          "smaller batch or context")
+                          f"{4.5 * bursts / 1e6:.1f} M commands and queue entries, more "
+                          f"than the {MAX_LOGGED_COMMANDS / 1e6:.0f} M a timeline holds; "
+                          "draw a smaller batch or context")
 
 
 def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray,
@@ -215,7 +218,8 @@ def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray
         lay = translation_for(lay, ctx.memory, ctx.side.name, ctx.tick_ns, ctx.warm)
     if ctx.log_commands:
         _check_log_size(ctx, lay)
-    res = ctx.ms.run(lay.streams, lay.translation, log=ctx.log_commands)
+    res = ctx.ms.run(lay.streams, lay.translation, log=ctx.log_commands,
+                     log_queue=ctx.log_commands)
     if res.deadlock:
         raise RuntimeError(f"engine deadlock simulating {plan.op} on side {ctx.side.name} "
                            "(a bug in the DMA gating)")

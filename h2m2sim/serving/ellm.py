@@ -319,7 +319,7 @@ class ElasticServingLoop(ServingLoop):
                 st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
                 self.swapped[r] = False
             self.offloaded.remove(r)
-            self._advance(dt, int(run.ctx[:run.m].sum()))
+            self._advance(dt, int(run.ctx[:run.m].sum()), "fetch", 1)
             st["fetch_time_s"] += dt
             run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], el.capacity_of(r),
                     self.last_tok[r])
@@ -371,7 +371,8 @@ class ElasticServingLoop(ServingLoop):
             if self.admit_t[r] != self.admit_t[r]:
                 self.admit_t[r] = self.t
         held = int(run.ctx[:run.m].sum())
-        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in dev))
+        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in dev), "prefill iteration",
+                      len(pre), sum(prompt_l[r] + gen[r] for r in pre))
         st["prefill_time_s"] += dt_pre
         st["offload_time_s"] += dt_off
         st["offload_exposed_s"] += dt - dt_pre

@@ -64,7 +64,18 @@ from .timing import (
 )
 
 __all__ = ["ServingResult", "ServingLoop", "percentiles", "energy_metrics",
-           "weighted_percentile", "latency_metrics"]
+           "weighted_percentile", "latency_metrics", "ITERATION_KINDS", "ITERATION_FIELDS"]
+
+#: What an iteration of the serving loop did (a timeline's ``iterations`` lane):
+#: ``fetch`` brings offloaded KV back (eLLM), ``swap in`` swapped-out KV, ``migration``
+#: copies an allocator's KV within the device.
+ITERATION_KINDS = ("prefill iteration", "decode steps", "mixed iteration", "swap in",
+                   "migration", "fetch")
+#: The iteration log a recorded timeline keeps, one list each: start (s), duration (s),
+#: kind (index into ITERATION_KINDS), requests, tokens computed, KV tokens in use (a
+#: shared prefix block once), steps (a decode window's identical steps; else 1).
+ITERATION_FIELDS = ("it_t", "it_dt", "it_kind", "it_batch", "it_tokens", "it_kv_tokens",
+                    "it_steps")
 
 
 def percentiles(x: np.ndarray) -> dict:
@@ -197,8 +208,10 @@ class ServingLoop:
         self.reserved_int = 0.0     # token-seconds of reserved KV
         self.used_int = 0.0         # token-seconds of KV actually held
         self.timeline = {"t": [], "reserved_tokens": [], "used_tokens": [], "running": [],
-                         "waiting": []} \
+                         "waiting": [], **{k: [] for k in ITERATION_FIELDS}} \
             if record_timeline else None
+        if record_timeline:          # the timeline draws every reserve, grow and release
+            allocator.log_all_events = True
         self.known = n if owner is None else 0          # requests routed so far
         self.n_mine = n if owner is None else 0
         self.done = int(self.rejected.sum()) if owner is None else 0
@@ -340,11 +353,27 @@ class ServingLoop:
         self.timeline["running"].append(run.m)
         self.timeline["waiting"].append(len(self.waiting))
 
-    def _advance(self, dt: float, held_tokens: float) -> None:
-        """Let ``dt`` seconds pass with ``held_tokens`` KV tokens in use."""
+    def _advance(self, dt: float, held_tokens: float, kind: str = "", batch: int = 0,
+                 tokens: int = 0) -> None:
+        """Let ``dt`` seconds pass with ``held_tokens`` KV tokens in use: an iteration of
+        ``kind`` (one of ITERATION_KINDS) over ``batch`` requests computing ``tokens``."""
         self.reserved_int += self.allocator.reserved_tokens * dt
         self.used_int += (held_tokens - self._counted_twice()) * dt
+        self._log_iteration(kind, dt, batch, tokens, held_tokens)
         self.t += dt
+
+    def _log_iteration(self, kind: str, dt: float, batch: int, tokens: int,
+                       kv_tokens: float, steps: int = 1) -> None:
+        """For the timeline: an iteration starting now (``dt`` s, ``steps`` identical
+        steps of a decode window) over ``batch`` requests computing ``tokens`` tokens
+        with ``kv_tokens`` of KV in use."""
+        tl = self.timeline
+        if tl is None or not kind:
+            return
+        for k, v in zip(ITERATION_FIELDS, (self.t, dt, ITERATION_KINDS.index(kind), batch,
+                                           tokens, kv_tokens - self._counted_twice(),
+                                           steps)):
+            tl[k].append(v)
 
     def _counted_twice(self) -> int:
         """KV tokens the running requests' contexts count more than once: cached prefix
@@ -475,7 +504,8 @@ class ServingLoop:
                 admit_t[r] = t
             self._resumed(r, t)
         held = int(run.ctx[:run.m].sum())
-        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in both))
+        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in both), "prefill iteration",
+                      len(both), sum(prompt_l[r] + gen[r] for r in pre))
         t = self.t
         st["prefill_time_s"] += dt_pre
         st["swap_time_s"] += dt_swap
@@ -543,7 +573,7 @@ class ServingLoop:
         prompt_l, gen, bpt, run = self.prompt_l, self.gen, self.bpt, self.running
         nbytes = sum((prompt_l[r] + gen[r]) * bpt for r in swin)
         dt = nbytes / self.host_bps
-        self._advance(dt, float(run.ctx[:run.m].sum()) + nbytes / bpt)
+        self._advance(dt, float(run.ctx[:run.m].sum()) + nbytes / bpt, "swap in", len(swin))
         self.st["swap_time_s"] += dt
         self.st["swap_bytes"] += nbytes
         capacity_of = self.allocator.capacity_of
@@ -593,7 +623,8 @@ class ServingLoop:
             dt, de = tables.prefill_cost([c[2] for c in chunks])
         ds, dj = self._chunk_context_cost(chunks)
         dt, de = dt + ds, de + dj
-        self._advance(dt, ctx_sum + sum(self.filled[r] for r in self.filling))
+        self._advance(dt, ctx_sum + sum(self.filled[r] for r in self.filling),
+                      "mixed iteration", m + len(chunks), m + T)
         t = self.t
         st["mixed_iterations"] += 1
         st["mixed_time_s"] += dt
@@ -737,7 +768,7 @@ class ServingLoop:
         for ev in allocator.events[ev0:]:
             if ev.kind == "migrate":
                 dt = self.tables.kv_copy_s(ev.nbytes // self.bpt)
-                self._advance(dt, float(run.ctx[:run.m].sum()))
+                self._advance(dt, float(run.ctx[:run.m].sum()), "migration", 1)
                 self.st["migration_time_s"] += dt
                 self.st["migration_energy_j"] += self.tables.kv_copy_j(ev.nbytes // self.bpt)
 
@@ -767,6 +798,9 @@ class ServingLoop:
         else:
             k, dt, used, de, n_fin, n_grow = self._advance_blocks(m, t_limit)
         self.used_int += used - self._counted_twice() * dt
+        if k:
+            self._log_iteration("decode steps", dt, m, k * m, float(run.ctx[:m].sum()) - k * m,
+                                steps=k)
         self.t += dt
         if k:
             self._record_gaps(run.last[:m], t0 + dt_first)

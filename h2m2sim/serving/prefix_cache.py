@@ -121,6 +121,8 @@ class PrefixCache:
         st["lookup_blocks"] += len(hashes)
         st["hit_blocks"] += hit
         st["hit_tokens"] += cached
+        if cached:
+            self.allocator.note("prefix_hit", r, cached)
         held = self.allocator.shared_tokens
         if held > st["peak_tokens"]:
             st["peak_tokens"] = held
@@ -181,6 +183,7 @@ class PrefixCache:
         assert e[_REFS] == 0, f"block {h} freed while {e[_REFS]} requests reference it"
         self.allocator.drop_shared(e[_HANDLE])
         self.stats["evictions"] += 1
+        self.allocator.note("evict", -1, e[_TOKENS])
         return True
 
     def check_invariants(self) -> None:

@@ -12,9 +12,11 @@ token - first token) / (output tokens - 1). Rejected requests are an instant
 ``rejected`` on lane ``rejected``. Process ``<system>: server``: counters of running and
 waiting requests and of KV bytes reserved and in use (a shared prefix block once),
 sampled at each step of the serving loop; with an SLO, ``goodput``: the requests that
-met it per second, by when they finished, in 100 windows of the run; and
-the allocator's logged events (migrations, ODMA's bucket refreshes) as moments on lane
-``allocator``.
+met it per second, by when they finished, in 100 windows of the run; each iteration of
+the loop (prefill, decode window, mixed, swap-in, migration, fetch) as a span on lane
+``iterations`` with its requests, tokens and KV in use; and the allocator's events
+(reserve, grow, release, refusals, migrations, ODMA's bucket refreshes, prefix-cache hits
+and evictions) as moments on lane ``allocator``.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from h2m2sim.trace_events import Timeline
 
-from .loop import ServingResult, slo_met
+from .loop import ITERATION_KINDS, ServingResult, slo_met
 
 __all__ = ["capture_serving", "draw_serving", "captured"]
 
@@ -103,6 +105,19 @@ def _draw_counters(tl: Timeline, system: str, result: ServingResult,
         tl.counter(pid, "KV", t * 1e9, {"reserved bytes": kv * kv_bytes_per_token,
                                         "used bytes": used * kv_bytes_per_token})
     _draw_goodput(tl, pid, result)
+    _draw_iterations(tl, pid, steps, kv_bytes_per_token)
+
+
+def _draw_iterations(tl: Timeline, pid: int, steps: dict, kv_bytes_per_token: float) -> None:
+    """Each iteration of the loop as a span on lane ``iterations`` (a decode window of
+    identical steps is one span), with its requests, tokens computed and KV in use."""
+    tid = tl.thread(pid, "iterations")
+    for t, dt, kind, batch, tokens, kv, n in zip(
+            *(steps[k] for k in ("it_t", "it_dt", "it_kind", "it_batch", "it_tokens",
+                                 "it_kv_tokens", "it_steps"))):
+        tl.span(pid, tid, ITERATION_KINDS[kind], t * 1e9, dt * 1e9,
+                {"requests": int(batch), "tokens": int(tokens), "steps": int(n),
+                 "kv_bytes": round(float(kv) * kv_bytes_per_token)})
 
 
 #: Windows the goodput counter is counted in, over the run.
@@ -130,15 +145,26 @@ def _draw_goodput(tl: Timeline, pid: int, result: ServingResult) -> None:
     tl.counter(pid, "goodput", (t0 + span) * 1e9, {"requests/s": 0.0})
 
 
+#: Allocator events that come with every request or block, dropped first from a
+#: timeline that holds too many (migrations, bucket refreshes and prefix hits stay).
+DETAIL = frozenset({"reserve", "grow", "release", "deny", "grow_fail", "evict"})
+
+
 def _draw_allocator(tl: Timeline, system: str, result: ServingResult) -> None:
-    """The allocator's logged events (migrations, bucket refreshes; every reserve,
-    grow and release when it logs them all) as moments on lane ``allocator``."""
+    """The allocator's logged events (every reserve, grow and release, migrations, bucket
+    refreshes, prefix hits and evictions) as moments on lane ``allocator``; a block
+    allocator's grants of one decode window are one ``grow`` with their count."""
     if not result.events:
         return
     pid = tl.process(f"{system}: server")
     tid = tl.thread(pid, "allocator")
-    for ev in sorted(result.events, key=lambda e: e.time_s):
-        args = {"request": int(ev.req_id), "tokens": int(ev.tokens), "bytes": int(ev.nbytes)}
-        if ev.info is not None:
-            args["info"] = str(ev.info)
-        tl.instant(pid, tid, ev.kind, ev.time_s * 1e9, args)
+    for ev in result.events:    # in time order: the loop's clock never goes back
+        if ev.kind == "grow" and ev.req_id < 0:
+            args = {"blocks": len(ev.info), "requests": len(set(ev.info)),
+                    "tokens": int(ev.tokens)}
+        else:
+            args = {"request": int(ev.req_id), "tokens": int(ev.tokens),
+                    "bytes": int(ev.nbytes)}
+            if ev.info is not None:
+                args["info"] = str(ev.info)
+        tl.instant(pid, tid, ev.kind, ev.time_s * 1e9, args, detail=ev.kind in DETAIL)

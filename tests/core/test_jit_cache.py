@@ -90,3 +90,18 @@ def test_reinstalling_editable_after_a_run_keeps_the_command_working(tmp_path):
     out = sh(str(venv / "bin" / "h2m2sim"), "--version").stdout
     assert out.strip()
     sh(str(py), "-c", "import h2m2sim; from h2m2sim import __version__")
+
+
+def test_the_cache_is_named_for_the_engine_sources(tmp_path):
+    """Numba checks a cached function against its own file only: a change to an engine
+    module another one compiles in must move to a fresh cache, or the caller would run
+    stale code."""
+    from dram_models.jit_cache import ENGINE_SOURCES, engine_digest
+    paths = _cache_paths(tmp_path, {"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert {p.relative_to(tmp_path / "xdg" / "h2m2sim" / "numba").parts[0]
+            for p in paths} == {f"engine-{engine_digest()}"}
+    copy = tmp_path / "engine"
+    shutil.copytree(ENGINE_SOURCES[0], copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert engine_digest([copy, ENGINE_SOURCES[1]]) == engine_digest()
+    (copy / "general.py").write_text((copy / "general.py").read_text() + "\n# changed\n")
+    assert engine_digest([copy, ENGINE_SOURCES[1]]) != engine_digest()

@@ -154,6 +154,23 @@ def test_tracks_window_and_limit_are_kept_and_said(tmp_path):
         Timeline(window=(5, 3))
 
 
+def test_detail_moments_are_dropped_before_any_other_event():
+    tl = Timeline(max_events=3)
+    pid = tl.process("server")
+    lane = tl.thread(pid, "allocator")
+    for t in (1, 2, 3):
+        tl.instant(pid, lane, f"grow {t}", t, detail=True)
+    tl.span(pid, tl.thread(pid, "iterations"), "late", 50, 10)
+    tl.counter(pid, "KV", 40, {"bytes": 2.0, "share": 0.5})
+    data = tl.as_json()
+    assert [e["name"] for e in data["traceEvents"] if e["ph"] != "M"] == [
+        "grow 1", "KV", "late"]                    # the earliest detail that fits
+    assert data["otherData"]["dropped"] == {"detail moments after the first 1": 2}
+    counter = next(e for e in data["traceEvents"] if e["ph"] == "C")
+    assert counter["args"] == {"bytes": 2, "share": 0.5}
+    assert isinstance(counter["args"]["bytes"], int)
+
+
 def test_a_run_keeps_only_the_tracks_asked_for(tmp_path):
     path = tmp_path / "t.json"
     h2m2sim.run(DEFAULT, SMALL, timeline=path, timeline_tracks=["dram", "energy"])
@@ -197,6 +214,13 @@ def test_a_dram_window_shows_each_command_and_channel_counters(tmp_path, monkeyp
     tracks = {(e["pid"], e["name"]) for e in chans}
     assert len(tracks) > 4
     assert {sum((e["pid"], e["name"]) == k for e in chans) for k in tracks} == {100}
+    kinds = {e["name"].split(" ", 2)[2] if e["name"].count(" ") > 1 else "" for e in chans}
+    assert kinds == {"", "queue", "power"}
+    queue = [e["args"]["requests"] for e in chans if e["name"].endswith(" queue")]
+    assert min(queue) >= 0 and max(queue) > 0
+    # a channel's power is at least its background and at most a few watts
+    power = [e["args"]["W"] for e in chans if e["name"].endswith(" power")]
+    assert 0 < min(power) and max(power) < 20
     assert r.metrics == h2m2sim.run(DEFAULT, base).metrics
     monkeypatch.setattr("h2m2sim.npu.simulate.MAX_LOGGED_COMMANDS", 1000)
     with pytest.raises(ConfigError, match="--timeline-dram-window: side .* would log"):

@@ -376,3 +376,29 @@ def test_compile_key_of_a_state_tuple_follows_its_arrays():
     assert _type_key(a) != _type_key((np.zeros(3, dtype=np.uint64), a[1]))
     assert _type_key(a) != _type_key((a[0], np.zeros((2, 2), dtype=np.int64, order="F")))
     assert _type_key(a) != _type_key((a[0],))
+
+
+@pytest.mark.parametrize("name", ["hbm3-6400", "lpddr5-6400"])
+def test_logged_queue_entries_leave_the_run_alone_and_give_its_latency(name):
+    """``log_queue`` adds one ENQ row per request entering a queue and changes nothing
+    else; each entry leaves on one column command, and the time requests spent queued
+    plus the read latency (tCL) and the burst (tBL) is the engine's own mean read
+    latency, which it measures from queue entry to data."""
+    from dram_models.commands import COL_CMDS, ENQ
+    spec = load_standard(name)
+    ms = MemorySystem(spec, channels=2)
+    streams, _ = ms.trace_streams(patterns.make("random", 3000, spec.burst_bytes, seed=3))
+    plain = ms.run(streams, log=True, stream_per_channel=True, lean=False)
+    res = ms.run(streams, log=True, log_queue=True, stream_per_channel=True)
+    assert res.stats == plain.stats
+    log = res.command_log
+    enq, col = log[:, 1] == ENQ, np.isin(log[:, 1], COL_CMDS)
+    assert np.array_equal(log[~enq], plain.command_log)
+    for ch in range(2):
+        assert (enq & (log[:, 2] == ch)).sum() == (col & (log[:, 2] == ch)).sum() > 0
+    queued_ns = (log[col, 0].sum() - log[enq, 0].sum()) * res.tick_ns / res.stats.reads
+    t = spec.timing
+    assert queued_ns + (t.tCL + spec.tBL) * spec.tck_ns == pytest.approx(
+        res.stats.avg_read_latency_ns, rel=1e-9)
+    with pytest.raises(ConfigError, match="log_queue"):
+        ms.run(streams, log_queue=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from h2m2sim.cli import main
-from h2m2sim.serving.loop import percentiles
+from h2m2sim.serving.loop import ITERATION_KINDS, percentiles
 from h2m2sim.trace_events import check_events, read_events
 
 SERVE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",
@@ -80,7 +80,44 @@ def test_allocator_events_are_moments_on_their_lane(tmp_path, capsys):
     moments = [e for e in events if e["ph"] == "i"]
     assert {threads[(e["pid"], e["tid"])] for e in moments} == {"allocator"}
     assert sum(e["name"] == "migrate" for e in moments) == m["migrations"] > 0
-    assert not [e for e in events if e["ph"] == "X"]      # requests were not asked for
+    # every request's KV is reserved and released once (all were served)
+    for kind in ("reserve", "release"):
+        assert sum(e["name"] == kind for e in moments) == m["requests_completed"]
+    # requests were not asked for: the spans are the loop's iterations
+    assert {threads[(e["pid"], e["tid"])] for e in events if e["ph"] == "X"} == \
+        {"iterations"}
+
+
+def test_iteration_spans_add_up_to_the_loop_counts_and_times(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert main([*SERVE, "--timeline", str(path), "--timeline-tracks", "server"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    events = read_events(path)
+    check_events(events)           # iterations never overlap on their lane
+    its = [e for e in events if e["ph"] == "X"]
+    by = {k: [e for e in its if e["name"] == k] for k in ITERATION_KINDS}
+    assert len(by["prefill iteration"]) == m["prefill_iterations"] > 0
+    assert sum(e["args"]["steps"] for e in by["decode steps"]) == m["decode_steps"] > 0
+    breakdown = m["time_breakdown_s"]
+    for kind, key in (("prefill iteration", "prefill_time_s"),
+                      ("decode steps", "decode_time_s")):
+        assert sum(e["dur"] for e in by[kind]) / 1e6 == pytest.approx(breakdown[key],
+                                                                      rel=1e-9)
+    assert all(0 < e["args"]["requests"] <= 256 and e["args"]["kv_bytes"] > 0
+               for e in by["decode steps"])
+
+
+def test_prefix_hits_and_evictions_are_allocator_moments(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    args = [a if a != "azure2023_conv" else "mooncake2025_conv" for a in SERVE]
+    assert main([*args, "--prefix-caching", "--timeline", str(path),
+                 "--timeline-tracks", "server"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    moments = [e for e in read_events(path) if e["ph"] == "i"]
+    evicts = [e for e in moments if e["name"] == "evict"]
+    assert len(evicts) == m["prefix_cache_evictions"] > 0
+    hits = [e["args"]["tokens"] for e in moments if e["name"] == "prefix_hit"]
+    assert 0 < len(hits) <= m["prefix_hit_blocks"]
 
 
 def test_each_preemption_is_a_span_inside_its_request(tmp_path, capsys):
