@@ -146,7 +146,11 @@ class ModelKind(Kind):
 
     def summary(self, name: str) -> str:
         m = load_model(name)
-        attn = "MHA" if m.group_size == 1 else f"GQA, {m.kv_heads} KV heads"
+        attn = f"MLA, latent {m.kv_lora_rank}" if m.mla else \
+            ("MHA" if m.group_size == 1 else f"GQA, {m.kv_heads} KV heads")
+        if m.sliding_window is not None:
+            attn += f", window {m.sliding_window}" + \
+                (" every other layer" if m.sliding_window_period == 2 else "")
         return (f"{m.total_params / 1e9:.3g} B parameters, {m.layers} layers, d {m.hidden}, "
                 f"{m.heads} heads ({attn}), {m.dtype}")
 
@@ -156,8 +160,7 @@ class ModelKind(Kind):
                if f.name not in ("name", "source") and getattr(m, f.name) is not None]
         return out + [("parameters", f"{m.total_params:,} ({m.total_params / 1e9:.3g} B)"),
                       ("weights", f"{_gb(m.total_weight_bytes())} in {m.dtype}"),
-                      ("KV cache", f"{m.kv_bytes_per_token_per_layer() * m.layers:,} "
-                                   f"bytes per token"),
+                      ("KV cache", f"{m.kv_bytes_per_token():,} bytes per token"),
                       ("source", m.source)]
 
 

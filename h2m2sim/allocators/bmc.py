@@ -13,7 +13,9 @@ token), ``upfront`` (r = max_context_tokens: one extent, never copied), ``bmc`` 
 = r, or ``allocations`` = T with r = ceil(max_context / T)), ``bmc-auto`` (T from the
 analytical optimum of :meth:`h2m2sim.compute.bmc.BMCCostModel.analytical_T`, measured on a
 roofline device of ``system``/``side`` for ``model`` at ``batch``, rounded to a power of
-two; or given directly as ``auto_T``). Speculative decoding needs nothing special here:
+two; or given directly as ``auto_T``; with speculative decoding from ``speculative_k`` and
+``accepted_m``, or ``acceptance_rate`` through the shared expected-acceptance formula of
+:mod:`h2m2sim.compute.speculative`). Speculative decoding needs nothing else here:
 the speculated tokens live in the spare rows (``grow`` is asked only when the accepted
 tokens overflow them).
 """
@@ -23,7 +25,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dram_models.schema import param
-from h2m2sim.compute.bmc import AttentionShape, BMCCostModel, rows_per_allocation
+from h2m2sim.compute.bmc import (
+    AttentionShape,
+    BMCCostModel,
+    accepted_per_step,
+    rows_per_allocation,
+)
 from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
 
@@ -58,6 +65,11 @@ class BMCAllocator(ContiguousAllocator):
         batch: int = param(1, ge=1, doc="bmc-auto: batch size of the attention")
         speculative_k: int = param(1, ge=1, doc="bmc-auto: candidates verified per step")
         accepted_m: float = param(1.0, ge=1, doc="bmc-auto: tokens accepted per step")
+        acceptance_rate: Optional[float] = param(
+            None, ge=0, lt=1, doc="bmc-auto: i.i.d. acceptance rate of a chain draft; "
+            "when given, accepted_m is its expected tokens per step (1 - a^(k+1)) / (1 - "
+            "a), at most speculative_k.", source="Leviathan, Kalman and Matias, \"Fast "
+            "Inference from Transformers via Speculative Decoding\", ICML 2023")
         align_tokens: int = param(1, ge=1, unit="tokens",
                                   doc="extent placement alignment")
 
@@ -65,13 +77,15 @@ class BMCAllocator(ContiguousAllocator):
                  spare_rows: int | None = None, allocations: int | None = None,
                  auto_T: float | None = None, system: str | None = None,
                  side: str | None = None, model: str | None = None, batch: int = 1,
-                 speculative_k: int = 1, accepted_m: float = 1.0, align_tokens: int = 1,
-                 **kw):
+                 speculative_k: int = 1, accepted_m: float = 1.0,
+                 acceptance_rate: float | None = None, align_tokens: int = 1, **kw):
         super().__init__(capacity_bytes, bytes_per_token, align_tokens=align_tokens, **kw)
         n = self.max_context_tokens
         self.mode = mode
         if mode == "bmc" and spare_rows is None and allocations is None:
             allocations = 16
+        if acceptance_rate is not None:
+            accepted_m = accepted_per_step(acceptance_rate, int(speculative_k))
         if mode == "bmc-auto" and auto_T is None:
             if system is None or model is None:
                 raise ConfigError("allocator.bmc.system", "mode 'bmc-auto' needs auto_T, or "

@@ -2,6 +2,7 @@
 optional head-aware partition summary, and export of the layer's DRAM trace."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -14,7 +15,8 @@ from dram_models.trace import FORMATS, save
 from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph,
                            graph_footprint, kernels, list_models, load_model,
                            normalize_batch, partition_layer, split_units, state_bytes,
-                           total_flops, transfer_bytes, transfers, unique_bytes)
+                           stored_bytes, total_flops, transfer_bytes, transfers, unique_bytes)
+from h2m2sim.model.spec import STORAGE_ONLY
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
 from h2m2sim.store import atomic_output_path, given_out, prepare_file, writing_to
@@ -33,10 +35,12 @@ def register(subparsers) -> None:
                    "comma-separated lengths, one per request (decode: tokens attended "
                    "including the new one; prefill: prompt length)")
     p.add_argument("--phase", default="decode", help="decode (default) or prefill")
-    p.add_argument("--kv-dtype", default=None, help="dtype of the KV cache for "
-                   "kv_bytes_per_token and kv_bytes (default: --dtype)")
-    p.add_argument("--dtype", default=None, help="int8 | fp16 | bf16 | fp32 (default: the "
-                   "model's)")
+    p.add_argument("--kv-dtype", default=None, help="dtype of the KV cache: int4 | fp8 | "
+                   "int8 | fp16 | bf16 | fp32 (default: the model's kv_dtype, else --dtype)")
+    p.add_argument("--weight-dtype", default=None, help="dtype the weights are stored in, "
+                   "as --kv-dtype (default: the model's weight_dtype, else --dtype)")
+    p.add_argument("--dtype", default=None, help="activations and compute: fp8 | int8 | fp16 "
+                   "| bf16 | fp32 (default: the model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--split", default=None, metavar="qkv=N,attention=N,fc=N",
                    help="partition the layer: N units of each sublayer on the first side")
@@ -102,8 +106,13 @@ def run(args) -> int:
            else _int(seq_text, "--seq", 1))
     batch, seqs = normalize_batch(batch, seq, key="--seq")
     phase = _choice(args.phase, "--phase", ("decode", "prefill"))
-    dtype = _choice(args.dtype, "--dtype", list(DTYPE_BYTES)) if args.dtype else model.dtype
-    db = DTYPE_BYTES[dtype]
+    compute = [d for d in DTYPE_BYTES if d not in STORAGE_ONLY]
+    dtype = _choice(args.dtype, "--dtype", compute) if args.dtype else model.dtype
+    for flag, field in (("--weight-dtype", "weight_dtype"), ("--kv-dtype", "kv_dtype")):
+        chosen = getattr(args, field)
+        if chosen:
+            model = dataclasses.replace(model, **{field: _choice(chosen, flag,
+                                                                 list(DTYPE_BYTES))})
 
     t0 = time.perf_counter()
     G = build_layer_graph(model, batch, seqs, phase=phase, dtype=dtype)
@@ -113,25 +122,27 @@ def run(args) -> int:
     st = state_bytes(G)
     fp = graph_footprint(G, state_apart=True)
     kinds = _layer_kinds(model, G, batch, seqs, phase, dtype)
-    kv_dtype = _choice(args.kv_dtype, "--kv-dtype", list(DTYPE_BYTES)) if args.kv_dtype \
-        else dtype
+    kv_dtype = model.kv_dtype or dtype
+    weight_dtype = model.weight_dtype or dtype
     out = {
         "name": model.name, "phase": phase, "batch": batch, "dtype": dtype,
+        "weight_dtype": weight_dtype,
         # the sizes serving and memory studies start from (KV in --kv-dtype)
         "params": model.total_params, "active_params": model.active_params,
         "kv_dtype": kv_dtype, "kv_bytes_per_token": model.kv_bytes_per_token(kv_dtype),
-        "kv_bytes": model.kv_bytes_per_token(kv_dtype) * sum(map(model.kv_tokens, seqs)),
+        "kv_bytes": sum(model.kv_bytes_of(s, kv_dtype) for s in seqs),
         "attention": [_attention_kind(model, i) for i in range(model.layers)],
         "seq_min": min(seqs), "seq_max": max(seqs), "seq_sum": sum(seqs),
         "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
         "kv_heads": model.kv_heads, "head_dim": model.head_dim, "ffn_dim": model.ffn_dim,
+        "kv_lora_rank": model.kv_lora_rank, "qk_rope_head_dim": model.qk_rope_head_dim,
         "ffn_type": model.ffn_type,
         "params_per_layer": model.params_per_layer, "total_params": model.total_params,
         "weight_bytes_per_layer": ub["weight"], "kv_bytes_per_layer": ub["kv"] - st,
         "ssm_state_bytes_per_layer": st,
         "activation_bytes_per_layer": ub["activation"],
-        "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer(dtype),
-        "total_weight_bytes": model.total_params * db,
+        "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer(kv_dtype),
+        "total_weight_bytes": stored_bytes(model.total_params, weight_dtype),
         "decoder_weight_bytes": sum(k["layers"] * k["weight_bytes_per_layer"] for k in kinds),
         "total_kv_bytes": sum(k["layers"] * k["kv_bytes_per_layer"] for k in kinds),
         "total_ssm_state_bytes": sum(k["layers"] * k["ssm_state_bytes_per_layer"]
@@ -195,10 +206,15 @@ def run(args) -> int:
 
 def _attention_kind(model, layer: int) -> str:
     """What layer ``layer`` attends with: ``full`` (the whole context), ``sliding W``
-    (the last W tokens) or ``none`` (a Mamba layer, which keeps a fixed state)."""
+    (the last W tokens), ``mla`` (multi-head latent attention over the whole context)
+    or ``none`` (a Mamba layer, which keeps a fixed state)."""
     if not model.is_attention_layer(layer):
         return "none"
-    return "full" if model.sliding_window is None else f"sliding {model.sliding_window}"
+    if model.mla:
+        return "mla"
+    local = model.sliding_window is not None and (model.sliding_window_period == 1
+                                                  or model.is_local_layer(layer))
+    return f"sliding {model.sliding_window}" if local else "full"
 
 
 def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:
@@ -235,8 +251,10 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _print_text(o: dict) -> None:
+    kv = (f"latent {o['kv_lora_rank']} + rotary {o['qk_rope_head_dim']}" if o["kv_lora_rank"]
+          else f"{o['kv_heads']} KV heads")
     print(f"model: {o['name']}  ({o['layers']} layers, d={o['hidden']}, {o['heads']} heads x "
-          f"{o['head_dim']}, {o['kv_heads']} KV heads, FFN {o['ffn_dim']} {o['ffn_type']})")
+          f"{o['head_dim']}, {kv}, FFN {o['ffn_dim']} {o['ffn_type']})")
     seq = (str(o["seq_max"]) if o["seq_min"] == o["seq_max"]
            else f"{o['seq_min']}..{o['seq_max']} (sum {o['seq_sum']})")
     print(f"workload: {o['phase']}, batch {o['batch']}, seq {seq}, dtype {o['dtype']}")

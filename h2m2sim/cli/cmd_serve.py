@@ -21,7 +21,7 @@ JSON_KEYS = ("kv_utilization", "tokens_per_s", "ttft_p50_s", "tpot_p50_s",
              "requests_completed", "predictor_accuracy", "migration_rate", "energy_j",
              "energy_per_output_token_j", "itl_p50_s", "itl_p99_s", "slo_attainment",
              "goodput_rps", "prefill_tokens_computed", "prefill_tokens_total",
-             "prefix_hit_rate")
+             "prefix_hit_rate", "tokens_per_step", "speculative")
 
 
 def _kv(items, what):
@@ -37,6 +37,47 @@ def _kv(items, what):
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
             out[key.strip()] = value
+    return out
+
+
+#: The form of --speculative's value.
+SPECULATIVE_FORM = "draft=MODEL,k=K,acceptance=A (A in [0, 1), or beta:ALPHA:BETA per request)"
+
+
+def _speculative(text):
+    """``workload.serving.speculative`` from --speculative's ``draft=MODEL,k=K,acceptance=A``
+    (``acceptance=beta:ALPHA:BETA`` draws a rate per request); the values are checked
+    where the configuration is loaded."""
+    import yaml
+
+    from h2m2sim.errors import ConfigError
+    out = {}
+    for item in str(text).split(","):
+        key, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not value or key not in ("draft", "k", "acceptance") or key in out:
+            raise ConfigError("--speculative", f"expected {SPECULATIVE_FORM}, got {text!r}")
+        out[key] = value
+    if "draft" not in out or "k" not in out or "acceptance" not in out:
+        raise ConfigError("--speculative", f"expected {SPECULATIVE_FORM}, got {text!r}")
+    try:
+        out["k"] = yaml.safe_load(out["k"])
+    except yaml.YAMLError:
+        pass
+    kind, _, params = out["acceptance"].partition(":")
+    if kind == "beta":
+        try:
+            a, b = (float(x) for x in params.split(":"))
+        except ValueError:
+            raise ConfigError("--speculative", f"acceptance=beta:ALPHA:BETA takes two "
+                              f"numbers, got {out['acceptance']!r}") from None
+        del out["acceptance"]
+        out["acceptance_beta"] = [a, b]
+    else:
+        try:
+            out["acceptance"] = float(out["acceptance"])
+        except ValueError:
+            raise ConfigError("--speculative", f"acceptance must be a number in [0, 1) or "
+                              f"beta:ALPHA:BETA, got {out['acceptance']!r}") from None
     return out
 
 
@@ -109,6 +150,17 @@ def register(subparsers) -> None:
                    help="TTFT SLO in seconds (slo_attainment, goodput_rps)")
     p.add_argument("--slo-tpot", type=float, default=None, metavar="S",
                    help="TPOT SLO in seconds (slo_attainment, goodput_rps)")
+    p.add_argument("--speculative", default=None, metavar="SPEC",
+                   help="speculative decoding with a draft model: draft=MODEL,k=K,"
+                        "acceptance=A (K tokens drafted per step, each accepted with "
+                        "probability A in [0, 1); acceptance=beta:ALPHA:BETA draws A per "
+                        "request with --seed)")
+    p.add_argument("--kv-dtype", default=None, metavar="DTYPE",
+                   help="KV cache data type: int4, fp8, int8, fp16, bf16, fp32 (default: the "
+                        "model's)")
+    p.add_argument("--weight-dtype", default=None, metavar="DTYPE",
+                   help="data type the weights are stored in, as --kv-dtype (default: the "
+                        "model's)")
     p.add_argument("--kv-capacity", default=None, metavar="SIZE",
                    help="KV memory of all devices together (e.g. '40 GB'); default: "
                         "memory fraction x device memory - weights")
@@ -177,6 +229,10 @@ def _serving_data(args) -> dict:
             data["kv_capacity_bytes"] = parse_size(args.kv_capacity)
         except ValueError as err:
             raise ConfigError("--kv-capacity", str(err)) from None
+    if args.speculative is not None:
+        data["speculative"] = _speculative(args.speculative)
+    if args.kv_dtype is not None:
+        data["kv_dtype"] = args.kv_dtype
     return data
 
 
@@ -187,7 +243,9 @@ def run_config(args) -> dict:
     if args.evaluator not in FIDELITY:
         raise ConfigError("--evaluator", f"unknown evaluator {args.evaluator!r}; choose "
                           f"from {', '.join(FIDELITY)}")
-    return {"system": args.system, "model": args.model,
+    model = args.model if args.weight_dtype is None else \
+        {"base": args.model, "weight_dtype": args.weight_dtype}
+    return {"system": args.system, "model": model,
             "policy": {"allocator": args.allocator,
                        "allocator_params": _kv(args.allocator_param, "allocator-param")},
             "workload": {"serving": _serving_data(args)},
@@ -235,6 +293,17 @@ def _fmt(v, unit=""):
     return f"{v}{unit}"
 
 
+def _speculative_rows(m) -> list[tuple[str, str]]:
+    """Measured tokens per verify step against the formula's, and the draft's share;
+    no row when not speculating."""
+    sp = m.get("speculative")
+    if not sp:
+        return []
+    return [("speculative: tokens/step",
+             f"{_fmt(m['tokens_per_step'])} (expected {_fmt(sp['expected_tokens_per_step'])}; "
+             f"draft {sp['draft']}, k={sp['k']}, draft time {_fmt(sp['draft_time_s'], ' s')})")]
+
+
 def _print_table(m) -> None:
     rows = [
         ("trace / model / system", f"{m['trace']} / {m['model']} / {m['system']}"),
@@ -256,6 +325,7 @@ def _print_table(m) -> None:
                                     f"{_fmt((m['mean_reserved_bytes'] or 0) / 1e9, ' GB')} of "
                                     f"{_fmt(m['kv_capacity_bytes'] / 1e9, ' GB')}"),
         ("mean decode batch", _fmt(m["mean_decode_batch"])),
+        *_speculative_rows(m),
         ("preemptions", _fmt(m["preemptions"])),
         ("prefill tokens computed / total", f"{m['prefill_tokens_computed']} / "
                                             f"{m['prefill_tokens_total']} (prefix hit rate "

@@ -27,7 +27,10 @@ Speculative decoding (Sec. VI): each step verifies up to ``k`` candidates placed
 spare rows (fewer when fewer rows are spare, the paper's choice) and accepts ``m`` tokens
 on average, ``m (q/k)^x`` when only ``q < k`` candidates fit (:data:`ACCEPTANCE_EXPONENT`);
 the fractional part is carried from step to step, so the run is deterministic; at least
-one token, at most ``q``. A new allocation happens when no row is spare.
+one token, at most ``q`` (:func:`h2m2sim.compute.speculative.take_tokens`, which the
+serving loop's speculative decoding uses too). ``m`` is the paper's; for a chain draft
+with an i.i.d. acceptance rate, :func:`accepted_per_step` gives it from the shared
+expected-acceptance formula. A new allocation happens when no row is spare.
 
 The analytical optimum (Sec. V, Eq. 7) is ``T = sqrt(N * alpha*BW / (2 * beta*C))``. In
 terms of the simulated device it is ``T = sqrt(N_steps_factor * N * c_sdpa / c_copy)``
@@ -49,12 +52,13 @@ import numba
 import numpy as np
 
 from dram_models.schema import suggest
+from h2m2sim.compute.speculative import expected_tokens_per_step, take_tokens
 from h2m2sim.errors import ConfigError
 from h2m2sim.model import load_model
 
 __all__ = ["AttentionShape", "Schedule", "schedule", "MODES", "ACCEPTANCE_EXPONENT",
            "TABLE4_RESPECIALIZE_FACTOR", "rows_per_allocation", "round_pow2", "BMCCostModel",
-           "Breakdown"]
+           "Breakdown", "accepted_per_step"]
 
 #: Allocation modes: iterative (r = 1), upfront (r = N), bmc (given r or T), bmc-auto
 #: (T from the analytical optimum, rounded to a power of two).
@@ -176,13 +180,7 @@ def _schedule(n_max, r, k, m, prompt, gamma):
         q = k if k < spare else spare
         # expected acceptance of a tree of q candidates: m (q / k)^gamma; realized
         # deterministically by carrying the fractional part to the next step
-        credit += m * (q / k) ** gamma
-        a = int(math.floor(credit + 1e-9))
-        if a < 1:
-            a = 1
-        if a > q:
-            a = q
-        credit -= a
+        a, credit = take_tokens(credit, m * (q / k) ** gamma, q)
         padded[s] = cap
         queries[s] = q
         accepted[s] = a
@@ -214,6 +212,15 @@ def schedule(n_max: int, r: int, *, k: int = 1, m: float = 1.0, prompt: int = 0,
                           f"{acceptance_exponent}")
     return Schedule(*_schedule(n_max, min(r, n_max), k, float(m), prompt,
                                float(acceptance_exponent)))
+
+
+def accepted_per_step(acceptance: float, k: int) -> float:
+    """BMC's ``m`` (tokens accepted per step) for a chain draft of ``k`` candidates each
+    accepted with probability ``acceptance``: the expected tokens of a verify step,
+    ``(1 - a^(k+1)) / (1 - a)`` (:func:`h2m2sim.compute.speculative.expected_tokens_per_step`,
+    Leviathan, Kalman and Matias, ICML 2023), at most ``k``: a BMC step keeps at most the
+    candidates its spare rows hold."""
+    return min(expected_tokens_per_step(acceptance, k), float(k))
 
 
 def round_pow2(x: float, lo: int = 1, hi: int | None = None) -> int:

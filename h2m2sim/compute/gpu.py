@@ -118,7 +118,10 @@ class GpuEvaluator(RooflineEvaluator):
         self.gpu = gpu
         self.system = system
         m = self.model
-        self.widths = {"h": int(m.hidden), "kv": int(m.kv_dim), "f": int(m.ffn_dim)}
+        # one token's K or V of all KV heads; with MLA half its latent and rotary key (the
+        # two writes of the table write the latent once)
+        kv = m.latent_width / 2 if m.mla else m.kv_dim
+        self.widths = {"h": int(m.hidden), "kv": kv, "f": int(m.ffn_dim)}
         dram = side.dram_spec
         #: one memory round trip of a dependent kernel: on-chip path + idle DRAM read, ns
         self.round_trip_ns = gpu.l2_hit_ns + dram.idle_read_latency_ck() * dram.tck_ns
@@ -151,8 +154,9 @@ class GpuEvaluator(RooflineEvaluator):
     def _linears_ns(self, tokens: float) -> float:
         return super()._linears_ns(tokens) + self.elementwise_ns(tokens)
 
-    def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float) -> float:
-        return super()._stack_ns(tokens, requests, phase, attn_ns) + \
+    def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float,
+                  local_ns: float | None = None) -> float:
+        return super()._stack_ns(tokens, requests, phase, attn_ns, local_ns) + \
             self.layers * self.elementwise_ns(tokens)
 
     def _lm_head_ns(self, rows: float) -> float:
@@ -184,14 +188,14 @@ class GpuEvaluator(RooflineEvaluator):
 
     def _chunk_attention_ns(self, prior: np.ndarray, take: np.ndarray) -> float:
         T = self.gpu.attention_tile
-        flops = 4.0 * self.heads * self.hd * T * T * self.attention_tiles(prior, take)
+        flops = self.pair_flops["prefill"] * T * T * self.attention_tiles(prior, take)
         # the attention kernel's own efficiency, lowered with the clock as the matrix
         # work is when this evaluator prices a whole prefill (the sustained view)
         eff = self.gpu.attention_efficiency * self.device.spec.efficiency / \
             self.gpu.matrix_efficiency
         compute = flops / (self.device.spec.peak_tflops * 1e3 * eff)
         tokens = float(np.sum(take))
-        q_bytes = tokens * self.heads * self.hd * self.db
+        q_bytes = tokens * self.q_token_bytes
         memory = float(self.device.memory_ns(
             2 * q_bytes + float(np.sum(prior) + tokens) * self.kv_layer_token,
             tokens * self.kv_layer_token))
@@ -232,8 +236,8 @@ class GpuEvaluator(RooflineEvaluator):
         and the LM head read once, each request's KV read (decode) and the new tokens' KV
         written; activations left out (a few % of a step's bytes)."""
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
-        m, db = self.model, self.db
-        weights = (m.layers * m.params_per_layer + self.vocab * self.hidden) * db
+        m = self.model
+        weights = (m.layers * m.params_per_layer + self.vocab * self.hidden) * self.wdb
         kv = self.kv_layer_token * self.attn_layers
         if phase == "decode":
             return weights + float(ctx.sum()) * kv, float(batch) * kv

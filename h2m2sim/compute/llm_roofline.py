@@ -8,7 +8,8 @@ bytes / measured bandwidth) + launch overhead`` (:meth:`RooflineDevice.kernel_ns
 
 * projections (fused QKV, output, gated FFN up, FFN down): ``2 x params x tokens``
   FLOPs; the weights read once per iteration, the activations in and out;
-* attention, decode: ``4 x heads x head_dim x context`` FLOPs per request; the request's
+* attention, decode: ``4 x heads x head_dim x context`` FLOPs per request
+  (:meth:`~h2m2sim.model.ModelSpec.attn_flops_per_pair`: MLA attends its latent); the request's
   K and V read at the bandwidth of the KV layout's access pattern (paged with blocks of
   ``t`` tokens: scattered blocks of ``t`` tokens of one layer's K or V, the DRAM pattern
   ``paged:<bytes>`` of :mod:`dram_models.patterns`); one new
@@ -106,6 +107,9 @@ class RooflineEvaluator(PointEvaluator):
         self.model = shard_model(self.full_model, self.cards)
         self.dtype = dtype
         self.db = dtype_bytes(dtype)
+        #: bytes per weight element: the model's weight_dtype where set (4-bit: with its
+        #: scales), else the run's
+        self.wdb = dtype_bytes(self.full_model.weight_dtype or dtype)
         if device is None:
             device = RooflineDevice(system, spec={**A100_ROOFLINE, **(spec or {})},
                                     cache=cache, cache_dir=cache_dir)
@@ -114,13 +118,24 @@ class RooflineEvaluator(PointEvaluator):
         self.layers = int(m.layers)
         d, hd = int(m.hidden), int(m.head_dim)
         self.heads, self.hd = int(m.heads), hd
-        self.kv_layer_token = int(m.kv_bytes_per_token_per_layer(dtype))
+        self.kv_layer_token = int(m.kv_bytes_per_token_per_layer(m.kv_dtype or dtype))
+        #: FLOPs per (query, cached token) pair of one layer's attention, and bytes of
+        #: one token's query (all heads)
+        self.pair_flops = {ph: float(m.attn_flops_per_pair(ph)) for ph in ("decode",
+                                                                           "prefill")}
+        self.q_token_bytes = m.heads * m.qk_head_dim * self.db
         q, kv = m.q_dim, m.kv_dim
         f = int(m.ffn_dim)
         up_cols = (2 if m.ffn_type == "gated" else 1) * f
-        # (name, in width, out width, parameters) of the projections of one layer
-        self.linears = [("qkv", d, q + 2 * kv, d * (q + 2 * kv)),
-                        ("o", q, d, q * d),
+        o = m.attn_out_dim
+        # (name, in width, out width, parameters) of the projections of one layer; with
+        # MLA "qkv" is every projection but the output's: the query, the KV latent and
+        # the key and value up-projections, which run once per token (folded into the
+        # query and output in decode, decompressing the prompt's tokens in prefill)
+        qkv_out = m.heads * m.qk_head_dim + m.latent_width if m.mla else q + 2 * kv
+        qkv_params = m.attn_params_per_layer - o * d if m.mla else d * (q + 2 * kv)
+        self.linears = [("qkv", d, qkv_out, qkv_params),
+                        ("o", o, d, o * d),
                         ("up", d, up_cols, d * up_cols),
                         ("down", f, d, f * d)]
         self.vocab = int(m.vocab)
@@ -143,7 +158,7 @@ class RooflineEvaluator(PointEvaluator):
         dev, db = self.device, self.db
         t = 0.0
         for _, kin, kout, params in self.linears:
-            t += dev.kernel_ns(2.0 * params * tokens, params * db + tokens * kin * db,
+            t += dev.kernel_ns(2.0 * params * tokens, params * self.wdb + tokens * kin * db,
                                tokens * kout * db)
         return t
 
@@ -154,7 +169,7 @@ class RooflineEvaluator(PointEvaluator):
         p = kin * kout if params is None else params
         rp = p if read_params is None else read_params
         db = self.db
-        return self.device.kernel_ns(2.0 * p * tokens, rp * db + tokens * kin * db,
+        return self.device.kernel_ns(2.0 * p * tokens, rp * self.wdb + tokens * kin * db,
                                      tokens * kout * db)
 
     def _mixer_ssm_ns(self, tokens: float, requests: float, phase: str) -> float:
@@ -169,7 +184,7 @@ class RooflineEvaluator(PointEvaluator):
         vec = tokens * di * (2 * K + VECTOR_FLOPS["silu"] + 1 +
                              VECTOR_FLOPS["ssm_scan"] * n + 2 + VECTOR_FLOPS["silu"] + 1)
         act = tokens * (2 * di + r + 2 * n + 2 * di) * db      # x, z, dt/B/C, dt in; y out
-        read = act + di * (K + 1 + n + 1) * db + (state if phase == "decode" else 0.0)
+        read = act + di * (K + 1 + n + 1) * self.wdb + (state if phase == "decode" else 0.0)
         return t + self.device.kernel_ns(0.0, read, tokens * di * db + state,
                                          vector_flops=vec)
 
@@ -200,15 +215,18 @@ class RooflineEvaluator(PointEvaluator):
         nbytes = rows * self.hidden * self.db
         return 2 * (c - 1) * (self.link_us * 1e3 + nbytes / c / self.link_GBps)
 
-    def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float) -> float:
-        """Every decoder layer of a hybrid or MoE stack, ``attn_ns`` per attention layer."""
+    def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float,
+                  local_ns: float | None = None) -> float:
+        """Every decoder layer of a hybrid or MoE stack, ``attn_ns`` per attention layer
+        (``local_ns`` per local, windowed one; default the same)."""
         m = self.model
         qkv, o = self.linears[0], self.linears[1]
         t = 0.0
         for (mixer, ffn), n in m.layer_groups().items():
-            if mixer == "attention":
+            if mixer in ("attention", "local"):
                 lay = self._proj_ns(tokens, qkv[1], qkv[2]) + \
-                    self._proj_ns(tokens, o[1], o[2]) + attn_ns
+                    self._proj_ns(tokens, o[1], o[2]) + \
+                    (attn_ns if mixer == "attention" or local_ns is None else local_ns)
             else:
                 lay = self._mixer_ssm_ns(tokens, requests, phase)
             lay += self._ffn_ns(tokens, ffn == "moe") + 2 * self._allreduce_ns(tokens)
@@ -217,18 +235,19 @@ class RooflineEvaluator(PointEvaluator):
 
     def _lm_head_ns(self, rows: float) -> float:
         p = self.vocab * self.hidden
-        return self.device.kernel_ns(2.0 * p * rows, p * self.db + rows * self.hidden * self.db,
+        return self.device.kernel_ns(2.0 * p * rows, p * self.wdb + rows * self.hidden * self.db,
                                      rows * self.vocab * self.db)
 
     # ------------------------------------------------------------------ interface
-    def _iteration_s(self, rows: float, requests: float, phase: str, attn_ns: float) -> float:
+    def _iteration_s(self, rows: float, requests: float, phase: str, attn_ns: float,
+                     local_ns: float | None = None) -> float:
         """Seconds of one iteration of ``rows`` token rows of ``requests`` sequences whose
-        attention takes ``attn_ns`` per attention layer: the layer stack, the LM head of
-        every sequence and the host overhead."""
+        attention takes ``attn_ns`` per attention layer (``local_ns`` per local one):
+        the layer stack, the LM head of every sequence and the host overhead."""
         if self.plain:
             stack = self.layers * (self._linears_ns(rows) + attn_ns)
         else:
-            stack = self._stack_ns(rows, requests, phase, attn_ns)
+            stack = self._stack_ns(rows, requests, phase, attn_ns, local_ns)
         return (stack + self._lm_head_ns(requests)) * 1e-9 + self.step_overhead_s
 
     def evaluate(self, phase: str, batch: int, context_tokens_per_request,
@@ -241,8 +260,11 @@ class RooflineEvaluator(PointEvaluator):
                                      self.attn_layers)) * 1e-9
         b = float(batch)
         if phase == "decode":
+            w = self.model.sliding_window
+            local = None if w is None or self.model.sliding_window_period == 1 else \
+                self._decode_attention_ns(np.minimum(ctx, w), kv_layout, b)
             return self._iteration_s(b, b, phase,
-                                     self._decode_attention_ns(ctx, kv_layout, b))
+                                     self._decode_attention_ns(ctx, kv_layout, b), local)
         if phase == "prefill":
             attn = self._chunk_attention_ns(np.zeros_like(ctx), ctx)
             return self._iteration_s(float(ctx.sum()), b, phase, attn)
@@ -253,9 +275,9 @@ class RooflineEvaluator(PointEvaluator):
         """One decode attention kernel over ``b`` requests holding ``ctx`` KV tokens
         (together): their K and V read in the layout's pattern, one new K/V token each
         written."""
-        return self.device.kernel_ns(4.0 * self.heads * self.hd * float(ctx.sum()),
+        return self.device.kernel_ns(self.pair_flops["decode"] * float(ctx.sum()),
                                      float(ctx.sum()) * self.kv_layer_token
-                                     + b * self.heads * self.hd * self.db,
+                                     + b * self.q_token_bytes,
                                      b * self.kv_layer_token, self._kv_pattern(kv_layout))
 
     def _chunk_attention_ns(self, prior: np.ndarray, take: np.ndarray) -> float:
@@ -265,8 +287,8 @@ class RooflineEvaluator(PointEvaluator):
         (scores stay on chip), the chunk's K/V written."""
         T = float(take.sum())
         pairs = float(np.sum(take * prior + take * (take + 1) / 2.0))
-        q_bytes = T * self.heads * self.hd * self.db
-        return self.device.kernel_ns(4.0 * self.heads * self.hd * pairs,
+        q_bytes = T * self.q_token_bytes
+        return self.device.kernel_ns(self.pair_flops["prefill"] * pairs,
                                      2 * q_bytes + float((prior + take).sum())
                                      * self.kv_layer_token, T * self.kv_layer_token)
 

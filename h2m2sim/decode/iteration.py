@@ -247,6 +247,8 @@ def fuse_requests(members: Sequence[Sequence]) -> list | None:
     sc0 = first[0].outputs[0]
     if len(first[0].outputs) != 1 or sc0.shape[1] != 1:
         return None
+    if not any(t.kind == "kv" for t in first[0].operands):
+        return None         # keys decompressed per request (MLA's naive form)
     score, soft, value = ([m[j] for m in members] for j in range(3))
     tag = f"[{min(k.request for k in score)}x{c}]"
     sc = dataclasses.replace(sc0, name=f"scores{tag}", shape=(c * sc0.shape[0],) +

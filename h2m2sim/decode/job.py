@@ -82,9 +82,10 @@ def _fits(system, model, batch: int, seq_lens) -> None:
     lens = seq_lens if isinstance(seq_lens, tuple) else (int(seq_lens),) * batch
     total_tokens = sum(model.kv_tokens(s) for s in lens)     # within a sliding window
     weights = model.total_weight_bytes()
-    # KV in the attention layers, a fixed recurrent state per request in the Mamba layers
-    kv = model.kv_bytes_per_token_per_layer() * (model.layers - model.ssm_layers) * \
-        total_tokens + model.ssm_state_bytes_per_layer() * model.ssm_layers * batch
+    # KV in the attention layers (each local layer's within its window), a fixed
+    # recurrent state per request in the Mamba layers
+    kv = sum(model.kv_bytes_of(s) for s in lens) + \
+        model.ssm_state_bytes_per_layer() * model.ssm_layers * batch
     have = sum(s.capacity_bytes for s in system.sides)
     if weights + kv > have:
         raise OutOfMemoryError(f"{system.name} (all sides)", weights + kv, have,
@@ -108,8 +109,10 @@ def check_iteration(cfg) -> None:
     _check_phase(cfg.workload)
     iteration_options(cfg.policy.mapper_params)
     _check_cards(cfg.system, "system.cards")
+    cfg.system.check_compute_dtype(cfg.model.dtype)
     if cfg.policy.baseline is not None:
         _check_cards(cfg.policy.baseline, "policy.baseline")
+        cfg.policy.baseline.check_compute_dtype(cfg.model.dtype)
 
 
 def _check_phase(w) -> None:

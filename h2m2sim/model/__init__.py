@@ -9,7 +9,8 @@
 The DRAM requests of one layer, once its tensors are placed, are the memory layer's
 (:func:`h2m2sim.memory.layer_traffic.layer_traffic`).
 """
-from .spec import DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model
+from .spec import (DTYPE_BITS, DTYPE_BYTES, ModelSpec, dtype_bytes, list_models, load_model,
+                   stored_bytes)
 from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, TensorRef, Transfer,
                     barriers, build_layer_graph, kernels, normalize_batch, partition_layer,
                     split_units, total_flops, transfer_bytes, transfers, unique_bytes,
@@ -17,7 +18,8 @@ from .graph import (KINDS, OPS, SUBLAYERS, VECTOR_FLOPS, Barrier, Kernel, Tensor
                     windowed_lens)
 from .footprint import footprint, graph_footprint
 
-__all__ = ["DTYPE_BYTES", "ModelSpec", "dtype_bytes", "list_models", "load_model",
+__all__ = ["DTYPE_BITS", "DTYPE_BYTES", "ModelSpec", "dtype_bytes", "stored_bytes",
+           "list_models", "load_model",
            "KINDS", "OPS", "SUBLAYERS", "VECTOR_FLOPS", "Barrier", "Kernel", "TensorRef",
            "Transfer", "barriers", "build_layer_graph", "kernels", "normalize_batch",
            "partition_layer", "split_units", "total_flops", "transfer_bytes", "transfers",

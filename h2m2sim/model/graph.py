@@ -29,11 +29,14 @@ Conventions (see docs/validation/model.md):
   heads covered, ``m`` = group_size x new tokens). Vector kernels: ``m`` rows of ``n``
   elements, ``k`` = 0. FLOPs: 2 per multiply-add (+1 per output with a bias), causal
   attention counts only the unmasked pairs; vector ops use :data:`VECTOR_FLOPS`.
-* All tensors (weights, KV, activations) use the run dtype (H2M2 runs everything in INT8).
+* Tensors use the run dtype (H2M2 runs everything in INT8), but weights the model's
+  ``weight_dtype`` and KV its ``kv_dtype`` where those are set (a 4-bit type with its
+  scales, rounded up to whole bytes per tensor).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
@@ -178,7 +181,8 @@ def split_units(model: ModelSpec, sublayer: str) -> int:
     plain multi-head attention), ``heads`` column slices for fc."""
     model = load_model(model)
     if sublayer in ("qkv", "attention"):
-        return model.kv_heads
+        # MLA: every head attends the one latent per token, so the heads are not split
+        return 1 if model.mla else model.kv_heads
     if sublayer == "fc":
         return model.heads
     raise ConfigError("sublayer", f"unknown sublayer {sublayer!r}; allowed: {', '.join(SUBLAYERS)}")
@@ -269,7 +273,162 @@ class _Piece:
         self.producers, self.sublayer = tuple(producers), sublayer
 
 
-class _Builder:
+class _MlaBuilder:
+    """Multi-head latent attention's kernels (DeepSeek-V2, V3), mixed into _Builder.
+
+    qkv: the query (down-projection, norm, up-projection; or one projection) and the
+    joint KV down-projection to the latent and the rotary key, the latent normalized.
+    attention: the new tokens' latents appended to each request's cache ``C[r]`` of
+    ``latent_width`` elements per token, then either
+
+    * absorbed (decode, ``mla_form: absorbed``): the key up-projection folded into the
+      queries (``q_absorb``, per head ``[tokens x head_dim] @ [head_dim x kv_lora_rank]``),
+      scores of every head against the latent and rotary key, softmax, the probabilities
+      times the latents (``value``), and the value up-projection folded into the output
+      (``out_absorb``): attention reads each cached token's latent, for all heads at
+      once, for the scores and again (its first kv_lora_rank elements) for the values;
+    * naive (prefill, or ``mla_form: naive``): every cached token's latent decompressed
+      to keys and values of each head (``decompress``: one GEMM over the batch's cached
+      tokens, the rotary key copied to each head), then per-head attention on them.
+    """
+
+    def _mla_qkv(self, side, lo: int, hi: int) -> None:
+        m = self.m
+        d, r, sfx = m.hidden, m.q_lora_rank, ("qkv", side, lo, hi, self.Nq)
+        xn = self.need("xn", side, 0, 1, "qkv")
+        if r:
+            self._linear("qkv.q_a", *sfx, xn, "W_qa", "", d, r, False, ("q_c",))
+            self._norm("qkv.q_norm", "qkv", side, self.need("q_c", side, lo, hi, "qkv"),
+                       "q_cn", "q_norm", [], cols=r)
+            self._linear("qkv.q_b", *sfx, self.need("q_cn", side, lo, hi, "qkv"), "W_qb", "",
+                         r, m.heads * m.qk_head_dim, False, ("q",))
+        else:
+            self._linear("qkv.q_proj", *sfx, xn, "W_q", "", d, m.heads * m.qk_head_dim, False,
+                         ("q",))
+        self._linear("qkv.kv_a", *sfx, xn, "W_kva", "", d, m.latent_width, False, ("c_raw",))
+        self._norm("qkv.kv_norm", "qkv", side, self.need("c_raw", side, lo, hi, "qkv"),
+                   "c_new", "kv_norm", [], cols=m.latent_width, wcols=m.kv_lora_rank)
+
+    def _mla_attention(self, side, lo: int, hi: int, inputs: dict, bar) -> None:
+        m, db = self.m, self.db
+        units, sfx = self._units(lo, hi, self.Nq), self._suffix(side)
+        bar_l = [bar] if bar else []
+        W = m.latent_width
+        outs = tuple(_tensor(f"C_new[r{r}]", "kv", (t, W), db, True, r, view_of=f"C[r{r}]")
+                     for r, t in enumerate(self.toks))
+        k = Kernel("attention.kv_append" + sfx, "elementwise", "attention", units, None,
+                   self.T, 0, W, 0, tuple(r for r, _ in inputs["c_new"]), outs, side)
+        n_app = self.add(k, bar_l + [p for _, ps in inputs["c_new"] for p in ps])
+        (q, q_preds), = [(r, ps) for r, ps in inputs["q"]]
+        caches = [_tensor(f"C[r{r}]", "kv", (s, W), db, request=r)
+                  for r, s in enumerate(self.seqs)]
+        if self.phase == "prefill" or m.mla_form == "naive":
+            out, preds = self._mla_naive(side, lo, hi, q, caches, [n_app] + q_preds + bar_l)
+        else:
+            out, preds = self._mla_absorbed(side, lo, hi, q, caches,
+                                            [n_app] + q_preds + bar_l)
+        self.produce("attn_out", side, lo, hi, out, preds, "attention")
+
+    def _mla_absorbed(self, side, lo, hi, q, caches, preds) -> tuple[TensorRef, list]:
+        m, db, T, H = self.m, self.db, self.T, self.m.heads
+        c, W, nope, qk = m.kv_lora_rank, m.latent_width, m.head_dim, m.qk_head_dim
+        units, sfx = self._units(lo, hi, self.Nq), self._suffix(side)
+        q_nope = _tensor("q.nope", "activation", (T, H * nope), db, view_of=q.base,
+                         offset=q.offset)
+        q_lat = self.ref("q_lat", lo, hi, True)
+        k = Kernel("attention.q_absorb" + sfx, self._mm_op(T), "attention", units, None, T,
+                   nope, c, 2 * T * H * nope * c,
+                   (q_nope, _tensor("W_uk", "weight", (H, nope, c), db)), (q_lat,), side, H)
+        n_q = self.add(k, preds)
+        ctx = self.ref("ctx_lat", lo, hi)
+        values = []
+        for r, cache in enumerate(caches):
+            s, t, off = self.seqs[r], self.toks[r], self.tok_off[r]
+            pairs = _pairs(t, s)
+            ql = _tensor(f"q_lat[r{r}]", "activation", (t, H * c), db, request=r,
+                         view_of="q_lat", offset=off * H * c * db)
+            qr = _tensor(f"q.rope[r{r}]", "activation", (t, H * m.qk_rope_head_dim), db,
+                         request=r, view_of=q.base, offset=q.offset + off * H * qk * db)
+            n_p = self._scores(r, units, side, (ql, qr, cache), H * t, W, s, H * pairs,
+                               [n_q] + preds)
+            lat = _tensor(f"C[r{r}].latent", "kv", (s, c), db, request=r, view_of=cache.name)
+            cv = _tensor(f"ctx_lat[r{r}]", "activation", (t, H * c), db, True, r,
+                         view_of=ctx.name, offset=off * H * c * db)
+            k = Kernel(f"attention.value[r{r}]{sfx}", "attn_value", "attention", units, r,
+                       H * t, s, c, 2 * H * pairs * c, (self._probs[r], lat), (cv,), side, 1)
+            values.append(self.add(k, [n_p]))
+        out = self.ref("attn_out", lo, hi, True)
+        k = Kernel("attention.out_absorb" + sfx, self._mm_op(T), "attention", units, None, T,
+                   c, m.v_dim, 2 * T * H * c * m.v_dim,
+                   (ctx, _tensor("W_uv", "weight", (H, c, m.v_dim), db)), (out,), side, H)
+        return out, [self.add(k, values)]
+
+    def _mla_naive(self, side, lo, hi, q, caches, preds) -> tuple[TensorRef, list]:
+        m, db, H = self.m, self.db, self.m.heads
+        c, nope, qk, v = m.kv_lora_rank, m.head_dim, m.qk_head_dim, m.v_dim
+        units, sfx = self._units(lo, hi, self.Nq), self._suffix(side)
+        S = sum(self.seqs)
+        # reads each cached token's latent and rotary key (copied to every head's key)
+        dec = _tensor("kv_dec", "activation", (S, H * (qk + v)), db, True)
+        k = Kernel("attention.decompress" + sfx, self._mm_op(S), "attention", units, None, S,
+                   c, H * (nope + v), 2 * S * c * H * (nope + v),
+                   tuple(caches) + (_tensor("W_kvb", "weight", (c, H * (nope + v)), db),),
+                   (dec,), side)
+        n_dec = self.add(k, preds)
+        out = self.ref("attn_out", lo, hi, True)
+        row, values, at = H * (qk + v) * db, [], 0
+        for r, s in enumerate(self.seqs):
+            t, off = self.toks[r], self.tok_off[r]
+            pairs = _pairs(t, s)
+            qv = _tensor(f"q[r{r}]", "activation", (t, H * qk), db, request=r, view_of=q.base,
+                         offset=q.offset + off * H * qk * db)
+            kd = _tensor(f"K_dec[r{r}]", "activation", (H, s, qk), db, request=r,
+                         view_of=dec.name, offset=at * row)
+            vd = _tensor(f"V_dec[r{r}]", "activation", (H, s, v), db, request=r,
+                         view_of=dec.name, offset=at * row + s * H * qk * db)
+            at += s
+            n_p = self._scores(r, units, side, (qv, kd), t, qk, s, H * pairs, [n_dec], H)
+            ctx = _tensor(f"attn_out[r{r}]", "activation", (t, H * v), db, True, r,
+                          view_of=out.name, offset=off * H * v * db)
+            k = Kernel(f"attention.value[r{r}]{sfx}", "attn_value", "attention", units, r, t,
+                       s, v, 2 * H * pairs * v, (self._probs[r], vd), (ctx,), side, H)
+            values.append(self.add(k, [n_p]))
+        return out, values
+
+    def _scores(self, r: int, units, side, ops: tuple, rows: int, k_dim: int, s: int,
+                pairs: int, preds, batch: int = 1) -> str:
+        """Request ``r``'s scores (``rows`` x ``s`` per batch entry over ``k_dim``;
+        ``pairs`` unmasked query-key pairs over all heads) and their softmax; the
+        probabilities are kept in ``self._probs[r]``. Returns the softmax node."""
+        db, sfx, heads = self.db, self._suffix(side), self.m.heads
+        t = self.toks[r]
+        sc = _tensor(f"scores[r{r}]", "activation", (heads, t, s), db, True, r)
+        k = Kernel(f"attention.score[r{r}]{sfx}", "attn_score", "attention", units, r, rows,
+                   k_dim, s, 2 * pairs * k_dim, ops, (sc,), side, batch)
+        n_s = self.add(k, preds)
+        pr = _tensor(f"probs[r{r}]", "activation", sc.shape, db, True, r, view_of=sc.name)
+        k = Kernel(f"attention.softmax[r{r}]{sfx}", "softmax", "attention", units, r,
+                   heads * t, 0, s, VECTOR_FLOPS["softmax"] * pairs, (sc,), (pr,), side)
+        self._probs[r] = pr
+        return self.add(k, [n_s])
+
+
+#: MLA's activations (one unit: the heads are not split) and their widths, elements:
+#: the query (all heads, position-free and rotary parts), the compressed query before
+#: and after its norm, the joint KV down-projection (latent and rotary key) before and
+#: after the latent's norm, the absorbed queries and the latent contexts (all heads),
+#: the decompressed keys (with the rotary key copied to each head) and values of the
+#: cached tokens (naive form; one row per cached token), the attention output.
+MLA_WIDTH = {
+    "q": lambda m: m.heads * m.qk_head_dim,
+    "q_c": lambda m: m.q_lora_rank, "q_cn": lambda m: m.q_lora_rank,
+    "c_raw": lambda m: m.latent_width, "c_new": lambda m: m.latent_width,
+    "q_lat": lambda m: m.heads * m.kv_lora_rank, "ctx_lat": lambda m: m.heads * m.kv_lora_rank,
+    "attn_out": lambda m: m.attn_out_dim,
+}
+
+
+class _Builder(_MlaBuilder):
     """Builds the graph for given unit parts per sublayer (one part = side + unit range).
     The unpartitioned graph is the special case of one part per sublayer with side None."""
 
@@ -288,9 +447,10 @@ class _Builder:
         self.copies: dict[tuple, tuple[TensorRef, str]] = {}
         self.by_sublayer: dict[str, list[str]] = {s: [] for s in SUBLAYERS}
         self.pending_xfers: list[str] = []
-        self.Nq = model.kv_heads
+        self.Nq = split_units(model, "attention")
         self.Nf = model.heads
         self.ssm = not model.is_attention_layer(0)  # a Mamba layer (see layer_model)
+        self._probs: dict[int, TensorRef] = {}       # MLA: each request's probabilities
         self.ch = model.ssm_d_inner // model.kv_heads if self.ssm else 0
 
     # ----- logical activation tensors, cut into unit ranges -----------------------
@@ -302,6 +462,8 @@ class _Builder:
         if logical in ("xz", "attn_out") and self.ssm:
             w = self.ch * (2 if logical == "xz" else 1)  # x and gate z / scan output
             return (T, (hi - lo) * w), lo * w * db
+        if m.mla and logical in MLA_WIDTH:
+            return (T, MLA_WIDTH[logical](m)), 0
         if logical in ("q", "attn_out"):
             w = m.group_size * m.head_dim
             return (T, (hi - lo) * w), lo * w * db
@@ -333,7 +495,7 @@ class _Builder:
     def _units_total(self, logical: str) -> int:
         if logical in ("xn", "hn", "route"):
             return 1
-        if logical in ("q", "attn_out", "k_new", "v_new", "xz"):
+        if logical in ("q", "attn_out", "k_new", "v_new", "xz") or logical in MLA_WIDTH:
             return self.Nq
         return self.Nf
 
@@ -422,13 +584,21 @@ class _Builder:
         return "gemv" if m == 1 else "gemm"
 
     def _norm(self, name: str, sublayer: str, side, src: list, out_logical: str,
-              wname: str, preds) -> str:
+              wname: str, preds, cols: int | None = None, wcols: int | None = None) -> str:
+        """A row normalization of ``cols`` columns (default hidden) with ``wcols`` of them
+        normalized and scaled (default all)."""
         m, T, db = self.m, self.T, self.db
-        wshape = (2, m.hidden) if m.norm == "layernorm" else (m.hidden,)
+        cols = cols or m.hidden
+        wcols = wcols or cols
+        wshape = (2, wcols) if m.norm == "layernorm" else (wcols,)
+        if m.post_norms and wname in ("ln1", "ln2"):
+            # Gemma 2's norm after the attention (after the FFN) is read with the one
+            # before it: the same bytes; its pass over the row is not a kernel of its own
+            wshape = (2,) + wshape
         ops = tuple(r for r, _ in src) + (_tensor(wname, "weight", wshape, db),)
         out = self.ref(out_logical, 0, 1, is_output=True)
         k = Kernel(name + self._suffix(side), "layernorm", sublayer, None, None, T, 0,
-                   m.hidden, VECTOR_FLOPS[m.norm] * T * m.hidden, ops, (out,), side)
+                   cols, VECTOR_FLOPS[m.norm] * T * cols, ops, (out,), side)
         node = self.add(k, list(preds) + [p for _, ps in src for p in ps])
         self.produce(out_logical, side, 0, 1, out, [node], sublayer)
         return node
@@ -482,19 +652,24 @@ class _Builder:
                              self.need("xn", side, 0, 1, "qkv"), "W_in", "b_in", d,
                              (hi - lo) * 2 * self.ch, m.ssm_proj_bias, ("xz",))
                 continue
+            if m.mla:
+                self._mla_qkv(side, lo, hi)
+                continue
             self._linear("qkv.proj", "qkv", side, lo, hi, self.Nq,
                          self.need("xn", side, 0, 1, "qkv"), "W_qkv", "b_qkv", d,
                          (hi - lo) * (G + 2) * hd, m.qkv_bias, ("q", "k_new", "v_new"))
 
         # attention: per side, gather q/k/v of its units first (transfers precede the barrier)
         aparts = parts["attention"]
-        names = ("xz",) if self.ssm else ("q", "k_new", "v_new")
+        names = ("xz",) if self.ssm else (("q", "c_new") if m.mla else ("q", "k_new", "v_new"))
         inputs = {side: {lg: self.need(lg, side, lo, hi, "attention")
                          for lg in names} for side, lo, hi in aparts}
         bar = self.barrier("qkv", "attention")
         for side, lo, hi in aparts:
             if self.ssm:
                 self._mamba(side, lo, hi, inputs[side]["xz"], bar)
+            elif m.mla:
+                self._mla_attention(side, lo, hi, inputs[side], bar)
             else:
                 self._attention(side, lo, hi, inputs[side], bar)
 
@@ -513,7 +688,8 @@ class _Builder:
                                          ("o_out",), bar_l)
             else:
                 n_o, (o,) = self._linear("fc.o_proj", "fc", side, lo, hi, Nf, ao[side], "W_o",
-                                         "b_o", m.q_dim, c, m.out_bias, ("o_out",), bar_l)
+                                         "b_o", m.attn_out_dim, c, m.out_bias, ("o_out",),
+                                         bar_l)
             xs = self.need("x", side, lo, hi, "fc")
             self._vector("fc.residual1", "residual", side, lo, hi, c, VECTOR_FLOPS["residual"],
                          [(o, [n_o])] + xs, "h1", bar_l)
@@ -740,6 +916,32 @@ def _prepare(model, batch, seq_lens, phase, dtype, layer=None):
     return model, batch, windowed_lens(model, seqs, phase), db
 
 
+def _stored_as(G: nx.DiGraph, model: ModelSpec, dtype: str | None) -> nx.DiGraph:
+    """``G`` (built with every tensor in the run's ``dtype``) with its weights in the
+    model's ``weight_dtype`` and its KV in ``kv_dtype`` where those are set: bytes,
+    widths and view offsets rescaled (4-bit types with their scales, rounded up)."""
+    base = dtype or model.dtype
+    widths = {"weight": model.weight_dtype, "kv": model.kv_dtype}
+    widths = {k: dtype_bytes(v) for k, v in widths.items() if v is not None and v != base}
+    if not widths:
+        return G
+    db = dtype_bytes(base)
+
+    def retyped(t: TensorRef) -> TensorRef:
+        w = widths.get(t.kind)
+        if w is None:
+            return t
+        n = t.bytes // db
+        return dataclasses.replace(t, dtype_bytes=w, bytes=int(math.ceil(n * w)),
+                                   offset=int(t.offset // db * w))
+    for _, a in G.nodes(data=True):
+        if a["type"] == "kernel":
+            k = a["kernel"]
+            a["kernel"] = dataclasses.replace(k, operands=tuple(map(retyped, k.operands)),
+                                              outputs=tuple(map(retyped, k.outputs)))
+    return G
+
+
 def windowed_lens(model, seqs: list[int], phase: str, key: str = "seq_lens") -> list[int]:
     """The tokens each request's attention reads and keeps under the model's sliding
     window: a decode step attends at most the window. A prompt longer than the window
@@ -751,6 +953,8 @@ def windowed_lens(model, seqs: list[int], phase: str, key: str = "seq_lens") -> 
         raise ConfigError(key, f"a prompt of {max(seqs):,} tokens is longer than "
                           f"{model.name}'s sliding window ({w:,}): a prefill beyond the "
                           "window is not modelled yet")
+    if model.sliding_window_period > 1:
+        return seqs     # global layers attend it all; each local layer's view caps it
     return [model.kv_tokens(s) for s in seqs]
 
 
@@ -765,7 +969,8 @@ def build_layer_graph(model, batch, seq_lens, phase: str = "decode",
     """
     model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype, layer)
     parts = {s: [(None, 0, split_units(model, s))] for s in SUBLAYERS}
-    return _Builder(model, batch, seqs, phase, db, False).build(parts)
+    return _stored_as(_Builder(model, batch, seqs, phase, db, False).build(parts), model,
+                      dtype)
 
 
 def _split_parts(model: ModelSpec, split, sides) -> dict[str, list[tuple]]:
@@ -812,7 +1017,8 @@ def partition_layer(model, batch, seq_lens, split, phase: str = "decode",
     """
     model, batch, seqs, db = _prepare(model, batch, seq_lens, phase, dtype, layer)
     parts = _split_parts(model, split, sides)
-    return _Builder(model, batch, seqs, phase, db, True).build(parts)
+    return _stored_as(_Builder(model, batch, seqs, phase, db, True).build(parts), model,
+                      dtype)
 
 
 # ----- queries over a built graph --------------------------------------------------------

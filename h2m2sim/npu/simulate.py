@@ -760,18 +760,20 @@ def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | Non
 
     ops_in = list(kernel.operands)
     outs = list(kernel.outputs)
-    db = (ops_in or outs)[0].dtype_bytes
     chip = ctx.chip
     op = kernel.op
     if op in ("gemm", "gemv", "attn_score", "attn_value"):
         if op in ("gemm", "gemv"):
-            acts = [t for t in ops_in if t.kind == "activation"]
+            # the input may be cached KV (MLA's latents decompressed by a GEMM)
+            acts = [t for t in ops_in if t.kind != "weight"]
             ws = [t for t in ops_in if t.kind == "weight" and len(t.shape) >= 2]
             bs = [t for t in ops_in if t.kind == "weight" and len(t.shape) < 2]
             layout = "blocked"
         else:
             acts = [t for t in ops_in if t.kind == "activation"]
             ws = [t for t in ops_in if t.kind == "kv"]
+            if not ws:      # attending decompressed keys or values (MLA's naive form)
+                acts, ws = acts[:-1], acts[-1:]
             bs = []
             layout = "nk" if op == "attn_score" else "kn"
         if not acts or not ws or not outs:
@@ -785,6 +787,8 @@ def plan_graph_kernel(ctx: _Ctx, kernel: Any, addresses: Mapping[str, int] | Non
             bias = 3
         batch = max(int(kernel.batch), 1)
         unit = attention_unit if op in ("attn_score", "attn_value") else "auto"
+        # each operand at its own width: weights or KV may be stored narrower
+        db = (acts[0].dtype_bytes, ws[0].dtype_bytes, outs[0].dtype_bytes)
         plan = plan_matmul(chip, op, operands, 0, 1, 2, batch, kernel.m, kernel.k, kernel.n,
                            db, ctx.bw_gbps, layout, bias=bias, unit=unit,
                            inflight_bytes=ctx.inflight)

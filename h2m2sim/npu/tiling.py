@@ -170,13 +170,21 @@ def _candidates(dim: int, base: int, cap: int = 1 << 20) -> list[int]:
     return sorted(out)
 
 
-def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int, db: int,
+def widths(db) -> tuple:
+    """(A, W, C) bytes per element from one width for all three or a triple (a 4-bit
+    weight: a fraction of a byte, its scales included)."""
+    return tuple(db) if isinstance(db, tuple) else (db, db, db)
+
+
+def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int, db,
                         bw_gbps: float, unit: str = "auto", inflight_bytes: int = 0
                         ) -> MatmulTiles:
     """Search tile shapes (powers of two times the array size, or the whole dimension)
-    and units for the smallest estimated time (see module docstring). ``inflight_bytes``
+    and units for the smallest estimated time (see module docstring). ``db``: bytes per
+    element of all operands, or (A, W, C). ``inflight_bytes``
     is what must be in flight to keep every memory channel streaming (channels x DMA
     descriptor x 2); tiles too small for that lose bandwidth in the estimate."""
+    da, dw, dc = widths(db)
     P = chip.cores
     buf = chip.spm_buffer_bytes
     acc = chip.acc_bytes
@@ -189,7 +197,8 @@ def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int,
         for mt, nt, kt in itertools.product(_candidates(m, mbase),
                                             _candidates(n, chip.mm_cols),
                                             _candidates(k, chip.mm_rows)):
-            if db * (mt * kt + kt * nt) + acc * mt * nt > buf:
+            tile_b = da * mt * kt + dw * kt * nt
+            if tile_b + acc * mt * nt > buf:
                 continue
             nm, nn, nk = -(-m // mt), -(-n // nt), -(-k // kt)
             ob = batch * nm * nn
@@ -198,9 +207,8 @@ def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int,
             # A blocks are re-read per n-block unless one k-block covers K (then a core
             # keeps its A block across its n-blocks)
             a_reads = nn if nk > 1 else min(nn, P)
-            mem = batch * db * (m * k * a_reads + k * n * nm + m * n) / bw
+            mem = batch * (da * m * k * a_reads + dw * k * n * nm + dc * m * n) / bw
             # all cores' buffers in flight must cover every channel, or channels idle
-            tile_b = db * (mt * kt + kt * nt)
             if inflight_bytes:
                 mem /= min(1.0, min(P, ob) * chip.spm_buffers * tile_b / inflight_bytes)
             # a core has at most spm_buffers tiles in flight, each taking at least the
@@ -228,17 +236,24 @@ def choose_matmul_tiles(chip: NpuChipConfig, batch: int, m: int, k: int, n: int,
                                     c[2].mt, c[2].nt))[2]
 
 
+def _whole(x: np.ndarray, rounding) -> np.ndarray:
+    """Byte offsets or lengths as integers (``rounding`` a fractional width's)."""
+    return x if x.dtype.kind in "iu" else rounding(x).astype(np.int64)
+
+
 def _balanced(n_items: int, P: int) -> np.ndarray:
     """Core of each of ``n_items`` ordered items: contiguous runs of near-equal size."""
     return (np.arange(n_items, dtype=np.int64) * P) // max(n_items, 1)
 
 
 def plan_matmul(chip: NpuChipConfig, op: str, operands: list, a: int, w: int, c: int,
-                batch: int, m: int, k: int, n: int, db: int, bw_gbps: float,
+                batch: int, m: int, k: int, n: int, db, bw_gbps: float,
                 w_layout: str = "blocked", bias: Optional[int] = None, unit: str = "auto",
                 tiles: MatmulTiles | None = None, inflight_bytes: int = 0) -> TilePlan:
     """Tiles of ``C_b = A_b @ W_b`` (see module docstring); ``a``, ``w``, ``c``,
-    ``bias`` index ``operands``."""
+    ``bias`` index ``operands``; ``db``: bytes per element of all three, or (A, W, C).
+    A fractional width (4-bit weights) puts a block's bytes at whole-byte offsets,
+    rounded down, and lengths rounded up."""
     if min(batch, m, k, n) <= 0:
         raise ConfigError("kernel", f"{op}: dimensions must be positive, got batch={batch} "
                           f"m={m} k={k} n={n}")
@@ -263,21 +278,22 @@ def plan_matmul(chip: NpuChipConfig, op: str, operands: list, a: int, w: int, c:
     f = mm_cycles if t.unit == "mm" else mv_cycles
     cycles = np.asarray(f(chip, ms, ks, ns), dtype=np.int64)
     # ---- reads: A block (rows of ks at stride k), W block, bias with the first k-block
-    A_base = b * m * k * db + (m0 * k + k0) * db
+    da, dw, dc = widths(db)
+    A_base = b * m * k * da + (m0 * k + k0) * da
     # an input block equal to the previous tile's on the same core stays in the
     # scratchpad (e.g. the activation vector of a GEMV, read once per core, not per tile)
     same_a = np.zeros(T, dtype=bool)
     same_a[1:] = (core[1:] == core[:-1]) & (b[1:] == b[:-1]) & (mb[1:] == mb[:-1]) & \
         (kb[1:] == kb[:-1])
     fetch = np.nonzero(~same_a)[0]
-    ra_t, ra_o, ra_l = _rows(fetch, A_base[fetch], ms[fetch], ks[fetch] * db, k * db)
-    W_b = b * k * n * db
+    ra_t, ra_o, ra_l = _rows(fetch, A_base[fetch], ms[fetch], ks[fetch] * da, k * da)
+    W_b = b * k * n * dw
     if w_layout == "blocked":
-        rw_t, rw_o, rw_l = idx, W_b + (n0 * k + ns * k0) * db, ks * ns * db
+        rw_t, rw_o, rw_l = idx, W_b + (n0 * k + ns * k0) * dw, ks * ns * dw
     elif w_layout == "kn":
-        rw_t, rw_o, rw_l = _rows(idx, W_b + (k0 * n + n0) * db, ks, ns * db, n * db)
+        rw_t, rw_o, rw_l = _rows(idx, W_b + (k0 * n + n0) * dw, ks, ns * dw, n * dw)
     else:
-        rw_t, rw_o, rw_l = _rows(idx, W_b + (n0 * k + k0) * db, ns, ks * db, k * db)
+        rw_t, rw_o, rw_l = _rows(idx, W_b + (n0 * k + k0) * dw, ns, ks * dw, k * dw)
     parts_t = [ra_t, rw_t]
     parts_op = [np.full(len(ra_t), a), np.full(len(rw_t), w)]
     parts_o = [ra_o, rw_o]
@@ -286,17 +302,18 @@ def plan_matmul(chip: NpuChipConfig, op: str, operands: list, a: int, w: int, c:
         first = np.nonzero(kb == 0)[0]
         parts_t.append(first)
         parts_op.append(np.full(len(first), bias))
-        parts_o.append(n0[first] * db)
-        parts_l.append(ns[first] * db)
+        parts_o.append(n0[first] * dw)
+        parts_l.append(ns[first] * dw)
     r_t = np.concatenate(parts_t)
     r_op = np.concatenate(parts_op).astype(np.int64)
-    r_o = np.concatenate(parts_o)
-    r_l = np.concatenate(parts_l)
+    r_o = _whole(np.concatenate(parts_o), np.floor)
+    r_l = _whole(np.concatenate(parts_l), np.ceil)
     order = np.argsort(r_t, kind="stable")
     # ---- writes: the C block after the last k-block
     last = np.nonzero(kb == nk - 1)[0]
-    C_base = b[last] * m * n * db + (m0[last] * n + n0[last]) * db
-    w_t, w_o, w_l = _rows(last, C_base, ms[last], ns[last] * db, n * db)
+    C_base = b[last] * m * n * dc + (m0[last] * n + n0[last]) * dc
+    w_t, w_o, w_l = _rows(last, C_base, ms[last], ns[last] * dc, n * dc)
+    w_o, w_l = _whole(w_o, np.floor), _whole(w_l, np.ceil)
     flops = 2 * batch * m * k * n
     return TilePlan(op, t.unit, operands, core, cycles, r_t[order], r_op[order], r_o[order],
                     r_l[order], w_t, np.full(len(w_t), c, dtype=np.int64), w_o, w_l, flops,

@@ -7,8 +7,9 @@ from typing import Any, Literal, Optional
 
 from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
+from h2m2sim.model.spec import DTYPE_BITS
 
-__all__ = ["ServingConfig", "DeploymentConfig", "resolve_serving"]
+__all__ = ["ServingConfig", "DeploymentConfig", "SpeculativeConfig", "resolve_serving"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,37 @@ class DeploymentConfig:
     router: Literal["round-robin", "least-kv"] = param(
         "least-kv", doc="How arriving requests are given to replicas: round-robin, or the "
                         "replica with the least KV memory taken.")
+
+
+#: Where the expected-acceptance formula of speculative decoding comes from.
+SPECULATIVE_SOURCE = ("Leviathan, Kalman and Matias, \"Fast Inference from Transformers "
+                      "via Speculative Decoding\", ICML 2023")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding: a draft model proposes ``k`` tokens per step, one at a time,
+    and the served (target) model verifies them in one step (see
+    :mod:`h2m2sim.serving.speculative`)."""
+
+    draft: str = param(doc="Draft model: a model-zoo name (e.g. opt-350m) or a model "
+                           "YAML file. Its weights and its KV cache share the device "
+                           "memory with the target's; its steps run on the same device.")
+    k: int = param(ge=1, le=64, unit="tokens",
+                   doc="Tokens the draft proposes per step (sequential draft decode "
+                       "steps); the target verifies k + 1 positions per request.")
+    acceptance: Optional[float] = param(
+        None, ge=0, lt=1, doc="Probability that the target accepts each drafted token, "
+        "i.i.d.: a step yields (1 - a^(k+1)) / (1 - a) tokens on average. Exactly one of "
+        "acceptance and acceptance_beta is given.", source=SPECULATIVE_SOURCE)
+    acceptance_beta: Optional[tuple[float, float]] = param(
+        None, gt=0, le=1e6, doc="Per-request acceptance rates drawn from Beta(a, b) with "
+        "the run's seed (a request keeps its rate), instead of one acceptance for all.")
+
+    def _check(self) -> None:
+        if (self.acceptance is None) == (self.acceptance_beta is None):
+            raise ConfigError("acceptance", "give exactly one of acceptance (a rate in "
+                              "[0, 1)) and acceptance_beta ([a, b])")
 
 
 @dataclass(frozen=True)
@@ -121,7 +153,10 @@ class ServingConfig:
                                                         "server may use (vLLM "
                                                         "gpu_memory_utilization).",
                                    source="vLLM default 0.9")
-    kv_dtype: str = param("fp16", doc="Data type of the KV cache.")
+    kv_dtype: Optional[str] = param(
+        None, choices=tuple(DTYPE_BITS),
+        doc="Data type of the KV cache (int4: with an fp16 scale per 128 values); null = "
+            "the model's kv_dtype, else its dtype.")
     deployment: DeploymentConfig = param(default_factory=DeploymentConfig,
                                          doc="Replicas and tensor parallelism over the "
                                              "system's cards, and the router.")
@@ -136,6 +171,10 @@ class ServingConfig:
             "size the trace was hashed at, and the cache's unit.",
         source="Mooncake trace hash_ids, 512 tokens per block (Qin et al., Mooncake, "
                "FAST 2025)")
+    speculative: Optional[SpeculativeConfig] = param(
+        None, doc="Speculative decoding with a draft model (draft, k, acceptance). Null = "
+                  "none: every decode step yields one token per request.",
+        source=SPECULATIVE_SOURCE)
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "
@@ -153,6 +192,9 @@ class ServingConfig:
                   "to sample from (output_lengths: sampled).")
 
     def _check(self) -> None:
+        if self.speculative is not None and self.chunked_prefill:
+            raise ConfigError("speculative", "is not modelled together with "
+                              "chunked_prefill yet: use one of them")
         if (self.output_lengths == "sampled") != (self.output_length_file is not None):
             raise ConfigError("output_length_file", "is needed exactly when output_lengths "
                               "is 'sampled'")

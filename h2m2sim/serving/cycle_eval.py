@@ -88,7 +88,7 @@ from h2m2sim.decode.iteration import layer_kernels, layer_kinds
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.memory.system_memory import SystemMemory
-from h2m2sim.model import Kernel, TensorRef, dtype_bytes
+from h2m2sim.model import Kernel, TensorRef, dtype_bytes, stored_bytes
 from h2m2sim.model.shard import shard_model
 from h2m2sim.npu import run_kernels, simulate_kernel
 from h2m2sim.npu.energy import Activity, activity, result_counts
@@ -160,7 +160,7 @@ def _split_groups(ctx: np.ndarray, groups: int = MAX_GROUPS) -> list[tuple[int, 
 
 
 def _ref(name, kind, nbytes, db, view_of=None, offset=0, is_output=False):
-    n = max(int(nbytes) // db, 1)
+    n = max(int(nbytes // db), 1)
     return TensorRef(name, kind, (n,), db, int(nbytes), is_output, None, view_of, int(offset))
 
 
@@ -197,19 +197,22 @@ def attention_decode_ns(system, side: str, shard, batch: int, n: int, kv_layout:
 
     db = shard.dtype_bytes()
     kvh, G, hd = int(shard.kv_heads), int(shard.group_size), int(shard.head_dim)
-    hdb = hd * db
+    kvdb = dtype_bytes(shard.kv_type)
+    hdb = stored_bytes(hd, shard.kv_type)        # one head's K (or V) of one token
     addr, size, pool = _kv_extents(kv_layout, batch, n, kvh, hdb, seed, pool_factor)
     mem = SystemMemory(system)
     bh = batch * kvh
     tens = {"kpool": (pool, "kv"), "vpool": (pool, "kv"),
-            "q": (bh * G * hdb, "activation"), "scores": (bh * G * n * db, "activation"),
-            "probs": (bh * G * n * db, "activation"), "out": (bh * G * hdb, "activation"),
-            "kv_new": (2 * bh * hdb, "activation"), "kv_new_out": (2 * bh * hdb, "activation")}
+            "q": (bh * G * hd * db, "activation"),
+            "scores": (bh * G * n * db, "activation"),
+            "probs": (bh * G * n * db, "activation"), "out": (bh * G * hd * db, "activation"),
+            "kv_new": (2 * bh * hd * db, "activation"),
+            "kv_new_out": (2 * bh * hdb, "activation")}
     for name, (nb, kind) in tens.items():
         mem.place(name, int(nb), side, kind)
-    K = tuple(_ref(f"K{i}", "kv", b, db, "kpool", a) for i, (a, b) in
+    K = tuple(_ref(f"K{i}", "kv", b, kvdb, "kpool", a) for i, (a, b) in
               enumerate(zip(addr.tolist(), size.tolist())))
-    V = tuple(_ref(f"V{i}", "kv", b, db, "vpool", a) for i, (a, b) in
+    V = tuple(_ref(f"V{i}", "kv", b, kvdb, "vpool", a) for i, (a, b) in
               enumerate(zip(addr.tolist(), size.tolist())))
     r = {k: _ref(k, tens[k][1], tens[k][0], db) for k in tens if not k.endswith("pool")}
     out = lambda k: dataclasses.replace(r[k], is_output=True)  # noqa: E731
@@ -259,6 +262,12 @@ class CycleEvaluator(PointEvaluator):
         self.system.side(self.side, "side")
         if not link_GBps > 0 or link_us < 0:
             raise ConfigError("link", "link_GBps must be > 0 and link_us >= 0")
+        if model.mla:
+            raise ConfigError("model", f"{model.name}'s latent attention (MLA) is not in "
+                              "the NPU serving tables' attention kernel (grouped K and V "
+                              "heads); price it with --evaluator analytic, a GPU system, or "
+                              "its decode steps with h2m2sim run")
+        self.system.check_compute_dtype(model.dtype)
         self.model = model
         self.cards = self.system.cards if cards is None else int(cards)
         self.shard = shard_model(model, self.cards)
@@ -551,10 +560,7 @@ def side_label(system, side: str, fidelity: str, cards: int) -> str:
 def cycle_evaluator(model, device, cfg, **options) -> PointEvaluator:
     """The ``"cycle"`` evaluator: the serving device's system and side, ``device.devices``
     cards tensor parallel (a GPU system: the GPU kernel model over the same cards). The KV cache is simulated in the model's
-    dtype; a run whose ``kv_dtype`` has another size is refused rather than mispriced."""
-    if dtype_bytes(cfg.kv_dtype) != model.dtype_bytes():
-        raise ConfigError("kv_dtype", f"the cycle evaluator keeps KV in the model's dtype "
-                          f"({model.dtype}); {cfg.kv_dtype!r} has another size")
+    type (``kv_dtype``, which a serving run's ``kv_dtype`` sets)."""
     if gpu_side(device.system) is not None:      # a GPU: its kernel model, not the NPU's
         return GpuEvaluator(model, device.system, cards=device.devices,
                             cache=options.get("cache", True),

@@ -82,19 +82,20 @@ def model_sizes(model: ModelSpec, dtype: str = "fp16", weight_dtype: str | None 
     (K and V of the attention layers, in ``dtype``), ``state_bytes_per_request`` (the
     fixed recurrent state of the Mamba layers, in ``dtype``; 0 without them),
     ``params`` and ``weight_bytes`` (decoder layers, embeddings and LM head, in
-    ``weight_dtype``, default the model's), ``active_params`` (what one token computes
+    ``weight_dtype``, default the model's weight type), ``active_params`` (what one token computes
     with: top-k experts of MoE layers; = params for a dense model) and
-    ``attn_flops_per_ctx_token``: 4 * attention layers * heads * head_dim (scores and
-    weighted sum, 2 FLOPs per multiply-add)."""
+    ``attn_flops_per_ctx_token``: attention layers x
+    :meth:`~h2m2sim.model.ModelSpec.attn_flops_per_pair` (4 x heads x head_dim: scores
+    and weighted sum, 2 FLOPs per multiply-add; MLA attends its latent)."""
     layers = int(model.layers)
     attn = int(model.attention_layers)
-    wdt = weight_dtype or model.dtype or dtype
+    wdt = weight_dtype or model.weight_type
     return {"layers": layers, "attention_layers": attn,
             "kv_bytes_per_token": int(model.kv_bytes_per_token(dtype)),
             "state_bytes_per_request": int(model.state_bytes_per_request(dtype)),
             "params": float(model.total_params), "active_params": float(model.active_params),
             "weight_bytes": float(model.total_weight_bytes(wdt)),
-            "attn_flops_per_ctx_token": 4.0 * attn * int(model.heads) * int(model.head_dim)}
+            "attn_flops_per_ctx_token": float(attn * model.attn_flops_per_pair("decode"))}
 
 
 def kv_capacity_bytes(device: ServingDevice, sizes: dict, memory_fraction: float) -> int:

@@ -8,6 +8,7 @@ from h2m2sim.compute.gpu import gpu_side
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
+from .speculative import draft_model
 from .timeline import captured
 
 __all__ = ["run_serving", "check_serving", "check_serving_fits"]
@@ -18,18 +19,24 @@ def check_serving(cfg: Any) -> None:
     configuration is loaded: the deployment over the system's cards, the context."""
     s = cfg.workload.serving
     with_model_context(s, cfg.model)
+    if s.speculative is not None:
+        draft_model(s.speculative, "workload.serving.speculative.draft")
     for system in (cfg.system, cfg.policy.baseline):
         if system is not None:
             deployment(s.deployment, ServingDevice.from_system(system))
 
 
 def _fits(cfg: Any, system: Any) -> None:
-    """Each replica's memory on ``system`` must hold the weights with room for KV cache
-    (raises OutOfMemoryError)."""
+    """Each replica's memory on ``system`` must hold the weights (a draft model's too)
+    with room for KV cache (raises OutOfMemoryError)."""
     s = cfg.workload.serving
     if s.kv_capacity_bytes is None:
         one = deployment(s.deployment, ServingDevice.from_system(system))[1]
-        kv_capacity_bytes(one, model_sizes(cfg.model, s.kv_dtype), s.memory_fraction)
+        sizes = model_sizes(cfg.model, s.kv_dtype)
+        if s.speculative is not None:
+            draft = model_sizes(draft_model(s.speculative), s.kv_dtype)
+            sizes = {**sizes, "weight_bytes": sizes["weight_bytes"] + draft["weight_bytes"]}
+        kv_capacity_bytes(one, sizes, s.memory_fraction)
 
 
 def check_serving_fits(cfg: Any) -> None:

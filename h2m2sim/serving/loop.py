@@ -13,7 +13,9 @@ Model of an engine (vLLM v0 style, the engine the ODMA papers extend):
   tokens in all, priced by the tables' mixed-iteration table; a request whose last chunk
   ran emits its first token and joins the running requests. KV is granted for the whole
   prompt at admission (as vLLM does).
-* Otherwise all running requests run *decode iterations*, one token each. Between events
+* Otherwise all running requests run *decode iterations*, one token each (with
+  ``speculative``, a draft model's steps and a verify step that yield the accepted tokens
+  of each request: :mod:`~h2m2sim.serving.speculative`). Between events
   nothing changes but lengths, so the loop advances a whole window of identical-batch
   steps in one Numba call (:func:`~h2m2sim.serving.timing.decode_window`). A window ends
   when a request finishes, when a request needs more KV than it holds (``grow``), or at
@@ -55,6 +57,7 @@ from h2m2sim.errors import ConfigError, OutOfMemoryError
 
 from .config import ServingConfig
 from .prefix_cache import PrefixCache, cached_prefill_cost, check_hash_counts
+from .speculative import Speculation, check_supported, log_capacity, speculative_window
 from .timing import (
     IterationTables,
     advance_blocks,
@@ -140,14 +143,17 @@ class ServingLoop:
     ``prediction`` (a :class:`~h2m2sim.predictors.Prediction`) supplies each request's
     predicted length and uncertainty to the allocator (ODMA) and the co-batching
     scheduler. ``cfg`` supplies limits, scheduler and preemption policy (its trace and
-    predictor fields are not used here). :meth:`run` returns a :class:`ServingResult`.
+    predictor fields are not used here). ``speculation`` (a
+    :class:`~h2m2sim.serving.speculative.Speculation`) makes every decode step a
+    speculative one. :meth:`run` returns a :class:`ServingResult`.
 
     Per-request state is kept in Python lists: the loop reads and writes single entries,
     which is much cheaper on a list than on an array."""
 
     def __init__(self, trace, cfg: ServingConfig, allocator: KVAllocator,
                  tables: IterationTables, prediction=None, *, record_timeline: bool = False,
-                 owner: np.ndarray | None = None, replica: int = 0):
+                 owner: np.ndarray | None = None, replica: int = 0,
+                 speculation: Speculation | None = None):
         self.trace, self.cfg, self.allocator, self.tables = trace, cfg, allocator, tables
         self.n = n = len(trace)
         # behind a router (owner: the replica of each request, -1 while undecided) a loop
@@ -219,6 +225,22 @@ class ServingLoop:
         self.na = 0
         self.t = float(self.arr[0]) if n else 0.0
         self.prefix = self._prefix_cache(trace, cfg, allocator)
+        self._speculate(speculation)
+
+    def _speculate(self, spec: Speculation | None) -> None:
+        """Speculative decoding's tables and counters (``spec`` None: none). A running
+        request holds room for ``look`` tokens beyond its context (its candidates); KV
+        crossing the host link is the target's and the draft's (``host_bpt``)."""
+        self.spec = spec
+        self.look = 1 if spec is None else spec.k + 1
+        self.host_bpt = self.bpt + (0 if spec is None else spec.draft_bytes_per_token)
+        self.st.update(draft_time_s=0.0, draft_energy_j=0.0, spec_tokens=0)
+        if spec is None:
+            return
+        check_supported(self.cfg, self.allocator)
+        self.vtab, self.vetab = self.tables.verify_tables(self.layout)
+        self.dtab = spec.draft.table(self.layout)
+        self.detab = spec.draft.energy_table(self.layout)
 
     def _prefix_cache(self, trace, cfg: ServingConfig, allocator) -> PrefixCache | None:
         """The prefix cache when caching is on, the trace has hashes and the allocator
@@ -496,7 +518,7 @@ class ServingLoop:
         both = pre + swin
         dt_pre, de_pre = self.prefill_price(pre)
         st["prefill_energy_j"] += de_pre
-        dt_swap = sum((prompt_l[r] + gen[r]) * bpt for r in swin) / self.host_bps
+        dt_swap = sum((prompt_l[r] + gen[r]) * self.host_bpt for r in swin) / self.host_bps
         dt = dt_pre + dt_swap
         t = self.t
         for r in both:
@@ -513,7 +535,7 @@ class ServingLoop:
             st["prefill_iterations"] += 1
         for r in swin:
             self.swapped[r] = False
-            st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
+            st["swap_bytes"] += (prompt_l[r] + gen[r]) * self.host_bpt
         for r in pre:
             self._prefilled(r)
         capacity_of, last_tok = self.allocator.capacity_of, self.last_tok
@@ -529,12 +551,24 @@ class ServingLoop:
         self.st["prefill_tokens_total"] += total
         if self.prefix is None:
             self.st["prefill_tokens_computed"] += total
-            return self.tables.prefill_cost(tokens)
+            return self._with_draft_prefill(self.tables.prefill_cost(tokens), tokens, None)
         cached = [self.prefix.cached_tokens(r) for r in pre]
         self.st["prefill_tokens_computed"] += total - sum(cached)
         for r in pre:
             self.prefix.computed(r)
-        return cached_prefill_cost(self.tables, tokens, cached)
+        return self._with_draft_prefill(cached_prefill_cost(self.tables, tokens, cached),
+                                        tokens, cached)
+
+    def _with_draft_prefill(self, cost: tuple[float, float], tokens: list[int],
+                            cached: list[int] | None) -> tuple[float, float]:
+        """(seconds, joules) of a prefill iteration priced ``cost``, plus the draft's
+        prefill of the same tokens when speculating (it runs after the target's)."""
+        if self.spec is None:
+            return cost
+        ds, dj = self.spec.prefill_cost(tokens, cached)
+        self.st["draft_time_s"] += ds
+        self.st["draft_energy_j"] += dj
+        return cost[0] + ds, cost[1] + dj
 
     def _prefilled(self, r: int) -> None:
         """Request ``r``'s prefill ended now: it emits its next token (its first, or after
@@ -570,10 +604,11 @@ class ServingLoop:
     def swap_in(self, swin: list[int]) -> None:
         """The KV of the swapped-out requests ``swin`` crosses the host link back (the
         engine stalls); they rejoin the running requests."""
-        prompt_l, gen, bpt, run = self.prompt_l, self.gen, self.bpt, self.running
-        nbytes = sum((prompt_l[r] + gen[r]) * bpt for r in swin)
+        prompt_l, gen, run = self.prompt_l, self.gen, self.running
+        tokens = sum(prompt_l[r] + gen[r] for r in swin)
+        nbytes = tokens * self.host_bpt
         dt = nbytes / self.host_bps
-        self._advance(dt, float(run.ctx[:run.m].sum()) + nbytes / bpt, "swap in", len(swin))
+        self._advance(dt, float(run.ctx[:run.m].sum()) + tokens, "swap in", len(swin))
         self.st["swap_time_s"] += dt
         self.st["swap_bytes"] += nbytes
         capacity_of = self.allocator.capacity_of
@@ -709,7 +744,7 @@ class ServingLoop:
         self.gen[r] = int(self.running.ctx[j]) - self.prompt_l[r]
         self.last_tok[r] = float(self.running.last[j])
         if self.cfg.preemption == "swap":
-            nbytes = int(self.running.ctx[j]) * self.bpt
+            nbytes = int(self.running.ctx[j]) * self.host_bpt
             dt = nbytes / self.host_bps
             self.reserved_int += self.allocator.reserved_tokens * dt
             self.t += dt
@@ -742,18 +777,20 @@ class ServingLoop:
         return int(np.argmax(run.idx[:run.m]))
 
     def grow(self) -> None:
-        """Give every running request room for one more token, oldest first; preempt the
-        :meth:`victim` whenever memory runs out."""
+        """Give every running request room for one more token (speculating: for its next
+        step's candidates, ``look`` tokens, fewer near its end), oldest first; preempt
+        the :meth:`victim` whenever memory runs out."""
         run, allocator = self.running, self.allocator
         while True:
-            need = np.flatnonzero(run.cap[:run.m] <= run.ctx[:run.m])
+            want = run.ctx[:run.m] + np.minimum(self.look, run.rem[:run.m])
+            need = np.flatnonzero(run.cap[:run.m] < want)
             if need.size == 0:
                 return
             order = need[np.argsort(run.idx[need], kind="stable")].tolist()
             for j in order:
                 r = int(run.idx[j])
                 ev0 = len(allocator.events)
-                if not allocator.grow(r, int(run.ctx[j]) + 1):
+                if not allocator.grow(r, int(want[j])):
                     self.preempt(self.victim())
                     break                       # positions moved: rescan
                 run.cap[j] = allocator.capacity_of(r)
@@ -787,6 +824,9 @@ class ServingLoop:
             st["max_decode_batch"] = m
         t_limit = self.arr_l[self.na] if (self.na < self.n and m < self.cfg.max_batch) \
             else np.inf
+        if self.spec is not None:
+            self._decode_speculative(t_limit)
+            return
         t0 = self.t
         dt_first = float(interp2(self.bg, self.cg, self.tab, float(m),
                                  float(run.ctx[:m].sum()) / m))
@@ -818,6 +858,67 @@ class ServingLoop:
                 self.finish(int(j))
         self.need_growth = n_grow > 0
         self.after_decode(dt)
+
+    def _decode_speculative(self, t_limit: float) -> None:
+        """A window of speculative steps (one Numba call,
+        :func:`~h2m2sim.serving.speculative.speculative_window`), as :meth:`decode`."""
+        run, st, allocator, spec = self.running, self.st, self.allocator, self.spec
+        m = run.m
+        t0 = self.t
+        block = self.block or 0
+        order = np.argsort(run.idx[:m], kind="stable")
+        if block:
+            log_len = log_capacity(m, spec.k, int(run.rem[:m].min()), block)
+            if self.grow_log.shape[0] < log_len:
+                self.grow_log = np.zeros(log_len, dtype=np.int64)
+        held0 = float(run.ctx[:m].sum())
+        (steps, dt, dt_first, used, extra_int, de, ds, dj, tokens, n_log, n_fin,
+         short) = speculative_window(
+            run.ctx, run.rem, run.cap, run.idx, spec.credit, spec.expected, m, spec.k,
+            order, block, allocator.free_blocks if block else 0, self.grow_log, self.bg,
+            self.cg, self.vtab, self.vetab, spec.draft.batch_grid, spec.draft.token_grid,
+            self.dtab, self.detab, self.t, t_limit)
+        self.reserved_int += allocator.reserved_tokens * dt + extra_int
+        if n_log:
+            allocator.grow_blocks(run.idx[self.grow_log[:n_log]].tolist())
+        self.used_int += used - self._counted_twice() * dt
+        if steps:
+            self._log_iteration("decode steps", dt, m, tokens, held0, steps=steps)
+        self.t += dt
+        if steps:
+            self._speculative_gaps(steps, m, dt, dt_first, tokens, t0)
+        st["decode_steps"] += steps
+        st["decode_token_steps"] += steps * m
+        st["decode_time_s"] += dt
+        st["decode_energy_j"] += de
+        st["draft_time_s"] += ds
+        st["draft_energy_j"] += dj
+        st["spec_tokens"] += tokens
+        st["windows"] += 1
+        if n_fin:
+            for j in np.flatnonzero(run.rem[:m] == 0)[::-1]:
+                self.finish(int(j))
+        # a block allocator's window stops short only when its blocks ran out
+        self.need_growth = (steps == 0) if block else short > 0
+        self.after_decode(dt)
+
+    def _speculative_gaps(self, steps: int, m: int, dt: float, dt_first: float,
+                          tokens: int, t0: float) -> None:
+        """Inter-token gaps of a speculative window of ``steps`` steps (``dt`` s, the
+        first ``dt_first`` s) over ``m`` requests that accepted ``tokens`` in all: each
+        request's first token of a step waits for the step (the later steps at their mean
+        time, as :meth:`decode`), the other tokens it accepts in the same step arrive
+        with it (gap 0)."""
+        run = self.running
+        self._record_gaps(run.last[:m], t0 + dt_first)
+        together = tokens - steps * m
+        if steps > 1:
+            self.itl_s.append((dt - dt_first) / (steps - 1))
+            self.itl_n.append(m * (steps - 1))
+        if together:
+            self.itl_s.append(0.0)
+            self.itl_n.append(together)
+        run.last[:m] = self.t
 
     def _advance_blocks(self, m: int, t_limit: float):
         """A decode window of a block allocator, granting blocks inside the window."""
@@ -896,6 +997,7 @@ class ServingLoop:
             "decode_steps": st["decode_steps"],
             "mean_decode_batch": (st["decode_token_steps"] / st["decode_steps"]
                                   if st["decode_steps"] else None),
+            **self.speculative_metrics(),
             "time_breakdown_s": {k: st[k] for k in ("prefill_time_s", "decode_time_s",
                                                     "mixed_time_s", "migration_time_s",
                                                     "swap_time_s")},
@@ -924,6 +1026,21 @@ class ServingLoop:
             m["large_bucket_bound"] = s.get("large_bound")
             m["bucket_refreshes"] = s.get("n_boundary_refreshes")
         return m
+
+    def speculative_metrics(self) -> dict:
+        """``tokens_per_step`` (tokens a request gains per verify step, mean over the
+        requests' steps), ``speculative`` (the settings, with the draft's time and
+        energy, s and J: its decode steps and prefills, inside the decode and prefill
+        times); null when not speculating."""
+        st = self.st
+        if self.spec is None:
+            return {"tokens_per_step": None, "speculative": None}
+        steps = st["decode_token_steps"]
+        return {"tokens_per_step": st["spec_tokens"] / steps if steps else None,
+                "speculative": {**self.spec.settings(self.tables),
+                                "draft_time_s": float(st["draft_time_s"]),
+                                "draft_energy_j": float(st["draft_energy_j"])
+                                if self.tables.prices_energy else None}}
 
     def prefix_metrics(self) -> dict:
         """Prefill tokens computed of those asked for, and the prefix cache's hit rates

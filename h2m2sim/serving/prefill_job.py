@@ -46,6 +46,7 @@ def check_prefill(cfg: Any) -> None:
                           f"{m.name}'s context ({m.max_context:,} tokens)")
     windowed_lens(m, lens, "prefill", "workload.seq")
     iteration_options(cfg.policy.mapper_params)
+    cfg.system.check_compute_dtype(m.dtype)
 
 
 def prefill_evaluator(system, model, sim) -> PointEvaluator:

@@ -137,6 +137,14 @@ def _resources(loops: Sequence[ServingLoop], span: float) -> dict:
     steps = sum(lp.st["decode_steps"] for lp in loops)
     m["mean_decode_batch"] = sum(lp.st["decode_token_steps"] for lp in loops) / steps \
         if steps else None
+    if m["speculative"] is not None:     # over every replica's steps
+        req_steps = sum(lp.st["decode_token_steps"] for lp in loops)
+        m["tokens_per_step"] = sum(lp.st["spec_tokens"] for lp in loops) / req_steps \
+            if req_steps else None
+        m["speculative"] = {**m["speculative"], **{k: sum(e["speculative"][k] for e in each)
+                            for k in ("draft_time_s", "draft_energy_j",
+                                      "draft_kv_capacity_bytes")
+                            if m["speculative"][k] is not None}}
     m["time_breakdown_s"] = {k: sum(e["time_breakdown_s"][k] for e in each)
                              for k in each[0]["time_breakdown_s"]}
     if m["energy_breakdown_j"] is not None:

@@ -18,6 +18,7 @@ from h2m2sim.allocators import ALLOCATORS, KVAllocator
 from h2m2sim.allocators.odma import utilization_bound
 from h2m2sim.allocators.state import RequestState
 from h2m2sim.compute.evaluator import PointEvaluator
+from h2m2sim.compute.speculative import expected_tokens_per_step
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.predictors import PREDICTORS
@@ -37,6 +38,7 @@ from .ellm import ActivationModel, ElasticServingLoop
 from .energy import EstimateEnergy
 from .loop import ServingLoop, ServingResult
 from .router import ROUTERS, serve_replicas
+from .speculative import Speculation, acceptance_rates, draft_model, split_kv_capacity
 from .timing import (
     AnalyticEvaluator,
     IterationTables,
@@ -70,17 +72,22 @@ EVALUATORS.register("cycle", cycle_evaluator)
 
 def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: IterationTables,
              prediction=None, *, record_timeline: bool = False,
-             activations: ActivationModel | None = None) -> ServingResult:
+             activations: ActivationModel | None = None,
+             speculation: Speculation | None = None) -> ServingResult:
     """Replay ``trace`` through ``allocator`` with iteration times from ``tables``: the
     :class:`~.loop.ServingLoop`, or the :class:`~.ellm.ElasticServingLoop` for an
-    allocator that manages activations (``activations`` prices them)."""
+    allocator that manages activations (``activations`` prices them); ``speculation``
+    makes the decode steps speculative."""
     if allocator.manages_activations:
+        if speculation is not None:
+            raise ConfigError("serving.speculative", f"is not modelled with the "
+                              f"{allocator.name} allocator (it manages activation memory)")
         loop: ServingLoop = ElasticServingLoop(trace, cfg, allocator, tables, prediction,
                                                record_timeline=record_timeline,
                                                activations=activations)
     else:
         loop = ServingLoop(trace, cfg, allocator, tables, prediction,
-                           record_timeline=record_timeline)
+                           record_timeline=record_timeline, speculation=speculation)
     return loop.run()
 
 
@@ -95,10 +102,14 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     predictor trains on it, the allocators learn lengths from it) and the rest is
     replayed. ``evaluator`` is a PointEvaluator for one replica's cards, or a factory
     ``fn(model, replica_device, cfg)`` (default: the analytic placeholder); the result's
-    metrics name it (``iteration_time_model``, ``cycle_level``)."""
+    metrics name it (``iteration_time_model``, ``cycle_level``). With
+    ``cfg.speculative`` the draft model's tables come from the same factory (an
+    evaluator object cannot make them) and its weights and KV share the memory
+    (:mod:`.speculative`)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError("seed", f"must be a whole number >= 0, got {seed!r}")
     cfg = with_model_context(cfg, model)
+    model, cfg = served_kv(cfg, model)
     replicas, replica_device = deployment(cfg.deployment, device)
     uses_prediction = ALLOCATORS.get(allocator).uses_prediction
     need_pred = cfg.predictor is not None or uses_prediction or \
@@ -113,10 +124,15 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
                           "(a prefix_block_hashes column, or Mooncake's hash_ids), so no "
                           "prefix can be found to cache")
     sizes = model_sizes(model, cfg.kv_dtype)
-    kv_cap = cfg.kv_capacity_bytes or kv_capacity_bytes(replica_device, sizes,
-                                                        cfg.memory_fraction)
+    draft = draft_model(cfg.speculative) if cfg.speculative is not None else None
+    dsizes = model_sizes(draft, cfg.kv_dtype) if draft is not None else None
+    kv_all = cfg.kv_capacity_bytes or kv_capacity_bytes(
+        replica_device, _with_draft_weights(sizes, dsizes), cfg.memory_fraction)
+    kv_cap, draft_kv = (kv_all, 0) if dsizes is None else split_kv_capacity(
+        kv_all, sizes["kv_bytes_per_token"], dsizes["kv_bytes_per_token"])
     state = RequestState.of_model(model, cfg.kv_dtype)
-    allocs = [build_allocator(allocator, allocator_params or {}, cfg, kv_cap,
+    params = _allocator_params(allocator, allocator_params or {}, cfg)
+    allocs = [build_allocator(allocator, params, cfg, kv_cap,
                               sizes["kv_bytes_per_token"], state) for _ in range(replicas)]
     prediction, report = None, None
     if pred_name is not None:
@@ -130,12 +146,19 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
             alloc.learn_lengths(trace.prompt_tokens, np.round(prediction.length))
     if evaluator is None:
         evaluator = analytic_evaluator
+    factory = evaluator
     if not isinstance(evaluator, PointEvaluator):
         evaluator = evaluator(model, replica_device, cfg)
     grid = _grid(cfg, trace, kv_cap // sizes["kv_bytes_per_token"])
     if cfg.chunked_prefill:
         cfg = with_batched_tokens(cfg, evaluator, allocs[0].kv_layout, grid.max_tokens)
         grid = dataclasses.replace(grid, chunk_tokens=cfg.max_num_batched_tokens)
+    speculation = None
+    if draft is not None:
+        speculation = _speculation(cfg, draft, dsizes, draft_kv, factory, replica_device,
+                                   allocs[0].kv_layout, grid, len(trace), seed, cache,
+                                   cache_dir)
+        grid = dataclasses.replace(grid, verify_tokens=cfg.speculative.k + 1)
     tables = build_tables(evaluator, [allocs[0].kv_layout], grid, seed=seed,
                           cache=cache, cache_dir=cache_dir)
     if replicas == 1:
@@ -145,9 +168,10 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
             acts = ActivationModel.from_model(model, allocs[0].activation_dtype,
                                               replica_device.devices)
         result = simulate(trace, cfg, allocs[0], tables, prediction,
-                          record_timeline=record_timeline, activations=acts)
+                          record_timeline=record_timeline, activations=acts,
+                          speculation=speculation)
     else:
-        result = _replicated(trace, cfg, allocs, tables, prediction)
+        result = _replicated(trace, cfg, allocs, tables, prediction, speculation)
     alloc = allocs[0]
     m = result.metrics
     m.update(replicas=replicas, tensor_parallel=replica_device.devices,
@@ -173,6 +197,47 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     return dataclasses.replace(result, metrics=m)
 
 
+def _with_draft_weights(sizes: dict, draft_sizes: dict | None) -> dict:
+    """``sizes`` whose weights include a draft model's (None: no draft)."""
+    if draft_sizes is None:
+        return sizes
+    return {**sizes, "weight_bytes": sizes["weight_bytes"] + draft_sizes["weight_bytes"]}
+
+
+def _allocator_params(name: str, params: Mapping[str, Any], cfg: ServingConfig) -> dict:
+    """``params``, and for BMC's bmc-auto under speculation the step it sizes its spare
+    rows for, unless given: k + 1 rows written per verify step, and the expected tokens
+    per step of the configured acceptance rate (the shared formula)."""
+    out = dict(params)
+    spec = cfg.speculative
+    if name == "bmc" and out.get("mode") == "bmc-auto" and spec is not None \
+            and spec.acceptance is not None \
+            and not {"speculative_k", "accepted_m", "acceptance_rate"} & set(out):
+        out.update(speculative_k=spec.k + 1,
+                   accepted_m=expected_tokens_per_step(spec.acceptance, spec.k))
+    return out
+
+
+def _speculation(cfg: ServingConfig, draft, dsizes: dict, draft_kv: int, factory,
+                 device: ServingDevice, kv_layout, grid: TableGrid, n: int, seed: int,
+                 cache: bool, cache_dir) -> Speculation:
+    """The draft's iteration tables (the target's evaluator kind, on the same device and
+    grid, the draft's KV pool bounding what a simulation reaches) and each request's
+    acceptance rate."""
+    if isinstance(factory, PointEvaluator):
+        raise ConfigError("serving.speculative", "needs an evaluator factory fn(model, "
+                          "device, cfg) to price the draft model, got an evaluator object")
+    draft_eval = factory(draft, device, cfg)
+    dgrid = dataclasses.replace(grid, chunk_tokens=None,
+                                kv_tokens=max(1, draft_kv // dsizes["kv_bytes_per_token"]))
+    tables = build_tables(draft_eval, [kv_layout], dgrid, seed=seed, cache=cache,
+                          cache_dir=cache_dir)
+    return Speculation(cfg.speculative, draft.name, tables,
+                       acceptance_rates(cfg.speculative, n, seed),
+                       int(dsizes["kv_bytes_per_token"]), float(dsizes["weight_bytes"]),
+                       int(draft_kv))
+
+
 def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, ServingDevice]:
     """(replicas, the device of one replica) for the system's ``device.devices`` cards."""
     cards = device.devices
@@ -189,13 +254,15 @@ def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, Servi
     return r, dataclasses.replace(device, devices=k)
 
 
-def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction) -> ServingResult:
+def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction,
+                speculation: Speculation | None = None) -> ServingResult:
     """The replicas' loops behind the configured router."""
     if allocs[0].manages_activations:
         raise ConfigError("serving.deployment.replicas", f"the {allocs[0].name} allocator "
                           "runs as one replica")
     owner = np.full(len(trace), -1, dtype=np.int64)
-    loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k)
+    loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k,
+                         speculation=None if speculation is None else speculation.fresh())
              for k, a in enumerate(allocs)]
     return serve_replicas(loops, owner, ROUTERS.get(cfg.deployment.router))
 
@@ -212,6 +279,14 @@ def with_batched_tokens(cfg: ServingConfig, evaluator: PointEvaluator, kv_layout
         lambda t: evaluator.evaluate("prefill", 1, np.array([float(t)]), CONTIGUOUS),
         evaluator.evaluate("decode", 1, one, kv_layout), cfg.max_batch, max_tokens)
     return dataclasses.replace(cfg, max_num_batched_tokens=budget)
+
+
+def served_kv(cfg: ServingConfig, model) -> tuple:
+    """(model, cfg) with one KV data type: the serving config's ``kv_dtype`` where set
+    (the model then keeps its KV so, in every evaluator), else the model's."""
+    if cfg.kv_dtype is not None and cfg.kv_dtype != model.kv_type:
+        model = dataclasses.replace(model, kv_dtype=cfg.kv_dtype)
+    return model, dataclasses.replace(cfg, kv_dtype=model.kv_type)
 
 
 def with_model_context(cfg: ServingConfig, model) -> ServingConfig:

@@ -21,6 +21,10 @@ uses, and the loop interpolates. Phases:
   mean KV tokens per decode request, T) for every layout and interpolated trilinearly.
   The grid's chunk starts a prompt (no earlier tokens) and is one prompt; the error
   samples mix several chunks with earlier tokens, so the reported error includes both.
+* ``"verify"`` (speculative decoding, only when the grid has ``verify_tokens`` = k + 1):
+  the target's step that scores k + 1 tokens of each of ``batch`` requests, sampled over
+  (batch, mean KV tokens per request) like a decode table and priced by the evaluator's
+  ``mixed_cost`` (see :func:`verify_point`).
 
 ``kv_layout`` is the allocator's :class:`~h2m2sim.memory.kv_layout.KVLayout`
 (contiguous, or paged with its block size). The cycle-level evaluator turns it into an
@@ -46,7 +50,7 @@ from .energy import EstimateEnergy
 
 __all__ = ["AnalyticEvaluator", "TableGrid", "IterationTables", "build_tables", "interp2",
            "interp2_pair", "interp3_pair", "decode_window", "advance_running",
-           "advance_blocks", "default_batched_tokens", "CHUNK_COST_RATIO"]
+           "advance_blocks", "default_batched_tokens", "CHUNK_COST_RATIO", "verify_point"]
 
 #: default chunked-prefill token budget: the smallest power of two (at least twice the
 #: batch limit, so decodes never take the whole budget) whose prefill iteration costs this
@@ -193,6 +197,23 @@ class AnalyticEvaluator(PointEvaluator):
             e += _affine_energy(self.energy, "decode", ctx, t * f)
         return PointCost(t, e)
 
+    def verify_cost(self, decode_context, tokens: int, kv_layout) -> PointCost:
+        """A speculative verify step (each request of ``decode_context`` scores
+        ``tokens`` positions): the time of :meth:`mixed_cost` at
+        :func:`verify_point`; the energy (placeholder) that of the decode step over that
+        time plus, per request, ``tokens - 1`` more rows of prefill work (the prefill
+        energy of two tokens a prompt less that of one, at no time: the weights counted
+        once, where :meth:`mixed_cost`'s energy counts them twice). NaN without
+        ``energy``."""
+        ctx = np.asarray(decode_context, dtype=np.float64).ravel()
+        t = self.mixed_cost(*verify_point(ctx, tokens), kv_layout).time_s
+        if self.energy is None:
+            return PointCost(t)
+        two, one = (_affine_energy(self.energy, "prefill", np.full(ctx.size, x), 0.0)
+                    for x in (2.0, 1.0))
+        e = self.energy.iteration_j("decode", ctx.size, ctx, t)
+        return PointCost(t, e + (int(tokens) - 1) * (two - one))
+
     def cache_key(self) -> Any:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["layout_efficiency"] = dict(sorted(self.layout_efficiency.items()))
@@ -230,6 +251,8 @@ class TableGrid:
     #: KV tokens a replica's pool holds at most (None: no bound): points of more KV than
     #: that are reached by no serving state, and a simulating evaluator skips them
     kv_tokens: int | None = None
+    #: tokens per request of a speculative verify step, k + 1 (None: no verify table)
+    verify_tokens: int | None = None
 
     def batches(self) -> np.ndarray:
         b = [1]
@@ -469,6 +492,12 @@ class IterationTables:
             self.mixed = {KVLayout.parse(x): table(f"mixed[{x}]") for x in names}
             self.mixed_energy = {KVLayout.parse(x): table(f"mixed_energy[{x}]")
                                  for x in names}
+        self.verify_tokens = int(arrays["verify_tokens"]) if "verify_tokens" in arrays else 0
+        self.verify, self.verify_energy = {}, {}
+        for x in names:
+            if f"verify[{x}]" in arrays:
+                self.verify[KVLayout.parse(x)] = table(f"verify[{x}]")
+                self.verify_energy[KVLayout.parse(x)] = table(f"verify_energy[{x}]")
         self.errors = _errors(arrays, "err[")
         self.energy_errors = _errors(arrays, "eerr[")
         self.label, self.cycle_level = label, bool(cycle_level)
@@ -547,6 +576,14 @@ class IterationTables:
                             float(batch), context_sum / max(batch, 1), float(chunk_tokens))
         return float(t), float(e)
 
+    def verify_tables(self, kv_layout: KVLayout) -> tuple[np.ndarray, np.ndarray]:
+        """(times s, energies J) of speculative verify steps of ``kv_layout`` (each
+        request scoring :attr:`verify_tokens` positions) over (batch grid, token grid)."""
+        if kv_layout not in self.verify:
+            raise ConfigError("serving.speculative", "the iteration tables were built "
+                              f"without verify steps for layout '{kv_layout}'")
+        return self.verify[kv_layout], self.verify_energy[kv_layout]
+
     def kv_copy_s(self, tokens: int) -> float:
         return float(interp2(self._one, self.token_grid, self.copy, 0.0, float(tokens)))
 
@@ -618,6 +655,14 @@ def _evaluate_points(evaluator, cost: Callable, weight: Callable, calls: list, d
     return out
 
 
+def _error_point(rng, grid: TableGrid, simulated: bool) -> tuple[int, float]:
+    """An error sample's batch (uniform in 1..max_batch) and mean KV tokens per request
+    (log-uniform up to max_tokens, then :func:`_reachable_mean`)."""
+    b = int(rng.integers(1, grid.max_batch + 1))
+    mean = float(np.exp(rng.uniform(0, np.log(grid.max_tokens))))
+    return b, _reachable_mean(grid, b, mean, simulated)
+
+
 def _reachable_mean(grid: TableGrid, batch: int, mean: float, simulated: bool) -> float:
     """An error sample's mean KV tokens per request, within what ``batch`` requests can
     hold in the pool (with room for the lengths' spread) when the evaluator simulates."""
@@ -638,9 +683,11 @@ def _rel_errors(approx: np.ndarray, true: np.ndarray) -> np.ndarray:
     return np.array([rel.max(), rel.mean(), np.percentile(rel, 95)])
 
 
-def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int) -> dict:
+def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int,
+                    verify_layouts: list[KVLayout] | None = None) -> dict:
     """The table arrays for ``layouts`` (in the order of their names): times and, beside
-    each, energies (all NaN when the evaluator does not price energy)."""
+    each, energies (all NaN when the evaluator does not price energy); verify steps for
+    ``verify_layouts`` (default: all) when the grid asks for them."""
     bg, tg = grid.batches(), grid.tokens()
     out: dict[str, np.ndarray] = {"batch_grid": bg, "token_grid": tg,
                                   "layouts": np.asarray([str(x) for x in layouts], dtype=str)}
@@ -675,15 +722,16 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
         if priced else copy[:, 1]
     if grid.chunk_tokens:
         out.update(_mixed_tables(evaluator, layouts, grid, seed, priced))
+    if grid.verify_tokens:
+        out.update(_verify_tables(evaluator, layouts if verify_layouts is None
+                                  else verify_layouts, grid, seed, priced, reach))
 
     # interpolation error at random heterogeneous batches (drawn in a fixed order)
     rng = np.random.default_rng(seed)
     samples = []
     for name, phase, lay in phases:
         for _ in range(grid.error_samples):
-            b = int(rng.integers(1, grid.max_batch + 1))
-            mean = _reachable_mean(grid, b, float(np.exp(rng.uniform(
-                0, np.log(grid.max_tokens)))), evaluator.cycle_level)
+            b, mean = _error_point(rng, grid, evaluator.cycle_level)
             samples.append((name, (phase, b, _sample_lengths(rng, b, mean, grid.max_tokens),
                                    lay)))
     truth = evaluate_all([c for _, c in samples], "table error samples")
@@ -729,9 +777,7 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
         out[f"mixed_energy[{lay}]"] = fill_unreachable(e, reach, tg) if priced else e
         samples = []
         for _ in range(grid.error_samples):
-            b = int(rng.integers(1, grid.max_batch + 1))
-            mean = _reachable_mean(grid, b, float(np.exp(rng.uniform(
-                0, np.log(grid.max_tokens)))), evaluator.cycle_level)
+            b, mean = _error_point(rng, grid, evaluator.cycle_level)
             total = int(rng.integers(1, int(grid.chunk_tokens) + 1))
             parts = np.diff(np.sort(np.r_[0, rng.integers(0, total + 1, int(
                 rng.integers(0, 3))), total]))
@@ -750,6 +796,75 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
         out[f"err[mixed {lay}]"] = _rel_errors(approx[:, 0], truth[:, 0])
         if priced:
             out[f"eerr[mixed {lay}]"] = _rel_errors(approx[:, 1], truth[:, 1])
+    return out
+
+
+def verify_point(decode_context, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``mixed_cost`` arguments (decode context, chunks) that price one speculative
+    verify step: every request of ``decode_context`` (its KV tokens) scores ``tokens`` =
+    k + 1 positions. Each request is a decode row over its KV, laid out as the
+    allocator's layout (the weights read once for all rows, each request's KV read once),
+    plus a chunk of k tokens starting fresh (k more rows through the projections, their
+    KV written, their causal attention among themselves). Left out: the scores of those
+    k queries against the earlier KV, FLOPs only (the KV is read once for all k + 1
+    queries of a request); at (k + 1) x (query heads / KV heads) FLOPs per KV byte (fp16)
+    a verify attention stays memory-bound, so they add little. The LM head is priced as
+    the evaluator prices a mixed iteration's (the cycle-level one: a row per decode
+    request and per chunk, where a verify step computes k + 1 per request; its weight
+    read, what a small batch pays, is counted once either way)."""
+    ctx = np.asarray(decode_context, dtype=np.float64).ravel()
+    chunks = np.zeros((ctx.size, 2))
+    chunks[:, 1] = int(tokens) - 1
+    return ctx, chunks
+
+
+def _verify_cost(evaluator, decode_context, tokens: int, kv_layout) -> PointCost:
+    """The evaluator's price of a verify step: its own ``verify_cost`` where it has one
+    (the analytic placeholder: its mixed-iteration energy would count the weights
+    twice), else ``mixed_cost`` at :func:`verify_point`."""
+    own = getattr(evaluator, "verify_cost", None)
+    if own is not None:
+        return own(decode_context, tokens, kv_layout)
+    return evaluator.mixed_cost(*verify_point(decode_context, tokens), kv_layout)
+
+
+def _verify_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int,
+                   priced: bool, reach: np.ndarray) -> dict:
+    """The verify-step tables of ``layouts`` over (batch, KV tokens per request) and their
+    interpolation error at random batches of heterogeneous lengths."""
+    bg, tg, q = grid.batches(), grid.tokens(), int(grid.verify_tokens)
+
+    def evaluate_all(ctxs, lay, desc, keep=None) -> np.ndarray:
+        v = _evaluate_points(evaluator, lambda c: _verify_cost(evaluator, c, q, lay),
+                             lambda c: float(np.sum(c[0])), [(c,) for c in ctxs], desc,
+                             keep)
+        if not priced:
+            v[:, 1] = np.nan
+        return v
+
+    out: dict[str, np.ndarray] = {"verify_tokens": np.asarray(q)}
+    rng = np.random.default_rng([seed, 5])
+    for lay in layouts:
+        vals = evaluate_all([np.full(int(b), c) for b in bg for c in tg], lay,
+                            f"verify tables {lay}", reach)
+        shape = (len(bg), len(tg))
+        out[f"verify[{lay}]"] = fill_unreachable(vals[:, 0].reshape(shape), reach, tg)
+        _check_values("verify", out[f"verify[{lay}]"], "times")
+        e = vals[:, 1].reshape(shape)
+        out[f"verify_energy[{lay}]"] = fill_unreachable(e, reach, tg) if priced else e
+        samples = []
+        for _ in range(grid.error_samples):
+            b, mean = _error_point(rng, grid, evaluator.cycle_level)
+            samples.append(_sample_lengths(rng, b, mean, grid.max_tokens))
+        if not samples:
+            continue
+        truth = evaluate_all(samples, lay, "verify table error samples")
+        approx = np.array([interp2_pair(bg, tg, out[f"verify[{lay}]"],
+                                        out[f"verify_energy[{lay}]"], float(c.size),
+                                        float(c.mean())) for c in samples])
+        out[f"err[verify {lay}]"] = _rel_errors(approx[:, 0], truth[:, 0])
+        if priced:
+            out[f"eerr[verify {lay}]"] = _rel_errors(approx[:, 1], truth[:, 1])
     return out
 
 
@@ -794,23 +909,29 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
     for lay in layouts:
         if not isinstance(lay, KVLayout):
             raise ConfigError("kv_layout", f"must be a KVLayout, got {lay!r}")
+    # verify steps only for the layouts asked for (the run's allocator's)
+    asked = sorted(set(layouts), key=str)
     # ordered by name: the order fixes the random error samples of each layout
     layouts = sorted(set(layouts) | {CONTIGUOUS}, key=str)
     grid = evaluator.table_grid(grid)
     grid_key = dataclasses.asdict(grid)
     if grid.chunk_tokens is None:       # tables without mixed iterations keep their key
         del grid_key["chunk_tokens"]
+    if grid.verify_tokens is None:      # ... and so do tables without verify steps
+        del grid_key["verify_tokens"]
     if grid.kv_tokens is None or not evaluator.cycle_level:
         del grid_key["kv_tokens"]       # it changes only what a simulation skips
     key = {"evaluator": evaluator.cache_key(), "grid": grid_key,
            "layouts": [str(x) for x in layouts], "seed": seed}
+    if grid.verify_tokens is not None:
+        key["verify_layouts"] = [str(x) for x in asked]
     salt = evaluator.cache_salt()
     # the same tables again in this process (another point or run) are not recomputed;
     # two evaluator classes never share an entry, whatever their keys
     cls = type(evaluator)
     memo_key = {**key, "class": f"{cls.__module__}.{cls.__qualname__}"}
     compute = lambda: memoized(TABLES_NS, memo_key, lambda: _compute_tables(  # noqa: E731
-        evaluator, layouts, grid, seed), salt=salt)
+        evaluator, layouts, grid, seed, asked), salt=salt)
     arrays = cached(TABLES_NS, key, compute, fmt="npz", cache_dir=cache_dir, salt=salt,
                     enabled=cache)
     return IterationTables(arrays, evaluator.label, evaluator.cycle_level)

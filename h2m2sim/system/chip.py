@@ -35,6 +35,10 @@ ENERGY_FIELDS = ("mm_mac_pj", "mv_mac_pj", "vector_op_pj", "spm_read_pj_per_byte
 MAX_LATENCY_CYCLES = 2**16
 
 
+#: The compute data types a chip may declare
+COMPUTE_DTYPES = ("int8", "fp8", "fp16", "bf16", "fp32")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NpuChipConfig:
     """One accelerator chip (all cores identical)."""
@@ -121,12 +125,24 @@ class NpuChipConfig:
     spm_write_pj_per_byte: float = param(
         2.5, ge=0, le=1e4, unit="pJ/byte", doc="energy per byte written to the scratchpad",
         source=f"{_HOROWITZ}: as a read (the paper gives one SRAM figure per access)")
+    compute_dtypes: tuple[str, ...] = param(
+        COMPUTE_DTYPES,
+        doc="data types the matrix and vector units compute in, all at the rates above; a "
+        "model whose dtype is not here is refused (its weights and KV may be stored "
+        "narrower, widened on chip)",
+        source="assumed: the cycle model's rates do not depend on the data type")
     tile_overhead_cycles: int = param(0, ge=0, le=MAX_LATENCY_CYCLES, unit="cycles",
                                       doc="fixed cycles added to each tile's compute "
                                       "(instruction issue)",
                                       source="assumed 0")
 
     def _check(self) -> None:
+        for i, dt in enumerate(self.compute_dtypes):
+            if dt not in COMPUTE_DTYPES:
+                raise ConfigError(f"compute_dtypes[{i}]", f"unknown data type {dt!r}; known: "
+                                  f"{', '.join(COMPUTE_DTYPES)}")
+        if not self.compute_dtypes:
+            raise ConfigError("compute_dtypes", "needs at least one data type")
         if self.mm_preload_rows_per_cycle > self.mm_rows:
             raise ConfigError("mm_preload_rows_per_cycle",
                               f"must be <= mm_rows ({self.mm_rows}), got "

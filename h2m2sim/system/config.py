@@ -209,6 +209,16 @@ class SystemSpec:
                           + suggest(str(name), self.side_names)
                           + f"; sides: {', '.join(self.side_names)}")
 
+    def check_compute_dtype(self, dtype: str, key: str = "model.dtype") -> None:
+        """Refuse ``dtype`` unless every side computes in it: a GPU with a peak for it,
+        a chip that lists it in ``compute_dtypes``."""
+        for s in self.sides:
+            if s.gpu is not None:
+                s.gpu.peak(dtype, key)
+            elif dtype not in s.chip.compute_dtypes:
+                raise ConfigError(key, f"side {s.name!r} of {self.name!r} computes in "
+                                  f"{', '.join(s.chip.compute_dtypes)}, not {dtype}")
+
     @property
     def capacity_bytes(self) -> int:
         return sum(s.capacity_bytes for s in self.sides)

@@ -342,3 +342,46 @@ def test_mamba_layer_trace_writes_state_in_place_independent_of_seq():
     for tr in traces:
         assert int(tr.is_write.sum()) * 32 == 3 * state
     assert len(traces[0]) == len(traces[1])
+
+
+@pytest.mark.parametrize("form", ["absorbed", "naive"])
+def test_latent_attention_reads_the_latent_and_costs_its_closed_form(form):
+    """DeepSeek's MLA, layer 0 (dense FFN): the KV is the latent and rotary key of each
+    cached token; every weight is read; the matrix products cost 2 x weights per token
+    and the attention attn_flops_per_pair per cached token (absorbed: the latent's width
+    twice; naive: each head's keys and values, decompressed again)."""
+    import dataclasses
+    m = dataclasses.replace(load_model("deepseek-v2-lite"), mla_form=form)
+    seqs = [5, 40, 300]
+    G = build_layer_graph(m, len(seqs), seqs, layer=0, dtype="int8")
+    lm = m.layer_view(("attention", "dense"), 1)
+    ub = unique_bytes(G)
+    assert ub["kv"] == sum(seqs) * m.latent_width == \
+        sum(seqs) * m.kv_bytes_per_token_per_layer("int8")
+    assert ub["weight"] == lm.params_per_layer
+    ks = kernels(G)
+    att = sum(k.flops for k in ks if k.op in ("attn_score", "attn_value")) + \
+        sum(k.flops for k in ks if k.name == "attention.decompress")
+    assert att == m.attn_flops_per_pair("decode") * sum(seqs)
+    mm = sum(k.flops for k in ks
+             if k.op in ("gemm", "gemv") and k.name != "attention.decompress")
+    norms = m.q_lora_rank + m.kv_lora_rank + 2 * m.hidden
+    # naive: the key and value up-projection decompresses cached tokens, not new ones
+    up = m.kv_lora_rank * m.heads * (m.head_dim + m.v_dim) if form == "naive" else 0
+    assert mm == 2 * len(seqs) * (lm.params_per_layer - norms - up)
+    names = {k.name for k in ks}
+    assert ("attention.q_absorb" in names) == (form == "absorbed") != \
+        ("attention.decompress" in names)
+    assert split_units(m, "attention") == split_units(m, "qkv") == 1
+    P = partition_layer(m, len(seqs), seqs, {"qkv": 1, "attention": 0, "fc": 5}, layer=0,
+                        dtype="int8")
+    assert total_flops(P) == total_flops(G) and unique_bytes(P)["kv"] == ub["kv"]
+
+
+def test_latent_attention_prefill_decompresses_the_prompt():
+    m = load_model("deepseek-v3")
+    G = build_layer_graph(m, 2, [64, 128], phase="prefill", layer=5)
+    names = [k.name for k in kernels(G)]
+    assert "attention.decompress" in names and "attention.q_absorb" not in names
+    assert "qkv.q_a" in names and "qkv.q_b" in names       # V3 compresses its queries
+    assert unique_bytes(G)["kv"] == 192 * m.kv_bytes_per_token_per_layer()

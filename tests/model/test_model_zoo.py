@@ -38,6 +38,18 @@ def moe_like(L, d, heads, kv, f, E, V, shared=0, gate=False, qkv_bias=False):
     return L * per + 2 * V * d + d
 
 
+def deepseek_like(L, d, H, q_lora, kv_lora, nope, rope, v, f, dense, E, f_e, shared, V,
+                  router_bias=False):
+    """DeepSeek-V2/V3 from their config.json, tensor by tensor (HF DeepseekV3Attention
+    and DeepseekV3MoE): MLA projections and norms, ``dense`` first layers of SwiGLU width
+    ``f``, then E routed SwiGLU experts of width f_e with ``shared`` shared-expert width,
+    a d x E router (plus one bias per expert), RMSNorms, untied embeddings."""
+    q = d * q_lora + q_lora + q_lora * H * (nope + rope) if q_lora else d * H * (nope + rope)
+    attn = q + d * (kv_lora + rope) + kv_lora + kv_lora * H * (nope + v) + H * v * d
+    moe = E * 3 * d * f_e + 3 * d * shared + d * E + (E if router_bias else 0)
+    return L * (attn + 2 * d) + dense * 3 * d * f + (L - dense) * moe + 2 * V * d + d
+
+
 def jamba_like():
     """Jamba v0.1 from its config.json, term by term (HF JambaMambaMixer's tensors)."""
     d, di, n, r, conv = 4096, 8192, 16, 256, 4
@@ -80,8 +92,13 @@ EXPECTED = {
     "qwen1.5-moe-a2.7b": moe_like(24, 2048, 16, 16, 1408, 60, 151936, shared=5632,
                                   gate=True, qkv_bias=True),
     "jamba-mini": jamba_like(),
+    "deepseek-v3": deepseek_like(61, 7168, 128, 1536, 512, 128, 64, 128, 18432, 3, 256,
+                                 2048, 2048, 129280, router_bias=True),
+    "deepseek-v2-lite": deepseek_like(27, 2048, 16, 0, 512, 128, 64, 128, 10944, 1, 64,
+                                      1408, 2816, 102400),
+    "gemma-2-9b": 9_241_705_984,       # HF count (9.24B); tied embeddings, 4 norms a layer
 }
-HYBRID = {"jamba-mini"}
+HYBRID = {"jamba-mini", "deepseek-v3", "deepseek-v2-lite", "gemma-2-9b"}  # several kinds
 
 
 def test_zoo_lists_all_models():
@@ -124,15 +141,64 @@ NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
     # published totals: Mixtral paper 46.7B, Jamba model card 52B, Qwen1.5-MoE card 14.3B
     "mixtral-8x7b": (46.7e9, 0.01), "jamba-mini": (52e9, 0.01),
     "qwen1.5-moe-a2.7b": (14.3e9, 0.01),
+    # DeepSeek-V3 report (main model, without the multi-token-prediction module) and
+    # DeepSeek-V2 paper for Lite
+    "deepseek-v3": (671e9, 0.01), "deepseek-v2-lite": (15.7e9, 0.02),
+    "gemma-2-9b": (9.24e9, 0.01),      # its model card
 }
 
-ACTIVE = {"mixtral-8x7b": 12.9e9, "jamba-mini": 12e9, "qwen1.5-moe-a2.7b": 2.7e9}
+# published active parameters; Mistral, AI21 and Qwen count the whole input embedding
+# table, DeepSeek the one row a token reads (the papers' totals: V3 671B / 37B, V2-Lite
+# 15.7B / 2.4B)
+ACTIVE = {"mixtral-8x7b": (12.9e9, True, 0.02), "jamba-mini": (12e9, True, 0.02),
+          "qwen1.5-moe-a2.7b": (2.7e9, True, 0.02),
+          "deepseek-v3": (37e9, False, 0.03), "deepseek-v2-lite": (2.4e9, False, 0.05)}
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVE))
 def test_active_parameters_match_published(name):
-    # active = attention/SSM + top-k experts + router/shared experts + embeddings
-    assert abs(load_model(name).active_params / ACTIVE[name] - 1) < 0.02
+    # active = attention/SSM + top-k experts + router/shared experts + LM head (+ the
+    # input embedding table, as the publisher counts it)
+    published, whole_table, tol = ACTIVE[name]
+    m = load_model(name)
+    got = m.active_params_with_embeddings if whole_table else m.active_params
+    assert abs(got / published - 1) < tol
+    assert m.active_params_with_embeddings - m.active_params == \
+        (m.vocab - 1) * m.hidden
+
+
+def test_gemma2_alternates_local_and_global_layers():
+    """Gemma 2: even layers keep the last 4,096 tokens, odd ones the whole context; the
+    parameters follow its published shape term by term (GeGLU, four RMSNorms a layer,
+    tied 256K-token embeddings)."""
+    g = load_model("gemma-2-9b")
+    d, f, L = 3584, 14336, 42
+    per = d * 4096 + 2 * d * 2048 + 4096 * d + 3 * d * f + 4 * d
+    assert g.total_params == L * per + 256000 * d + d
+    assert [g.layer_kind(i)[0] for i in range(4)] == ["local", "attention"] * 2
+    assert g.layer_groups() == {("local", "dense"): 21, ("attention", "dense"): 21}
+    per_token = 2 * 8 * 256 * 2                          # K and V, 8 heads of 256, bf16
+    assert g.kv_bytes_of(4096) == 42 * 4096 * per_token
+    # past the window only the 21 global layers grow
+    assert g.kv_bytes_of(32768) == (21 * 4096 + 21 * 32768) * per_token
+    local, glob = (g.layer_view(k, 1) for k in g.layer_groups())
+    assert local.sliding_window == 4096 and glob.sliding_window is None
+
+
+def test_deepseek_latent_attention_caches_the_latent_and_rotary_key():
+    """(kv_lora_rank + qk_rope_head_dim) x layers x bytes per token: 70,272 bytes in bf16
+    for DeepSeek-V3 (its paper's 576 elements per layer and token)."""
+    v3 = load_model("deepseek-v3")
+    assert v3.kv_bytes_per_token("bf16") == (512 + 64) * 61 * 2 == 70_272
+    assert v3.kv_bytes_per_token("int8") == 70_272 // 2
+    assert v3.layer_groups() == {("attention", "dense"): 3, ("attention", "moe"): 58}
+    assert [v3.is_moe_layer(i) for i in (0, 2, 3, 60)] == [False, False, True, True]
+    assert v3.mla and not load_model("llama3-8b").mla
+    lite = load_model("deepseek-v2-lite")
+    assert lite.kv_bytes_per_token("bf16") == (512 + 64) * 27 * 2
+    # a 7B-class GQA model caches 4x more per token than the 15.7B MLA model
+    assert load_model("llama3-8b").kv_bytes_per_token("bf16") > 4 * \
+        lite.kv_bytes_per_token("bf16")
 
 
 def test_layer_kinds_of_hybrid_and_moe_stacks():
@@ -200,7 +266,8 @@ def test_names_that_differ_from_their_shape():
 @pytest.mark.parametrize("dtype", sorted(DTYPE_BYTES))
 def test_kv_bytes_per_token(name, dtype):
     m = load_model(name)
-    assert m.kv_bytes_per_token_per_layer(dtype) == 2 * m.kv_heads * m.head_dim * DTYPE_BYTES[dtype]
+    per_token = (m.kv_lora_rank + m.qk_rope_head_dim) if m.mla else 2 * m.kv_heads * m.head_dim
+    assert m.kv_bytes_per_token_per_layer(dtype) == per_token * DTYPE_BYTES[dtype]
 
 
 def test_gqa_reduces_kv_by_group_size():
@@ -266,7 +333,12 @@ def test_inline_mapping_and_defaults():
     ({"heads": 3}, "model.head_dim", "not divisible"),
     ({"hiden": 256}, "model.hiden", "did you mean 'hidden'"),
     ({"ffn_type": "swiglu"}, "model.ffn_type", "gelu"),
-    ({"dtype": "int4"}, "model.dtype", "int8"),
+    ({"dtype": "int2"}, "model.dtype", "int8"),
+    ({"dtype": "int4"}, "model.dtype", "stores weights or KV"),
+    ({"kv_dtype": "fp4"}, "model.kv_dtype", "fp8"),
+    ({"kv_lora_rank": 512}, "model.qk_rope_head_dim", "rotary part"),
+    ({"moe_dense_layers": 2}, "model.moe_experts", "moe_experts is 0"),
+    ({"sliding_window_period": 2}, "model.sliding_window_period", "sliding_window"),
     ({"pos_embed_rows": 10}, "model.pos_embed_rows", "learned"),
 ])
 def test_inconsistent_models_are_rejected(change, key, words):

@@ -75,3 +75,23 @@ def test_run_on_a_gpu_and_a_prefill_past_the_window(capsys):
                  "workload.seq=8192"]) == 2
     assert "workload.seq: a prompt of 8,192 tokens is longer than mistral-7b's sliding " \
         "window" in capsys.readouterr().err
+
+
+def test_local_and_global_layers_through_the_decode_run(tmp_path, monkeypatch):
+    """Gemma 2 9B decoding at 8,192 tokens against 4,096: the local layers' KV and
+    attention stay at the window, the global ones double; `model --json` and the memory
+    check count the same bytes."""
+    import h2m2sim
+    monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
+    g = load_model("gemma-2-9b")
+    local = [build_layer_graph(g, 2, s, layer=0) for s in (4096, 8192)]
+    glob = [build_layer_graph(g, 2, s, layer=1) for s in (4096, 8192)]
+    assert total_flops(local[0]) == total_flops(local[1])
+    assert total_flops(glob[1]) > total_flops(glob[0])
+    base = ["model=gemma-2-9b", "workload.batch=2", "policy.baseline=null",
+            "simulation.fidelity=estimate"]
+    t = [h2m2sim.run(DEFAULT, [*base, f"workload.seq={s}"]).metrics["iteration_time_ns"]
+         for s in (4096, 8192, 65536)]
+    assert t[0] < t[1] < t[2]
+    # the KV the run places: 21 local layers of 4,096 tokens, 21 global of the context
+    assert g.kv_bytes_of(65536) == 2 * 8 * 256 * 2 * 21 * (4096 + 65536)
