@@ -155,6 +155,12 @@ def register(subparsers) -> None:
                         "acceptance=A (K tokens drafted per step, each accepted with "
                         "probability A in [0, 1); acceptance=beta:ALPHA:BETA draws A per "
                         "request with --seed)")
+    p.add_argument("--disaggregate", default=None, metavar="P:D",
+                   help="prefill on P of the system's cards and decode on the other D, the "
+                        "KV crossing --kv-link (default: colocated)")
+    p.add_argument("--kv-link", default=None, metavar="NAME",
+                   help="link of a disaggregated run's KV: nvlink4 (default), pcie5-x16, "
+                        "cxl2-x16, rdma-400g")
     p.add_argument("--kv-dtype", default=None, metavar="DTYPE",
                    help="KV cache data type: int4, fp8, int8, fp16, bf16, fp32 (default: the "
                         "model's)")
@@ -233,7 +239,21 @@ def _serving_data(args) -> dict:
         data["speculative"] = _speculative(args.speculative)
     if args.kv_dtype is not None:
         data["kv_dtype"] = args.kv_dtype
+    if args.disaggregate is not None:
+        data["disaggregate"] = _pools(args.disaggregate)
+    if args.kv_link is not None:
+        data["kv_link"] = args.kv_link
     return data
+
+
+def _pools(text: str) -> list[int]:
+    """``workload.serving.disaggregate`` from --disaggregate's ``P:D``."""
+    from h2m2sim.errors import ConfigError
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ConfigError("--disaggregate", f"expected P:D (cards of the prefill and the "
+                          f"decode pool), got {text!r}")
+    return [int(p) for p in parts]
 
 
 def run_config(args) -> dict:
@@ -304,6 +324,18 @@ def _speculative_rows(m) -> list[tuple[str, str]]:
              f"draft {sp['draft']}, k={sp['k']}, draft time {_fmt(sp['draft_time_s'], ' s')})")]
 
 
+def _disaggregated_rows(m) -> list[tuple[str, str]]:
+    """The pools and the KV transfers of a disaggregated run; no row otherwise."""
+    pools = m.get("disaggregate")
+    if not pools:
+        return []
+    return [("prefill : decode cards", f"{pools[0]} : {pools[1]} (KV over {m['kv_link']})"),
+            ("KV transfer p50 / p99", f"{_fmt(m['kv_transfer_s_p50'], ' s')} / "
+                                      f"{_fmt(m['kv_transfer_s_p99'], ' s')}, "
+                                      f"{_fmt(m['kv_transfer_bytes'] / 1e9, ' GB')}, "
+                                      f"{_fmt(m['kv_transfer_energy_j'], ' J')}")]
+
+
 def _print_table(m) -> None:
     rows = [
         ("trace / model / system", f"{m['trace']} / {m['model']} / {m['system']}"),
@@ -326,6 +358,7 @@ def _print_table(m) -> None:
                                     f"{_fmt(m['kv_capacity_bytes'] / 1e9, ' GB')}"),
         ("mean decode batch", _fmt(m["mean_decode_batch"])),
         *_speculative_rows(m),
+        *_disaggregated_rows(m),
         ("preemptions", _fmt(m["preemptions"])),
         ("prefill tokens computed / total", f"{m['prefill_tokens_computed']} / "
                                             f"{m['prefill_tokens_total']} (prefix hit rate "

@@ -9,6 +9,8 @@ from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
 from h2m2sim.model.spec import DTYPE_BITS
 
+from .links import kv_link
+
 __all__ = ["ServingConfig", "DeploymentConfig", "SpeculativeConfig", "resolve_serving"]
 
 
@@ -175,6 +177,13 @@ class ServingConfig:
         None, doc="Speculative decoding with a draft model (draft, k, acceptance). Null = "
                   "none: every decode step yields one token per request.",
         source=SPECULATIVE_SOURCE)
+    disaggregate: Optional[tuple[int, int]] = param(
+        None, ge=1, le=4096, doc="Disaggregated serving: (P, D) cards of the system in a "
+        "prefill pool and a decode pool; each request's prompt is prefilled on the first, "
+        "its KV crosses kv_link, and the second decodes it. Null = colocated.",
+        source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
+    kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
+                         "pool (a preset: nvlink4, pcie5-x16, cxl2-x16, rdma-400g).")
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "
@@ -192,6 +201,11 @@ class ServingConfig:
                   "to sample from (output_lengths: sampled).")
 
     def _check(self) -> None:
+        kv_link(self.kv_link, "kv_link")
+        if self.disaggregate is not None and (self.speculative is not None
+                                              or self.chunked_prefill):
+            raise ConfigError("disaggregate", "is not modelled together with speculative "
+                              "decoding or chunked prefill yet")
         if self.speculative is not None and self.chunked_prefill:
             raise ConfigError("speculative", "is not modelled together with "
                               "chunked_prefill yet: use one of them")

@@ -145,7 +145,9 @@ class ServingLoop:
     scheduler. ``cfg`` supplies limits, scheduler and preemption policy (its trace and
     predictor fields are not used here). ``speculation`` (a
     :class:`~h2m2sim.serving.speculative.Speculation`) makes every decode step a
-    speculative one. :meth:`run` returns a :class:`ServingResult`.
+    speculative one. ``prefilled_at`` makes it a disaggregated decode pool
+    (:mod:`~h2m2sim.serving.disaggregated`). :meth:`run` returns a
+    :class:`ServingResult`.
 
     Per-request state is kept in Python lists: the loop reads and writes single entries,
     which is much cheaper on a list than on an array."""
@@ -153,8 +155,12 @@ class ServingLoop:
     def __init__(self, trace, cfg: ServingConfig, allocator: KVAllocator,
                  tables: IterationTables, prediction=None, *, record_timeline: bool = False,
                  owner: np.ndarray | None = None, replica: int = 0,
-                 speculation: Speculation | None = None):
+                 speculation: Speculation | None = None,
+                 prefilled_at: np.ndarray | None = None):
         self.trace, self.cfg, self.allocator, self.tables = trace, cfg, allocator, tables
+        #: a decode pool's requests: when each one's first token was emitted by the
+        #: prefill pool (s); they arrive with their prompt's KV
+        self.prefilled_at = prefilled_at
         self.n = n = len(trace)
         # behind a router (owner: the replica of each request, -1 while undecided) a loop
         # serves the requests routed to it, and only those the router has decided on
@@ -531,7 +537,7 @@ class ServingLoop:
         t = self.t
         st["prefill_time_s"] += dt_pre
         st["swap_time_s"] += dt_swap
-        if pre:
+        if pre and dt_pre > 0:        # (requests arriving with their KV compute nothing)
             st["prefill_iterations"] += 1
         for r in swin:
             self.swapped[r] = False
@@ -545,7 +551,13 @@ class ServingLoop:
 
     def prefill_price(self, pre: list[int]) -> tuple[float, float]:
         """(seconds, joules) of the prefill iteration of ``pre``, each computing its prompt
-        and generated tokens but those served by the prefix cache; counts the tokens."""
+        and generated tokens but those served by the prefix cache; counts the tokens. A
+        request whose prompt was prefilled elsewhere (``prefilled_at``) and that has not
+        been preempted since brings its KV: it computes nothing."""
+        if self.prefilled_at is not None:
+            pre = [r for r in pre if self.gen[r] > 0]
+            if not pre:
+                return 0.0, 0.0
         tokens = [self.prompt_l[r] + self.gen[r] for r in pre]
         total = sum(tokens)
         self.st["prefill_tokens_total"] += total
@@ -577,6 +589,10 @@ class ServingLoop:
             return
         self.gen[r] += 1
         t = self.t
+        if self.first_t[r] != self.first_t[r] and self.prefilled_at is not None:
+            # its first token came from the pool that prefilled it; its KV arrived now
+            self.first_t[r] = self.last_tok[r] = float(self.prefilled_at[r])
+            return
         if self.first_t[r] != self.first_t[r]:      # NaN: the first token
             self.first_t[r] = t
         else:

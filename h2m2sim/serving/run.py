@@ -34,6 +34,7 @@ from .deployment import (
     model_sizes,
     prepare_prediction,
 )
+from .disaggregated import serve_disaggregated
 from .ellm import ActivationModel, ElasticServingLoop
 from .energy import EstimateEnergy
 from .loop import ServingLoop, ServingResult
@@ -73,7 +74,8 @@ EVALUATORS.register("cycle", cycle_evaluator)
 def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: IterationTables,
              prediction=None, *, record_timeline: bool = False,
              activations: ActivationModel | None = None,
-             speculation: Speculation | None = None) -> ServingResult:
+             speculation: Speculation | None = None,
+             prefilled_at: np.ndarray | None = None) -> ServingResult:
     """Replay ``trace`` through ``allocator`` with iteration times from ``tables``: the
     :class:`~.loop.ServingLoop`, or the :class:`~.ellm.ElasticServingLoop` for an
     allocator that manages activations (``activations`` prices them); ``speculation``
@@ -87,14 +89,16 @@ def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: Iteratio
                                                activations=activations)
     else:
         loop = ServingLoop(trace, cfg, allocator, tables, prediction,
-                           record_timeline=record_timeline, speculation=speculation)
+                           record_timeline=record_timeline, speculation=speculation,
+                           prefilled_at=prefilled_at)
     return loop.run()
 
 
 def serve(trace, cfg: ServingConfig, *, allocator: str,
           allocator_params: Mapping[str, Any] | None = None, model, device: ServingDevice,
           evaluator=None, seed: int = 0, cache: bool = True, cache_dir=None,
-          record_timeline: bool = False) -> ServingResult:
+          record_timeline: bool = False, prefilled_at: np.ndarray | None = None
+          ) -> ServingResult:
     """Run ``trace`` (a RequestTrace, or None to load ``cfg.trace``) on ``device`` serving
     ``model``, with KV allocator ``allocator`` (a registered name) and its
     ``allocator_params``, one per replica of ``cfg.deployment``. A seeded
@@ -108,6 +112,9 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     (:mod:`.speculative`)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError("seed", f"must be a whole number >= 0, got {seed!r}")
+    if cfg.disaggregate is not None:
+        return _disaggregated(trace, cfg, allocator, allocator_params, model, device,
+                              evaluator, seed, cache, cache_dir, record_timeline)
     cfg = with_model_context(cfg, model)
     model, cfg = served_kv(cfg, model)
     replicas, replica_device = deployment(cfg.deployment, device)
@@ -169,7 +176,7 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
                                               replica_device.devices)
         result = simulate(trace, cfg, allocs[0], tables, prediction,
                           record_timeline=record_timeline, activations=acts,
-                          speculation=speculation)
+                          speculation=speculation, prefilled_at=prefilled_at)
     else:
         result = _replicated(trace, cfg, allocs, tables, prediction, speculation)
     alloc = allocs[0]
@@ -195,6 +202,33 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         "predictor_notes": report["notes"] if report else [],
     })
     return dataclasses.replace(result, metrics=m)
+
+
+def _disaggregated(trace, cfg: ServingConfig, allocator: str, allocator_params, model,
+                   device: ServingDevice, evaluator, seed: int, cache: bool, cache_dir,
+                   record_timeline: bool) -> ServingResult:
+    """``serve`` with a prefill and a decode pool (:mod:`.disaggregated`): the requests
+    to replay are chosen once, then each pool serves its part."""
+    if record_timeline:
+        raise ConfigError("--timeline", "a disaggregated run is not drawn yet")
+    if isinstance(evaluator, PointEvaluator):
+        raise ConfigError("serving.disaggregate", "needs an evaluator factory fn(model, "
+                          "device, cfg) to price each pool, got an evaluator object")
+    spec = ALLOCATORS.get(allocator)
+    if spec.uses_prediction or spec.learns_lengths or cfg.predictor is not None:
+        raise ConfigError("serving.disaggregate", f"is modelled with allocators that need "
+                          f"no length history (paged, static), not {allocator}")
+    base = with_model_context(cfg, model)
+    _, replay = _requests(trace, base, history_fraction(base, allocator, None), seed, False)
+
+    def serve_pool(t, pool_cfg, pool_device, prefilled_at):
+        return serve(t, pool_cfg, allocator=allocator, allocator_params=allocator_params,
+                     model=model, device=pool_device, evaluator=evaluator, seed=seed,
+                     cache=cache, cache_dir=cache_dir, prefilled_at=prefilled_at)
+    result = serve_disaggregated(replay, base, serve_pool, model=model, device=device,
+                                 seed=seed)
+    result.metrics.update(trace=replay.name, system=device.name, model=model.name)
+    return result
 
 
 def _with_draft_weights(sizes: dict, draft_sizes: dict | None) -> dict:

@@ -1,0 +1,155 @@
+"""Disaggregated serving: prefill on one pool of cards, decode on another, the KV of each
+prompt crossing a link between them (DistServe, Zhong et al., OSDI 2024; Splitwise,
+Patel et al., ISCA 2024).
+
+``serving.disaggregate: [P, D]`` splits the system's cards into a prefill pool of ``P``
+and a decode pool of ``D`` cards, each one replica serving tensor parallel over its
+cards, both priced by the run's evaluator on the same card type. A request
+
+1. is prefilled on the prefill pool (its serving loop runs prefill iterations only: every
+   request there has one output token, the first, emitted when its prefill ends); its
+   KV is held there from admission to its first token (not while it crosses the link:
+   the prefill pool's KV pressure is a lower bound);
+2. crosses ``serving.kv_link`` (:mod:`.links`) after its prefill, as DistServe moves KV
+   (no layer-wise overlap with the prefill, which Splitwise adds): transfers queue on the
+   link in the order their prefills end, each taking latency + bytes / bandwidth;
+3. joins the decode pool's queue when its KV has arrived, and is admitted when its KV
+   fits there (its serving loop computes nothing for it at admission: the KV came with
+   it); it decodes its remaining tokens there, and a preemption there recomputes its
+   context on the decode pool.
+
+A request's TTFT is its first token's time on the prefill pool; TPOT and the
+inter-token latencies count from that token, so the transfer and the decode pool's
+queueing fall into its second token's gap. The transfer's energy is the link's (bits x
+pJ/bit) plus the sender's DRAM read and the receiver's DRAM write of the KV, each priced
+by that side's DRAM power model as a stream over the transfer.
+
+Units: seconds, bytes, joules.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from h2m2sim.errors import ConfigError
+from h2m2sim.npu.energy import stream_energy
+
+from .config import DeploymentConfig, ServingConfig
+from .links import KvLink, kv_link
+from .loop import ServingResult, latency_metrics, percentiles, request_metrics
+from .traces import RequestTrace
+
+__all__ = ["link_queue", "serve_disaggregated", "transfer_energy_j"]
+
+
+def link_queue(ready_s: np.ndarray, nbytes: np.ndarray, link: KvLink) -> np.ndarray:
+    """When each transfer of ``nbytes`` bytes, ready at ``ready_s`` (NaN: none), has
+    arrived: one at a time on the link, in the order they become ready."""
+    arrive = np.full(len(ready_s), np.nan)
+    free = -np.inf
+    for i in np.argsort(ready_s, kind="stable"):
+        if not np.isfinite(ready_s[i]):
+            continue
+        start = max(float(ready_s[i]), free)
+        free = start + float(nbytes[i]) / (link.GBps * 1e9)
+        arrive[i] = free + link.latency_us * 1e-6
+    return arrive
+
+
+def transfer_energy_j(nbytes: float, seconds: float, link: KvLink, sender_dram,
+                      receiver_dram) -> float:
+    """Joules of moving ``nbytes`` of KV in ``seconds``: the link's, the sender's DRAM
+    read and the receiver's DRAM write (their DRAM models, as one stream)."""
+    if nbytes <= 0:
+        return 0.0
+    ns = max(seconds, 1e-12) * 1e9
+    read = stream_energy(sender_dram, nbytes, ns, 0.0).dram.total_nj
+    write = stream_energy(receiver_dram, nbytes, ns, 1.0).dram.total_nj
+    return link.energy_j(nbytes) + (read + write) * 1e-9
+
+
+def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool, *,
+                        model, device, seed: int) -> ServingResult:
+    """Serve ``trace`` (the replayed requests, arrivals set) disaggregated as the module
+    docstring says. ``serve_pool(trace, cfg, device, prefilled_at)`` serves one pool (a
+    colocated run on that pool's cards); ``device`` has all the system's cards."""
+    P, D = cfg.disaggregate
+    if P + D != device.devices:
+        raise ConfigError("serving.disaggregate", f"prefill and decode cards must add up to "
+                          f"the system's {device.devices}, got {P}:{D}")
+    link = kv_link(cfg.kv_link)
+    pool_cfg = dataclasses.replace(cfg, disaggregate=None, history_fraction=0.0,
+                                   arrival_rate=None, max_requests=None, trace=None,
+                                   output_lengths="trace", deployment=DeploymentConfig())
+    first = dataclasses.replace(trace, output_tokens=np.ones_like(trace.output_tokens))
+    r1 = serve_pool(first, pool_cfg, dataclasses.replace(device, devices=P), None)
+    bpt = int(r1.metrics["kv_bytes_per_token"])
+    ready = np.where(r1.rejected, np.nan, np.asarray(r1.first_token_s, dtype=float))
+    nbytes = trace.prompt_tokens.astype(np.float64) * bpt
+    arrive = link_queue(ready, nbytes, link)
+    go = np.flatnonzero(np.isfinite(arrive) & (trace.output_tokens > 1))
+    go = go[np.argsort(arrive[go], kind="stable")]
+    second = RequestTrace(arrive[go], trace.prompt_tokens[go], trace.output_tokens[go],
+                          name=trace.name, arrival_note="KV arrival from the prefill pool")
+    r2 = serve_pool(second, pool_cfg, dataclasses.replace(device, devices=D), ready[go]) \
+        if len(go) else None
+    return _joined(trace, cfg, r1, r2, go, ready, arrive, nbytes, link, device)
+
+
+def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, arrive,
+            nbytes, link: KvLink, device) -> ServingResult:
+    """One result of the two pools' runs: per request arrival and TTFT from the prefill
+    pool, finish from the decode pool (or at the first token when the request had one)."""
+    n = len(trace)
+    finish = np.where(np.isfinite(ready), ready, np.nan)
+    preempt = np.asarray(r1.preemptions).copy()
+    rejected = np.asarray(r1.rejected).copy()
+    if r2 is not None:
+        finish[go] = r2.finish_s
+        preempt[go] += r2.preemptions
+        rejected[go] |= r2.rejected
+    out = np.asarray(trace.output_tokens)
+    moved = np.isfinite(arrive)
+    xfer_s = arrive[moved] - ready[moved]
+    dram = device.system.side(device.side or device.system.side_names[0]).dram_spec
+    energy = sum(transfer_energy_j(b, s, link, dram, dram)
+                 for b, s in zip(nbytes[moved], xfer_s))
+    m = dict((r2 or r1).metrics)
+    # the decode pool counts each request's gaps from its first token on the prefill
+    # pool (the transfer and its queueing are in the second token's gap)
+    itl_s, itl_n = (r2.itl_s, r2.itl_count) if r2 is not None else (np.zeros(0),) * 2
+    m.update(request_metrics(trace.arrival_s, r1.admit_s, ready, finish, out, rejected,
+                             np.zeros(n, dtype=bool), preempt))
+    m.update(latency_metrics(cfg, trace.arrival_s, ready, finish, out, itl_s, itl_n,
+                             m["duration_s"]))
+    pools = [r.metrics.get("energy_j") for r in (r1, r2) if r is not None]
+    total = None if None in pools else sum(pools) + energy
+    m["energy_breakdown_j"] = None if total is None else {
+        "prefill_pool_j": pools[0], "decode_pool_j": sum(pools[1:]),
+        "kv_transfer_j": energy}
+    m.update(energy_j=total, energy_per_output_token_j=(
+        total / m["output_tokens"] if total is not None and m["output_tokens"] else None))
+    # what the prefill pool computed, and the replayed trace's arrivals
+    m.update({k: r1.metrics.get(k) for k in r1.metrics if k.startswith("prefix_")
+              or k.startswith("prefill_tokens")})
+    m.update({
+        "arrivals": trace.arrival_note or "from trace",
+        "disaggregate": list(cfg.disaggregate), "kv_link": link.name,
+        "kv_transfer_bytes": float(nbytes[moved].sum()),
+        "kv_transfer_s_p50": percentiles(xfer_s)["p50"],
+        "kv_transfer_s_p99": percentiles(xfer_s)["p99"],
+        "kv_transfer_energy_j": energy,
+        "prefill_pool": _pool(r1.metrics), "decode_pool": _pool(r2.metrics) if r2 else None,
+    })
+    return ServingResult(m, trace.arrival_s, r1.admit_s, ready, finish, out, preempt,
+                         rejected, r1.allocator_stats)
+
+
+def _pool(m: dict[str, Any]) -> dict[str, Any]:
+    """What a pool's own run reports of itself."""
+    keys = ("tensor_parallel", "kv_capacity_bytes", "kv_utilization", "mean_decode_batch",
+            "prefill_iterations", "decode_steps", "preemptions", "energy_j",
+            "total_time_ns")
+    return {k: m.get(k) for k in keys}

@@ -1,0 +1,84 @@
+"""Disaggregated prefill and decode: the KV link's arithmetic, the transfers' queue, and
+a 2:2 split of four cards against colocated serving on the same cards."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dram_models.spec import load_standard
+from h2m2sim.cli import main
+from h2m2sim.npu.energy import stream_energy
+from h2m2sim.serving.disaggregated import link_queue, transfer_energy_j
+from h2m2sim.serving.links import LINKS, kv_link
+
+SERVE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",
+         "deepseek-r1-distill-qwen-7b", "--allocator", "paged", "--evaluator", "analytic",
+         "--max-requests", "300", "--rate", "6", "--json"]
+
+
+def test_a_transfer_takes_latency_plus_bytes_over_bandwidth():
+    for name in LINKS.names():
+        link = kv_link(name)
+        assert link.transfer_s(0) == link.latency_us * 1e-6
+        assert link.transfer_s(4e9) == pytest.approx(link.latency_us * 1e-6
+                                                     + 4e9 / (link.GBps * 1e9))
+        assert link.energy_j(1e6) == pytest.approx(8e6 * link.pj_per_bit * 1e-12)
+    nv = kv_link("nvlink4")
+    assert nv.GBps == 450.0 and kv_link("pcie5-x16").GBps == 63.0
+
+
+def test_transfer_energy_is_the_links_and_both_memories():
+    link = kv_link("pcie5-x16")
+    lp = load_standard("lpddr5-6400")
+    nbytes, s = 50e6, link.transfer_s(50e6)
+    dram = (stream_energy(lp, nbytes, s * 1e9, 0.0).dram.total_nj
+            + stream_energy(lp, nbytes, s * 1e9, 1.0).dram.total_nj) * 1e-9
+    assert transfer_energy_j(nbytes, s, link, lp, lp) == pytest.approx(
+        link.energy_j(nbytes) + dram)
+    assert dram > 0
+
+
+def test_transfers_queue_on_the_link_in_the_order_they_are_ready():
+    link = kv_link("rdma-400g")                 # 50 GB/s, 10 us
+    ready = np.array([1.0, 0.0, 0.0, np.nan])
+    arrive = link_queue(ready, np.array([5e9, 5e9, 5e9, 1.0]), link)
+    assert arrive[1] == pytest.approx(0.1 + 1e-5)            # first on the link
+    assert arrive[2] == pytest.approx(0.2 + 1e-5)            # waits for it
+    assert arrive[0] == pytest.approx(1.1 + 1e-5)            # the link was free again
+    assert np.isnan(arrive[3])
+
+
+@pytest.fixture
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.usefixtures("_cache")
+def test_a_decode_pool_without_prefills_has_a_shorter_itl_tail(capsys):
+    """At a load where prefills interrupt decodes (no chunked prefill), decoding on two
+    cards of their own beats four cards that also prefill at the 99th percentile of the
+    inter-token latency (the median is slower: half the cards)."""
+    assert main(SERVE) == 0
+    colocated = json.loads(capsys.readouterr().out)
+    assert main([*SERVE, "--disaggregate", "2:2", "--kv-link", "pcie5-x16"]) == 0
+    split = json.loads(capsys.readouterr().out)
+    assert split["requests_completed"] == colocated["requests_completed"] == 300
+    assert split["itl_p99_s"] < colocated["itl_p99_s"]
+    assert split["itl_p50_s"] > colocated["itl_p50_s"]
+    assert split["kv_transfer_bytes"] > 0 and split["kv_link"] == "pcie5-x16"
+    assert 0 < split["kv_transfer_s_p50"] <= split["kv_transfer_s_p99"]
+    assert split["kv_transfer_energy_j"] > 0
+    assert split["prefill_pool"]["tensor_parallel"] == split["decode_pool"][
+        "tensor_parallel"] == 2
+    # every prompt's KV crossed the link once: whole tokens of 57,344 bytes
+    assert split["kv_transfer_bytes"] % 57_344 == 0
+
+
+@pytest.mark.usefixtures("_cache")
+@pytest.mark.parametrize("flag, words", [("3:3", "must add up to the system's 4"),
+                                         ("2-2", "expected P:D")])
+def test_bad_pools_are_refused(capsys, flag, words):
+    assert main([*SERVE, "--disaggregate", flag]) == 2
+    assert words in capsys.readouterr().err
