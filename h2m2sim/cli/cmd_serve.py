@@ -161,6 +161,11 @@ def register(subparsers) -> None:
     p.add_argument("--kv-link", default=None, metavar="NAME",
                    help="link of a disaggregated run's KV: nvlink4 (default), pcie5-x16, "
                         "cxl2-x16, rdma-400g")
+    p.add_argument("--kv-offload", default=None, metavar="TIER",
+                   help="a second KV tier under the prefix cache: host-ddr5, cxl-ddr5 "
+                        "(needs --kv-offload-capacity)")
+    p.add_argument("--kv-offload-capacity", default=None, metavar="SIZE",
+                   help="KV capacity of the --kv-offload tier (e.g. '512 GB')")
     p.add_argument("--kv-dtype", default=None, metavar="DTYPE",
                    help="KV cache data type: int4, fp8, int8, fp16, bf16, fp32 (default: the "
                         "model's)")
@@ -243,6 +248,13 @@ def _serving_data(args) -> dict:
         data["disaggregate"] = _pools(args.disaggregate)
     if args.kv_link is not None:
         data["kv_link"] = args.kv_link
+    if args.kv_offload is not None:
+        data["kv_offload"] = args.kv_offload
+    if args.kv_offload_capacity is not None:
+        try:
+            data["kv_offload_capacity_bytes"] = parse_size(args.kv_offload_capacity)
+        except ValueError as err:
+            raise ConfigError("--kv-offload-capacity", str(err)) from None
     return data
 
 

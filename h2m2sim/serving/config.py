@@ -9,7 +9,7 @@ from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
 from h2m2sim.model.spec import DTYPE_BITS
 
-from .links import kv_link
+from .links import TIERS, kv_link
 
 __all__ = ["ServingConfig", "DeploymentConfig", "SpeculativeConfig", "resolve_serving"]
 
@@ -184,6 +184,13 @@ class ServingConfig:
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
     kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
                          "pool (a preset: nvlink4, pcie5-x16, cxl2-x16, rdma-400g).")
+    kv_offload: Optional[str] = param(
+        None, doc="A second KV tier under the prefix cache (a preset: host-ddr5, "
+        "cxl-ddr5): evicted prefix blocks are demoted there and hits there promoted back "
+        "over its link. Null = none.", source="SGLang HiCache; LMCache; Mooncake (Qin et "
+        "al., FAST 2025)")
+    kv_offload_capacity_bytes: Optional[int] = param(
+        None, gt=0, le=2**50, unit="bytes", doc="KV capacity of the kv_offload tier.")
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "
@@ -202,6 +209,14 @@ class ServingConfig:
 
     def _check(self) -> None:
         kv_link(self.kv_link, "kv_link")
+        if (self.kv_offload is None) != (self.kv_offload_capacity_bytes is None):
+            raise ConfigError("kv_offload_capacity_bytes", "is needed exactly when "
+                              "kv_offload names a tier")
+        if self.kv_offload is not None:
+            TIERS.get(self.kv_offload, "kv_offload")
+            if not self.prefix_caching:
+                raise ConfigError("kv_offload", "holds evicted prefix blocks: it needs "
+                                  "prefix_caching")
         if self.disaggregate is not None and (self.speculative is not None
                                               or self.chunked_prefill):
             raise ConfigError("disaggregate", "is not modelled together with speculative "

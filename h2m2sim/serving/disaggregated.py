@@ -34,14 +34,13 @@ from typing import Any
 import numpy as np
 
 from h2m2sim.errors import ConfigError
-from h2m2sim.npu.energy import stream_energy
 
 from .config import DeploymentConfig, ServingConfig
-from .links import KvLink, kv_link
+from .links import KvLink, kv_link, transfer_energy_j
 from .loop import ServingResult, latency_metrics, percentiles, request_metrics
 from .traces import RequestTrace
 
-__all__ = ["link_queue", "serve_disaggregated", "transfer_energy_j"]
+__all__ = ["link_queue", "serve_disaggregated"]
 
 
 def link_queue(ready_s: np.ndarray, nbytes: np.ndarray, link: KvLink) -> np.ndarray:
@@ -56,18 +55,6 @@ def link_queue(ready_s: np.ndarray, nbytes: np.ndarray, link: KvLink) -> np.ndar
         free = start + float(nbytes[i]) / (link.GBps * 1e9)
         arrive[i] = free + link.latency_us * 1e-6
     return arrive
-
-
-def transfer_energy_j(nbytes: float, seconds: float, link: KvLink, sender_dram,
-                      receiver_dram) -> float:
-    """Joules of moving ``nbytes`` of KV in ``seconds``: the link's, the sender's DRAM
-    read and the receiver's DRAM write (their DRAM models, as one stream)."""
-    if nbytes <= 0:
-        return 0.0
-    ns = max(seconds, 1e-12) * 1e9
-    read = stream_energy(sender_dram, nbytes, ns, 0.0).dram.total_nj
-    write = stream_energy(receiver_dram, nbytes, ns, 1.0).dram.total_nj
-    return link.energy_j(nbytes) + (read + write) * 1e-9
 
 
 def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool, *,

@@ -56,7 +56,7 @@ from h2m2sim.allocators import KVAllocator, PrefixSharing
 from h2m2sim.errors import ConfigError, OutOfMemoryError
 
 from .config import ServingConfig
-from .prefix_cache import PrefixCache, cached_prefill_cost, check_hash_counts
+from .prefix_cache import LowerTier, PrefixCache, cached_prefill_cost, check_hash_counts
 from .speculative import Speculation, check_supported, log_capacity, speculative_window
 from .timing import (
     IterationTables,
@@ -156,8 +156,11 @@ class ServingLoop:
                  tables: IterationTables, prediction=None, *, record_timeline: bool = False,
                  owner: np.ndarray | None = None, replica: int = 0,
                  speculation: Speculation | None = None,
-                 prefilled_at: np.ndarray | None = None):
+                 prefilled_at: np.ndarray | None = None,
+                 lower_tier: LowerTier | None = None):
         self.trace, self.cfg, self.allocator, self.tables = trace, cfg, allocator, tables
+        #: a second KV tier under the prefix cache (None: none)
+        self.lower_tier = lower_tier
         #: a decode pool's requests: when each one's first token was emitted by the
         #: prefill pool (s); they arrive with their prompt's KV
         self.prefilled_at = prefilled_at
@@ -258,7 +261,7 @@ class ServingLoop:
         check_hash_counts(trace, cfg.prefix_block_tokens)
         hv, off = trace.prefix_hashes.tolist(), trace.prefix_offsets.tolist()
         return PrefixCache(allocator, [hv[off[i]:off[i + 1]] for i in range(self.n)],
-                           cfg.prefix_block_tokens)
+                           cfg.prefix_block_tokens, lower=self.lower_tier)
 
     def _batched_tokens(self) -> int:
         """The chunked-prefill token budget: the configured one, or the default of
@@ -568,8 +571,10 @@ class ServingLoop:
         self.st["prefill_tokens_computed"] += total - sum(cached)
         for r in pre:
             self.prefix.computed(r)
-        return self._with_draft_prefill(cached_prefill_cost(self.tables, tokens, cached),
+        s, j = self._with_draft_prefill(cached_prefill_cost(self.tables, tokens, cached),
                                         tokens, cached)
+        # the iteration waits for the blocks promoted from the lower tier
+        return s + self.prefix.take_stall(), j
 
     def _with_draft_prefill(self, cost: tuple[float, float], tokens: list[int],
                             cached: list[int] | None) -> tuple[float, float]:
@@ -674,6 +679,8 @@ class ServingLoop:
             dt, de = tables.prefill_cost([c[2] for c in chunks])
         ds, dj = self._chunk_context_cost(chunks)
         dt, de = dt + ds, de + dj
+        if self.prefix is not None:     # waits for blocks promoted from the lower tier
+            dt += self.prefix.take_stall()
         self._advance(dt, ctx_sum + sum(self.filled[r] for r in self.filling),
                       "mixed iteration", m + len(chunks), m + T)
         t = self.t
@@ -1076,6 +1083,11 @@ class ServingLoop:
         if self.prefix is not None:
             m.update(self.prefix.metrics(self.bpt))
             m["prefix_hit_rate"] = (total - computed) / total if total else None
+            lower = self.prefix.stats["lower_hit_tokens"]
+            by = {"device": (total - computed - lower) / total if total else None}
+            if self.lower_tier is not None:
+                by[self.lower_tier.name] = lower / total if total else None
+            m["prefix_hit_rate_by_tier"] = by
         return m
 
     def energy_breakdown_j(self) -> dict | None:

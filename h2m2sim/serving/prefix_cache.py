@@ -26,10 +26,19 @@ Eviction: the allocator calls :meth:`PrefixCache.evict_one` (its ``reclaim`` cal
 whenever a reservation, a growth or a new shared block does not fit; it frees the least
 recently used unreferenced block. A referenced block is never freed (asserted).
 
+With a second tier (:class:`LowerTier`: host or CXL memory, ``serving.kv_offload``) an
+evicted block is demoted there instead of dropped (least recently used first out of it
+when it is full), and a request's leading blocks found there after those found on the
+device are hits too: they are promoted (copied back over the tier's link, and moved: the
+tier keeps one copy of a block) and the prefill iteration that admits the request waits
+for the copy. Demotions run in the background; both directions' bytes are counted and
+priced in energy.
+
 Per request the work is O(its blocks) dict operations; nothing is per token.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 import numpy as np
@@ -37,9 +46,10 @@ import numpy as np
 from h2m2sim.allocators import KVAllocator, PrefixSharing
 from h2m2sim.errors import ConfigError
 
+from .links import KvLink, transfer_energy_j
 from .timing import IterationTables, interp2_pair
 
-__all__ = ["PrefixCache", "cached_prefill_cost", "check_hash_counts"]
+__all__ = ["PrefixCache", "LowerTier", "cached_prefill_cost", "check_hash_counts"]
 
 # an entry: [allocator handle, references, tokens of the block, KV computed]
 _HANDLE, _REFS, _TOKENS, _READY = range(4)
@@ -60,6 +70,26 @@ def check_hash_counts(trace, block_tokens: int) -> None:
                           "at another block size")
 
 
+@dataclasses.dataclass
+class LowerTier:
+    """A second KV tier under the prefix cache: ``capacity_tokens`` of KV, its ``link``
+    (:class:`~.links.KvLink`), the DRAM specs of the device and of the tier (their
+    models price each copy's read and write), bytes per KV token."""
+
+    name: str
+    capacity_tokens: int
+    link: KvLink
+    device_dram: object
+    tier_dram: object
+    bytes_per_token: int
+
+    def copy(self, tokens: int) -> tuple[float, float]:
+        """(seconds, joules) of copying ``tokens`` KV tokens between the tiers."""
+        nbytes = tokens * self.bytes_per_token
+        s = self.link.transfer_s(nbytes)
+        return s, transfer_energy_j(nbytes, s, self.link, self.device_dram, self.tier_dram)
+
+
 class PrefixCache:
     """Cached prefix blocks of one allocator (one replica). ``hashes`` is the trace's
     per-request hash lists (Python lists of ints), ``block_tokens`` the tokens per
@@ -67,7 +97,7 @@ class PrefixCache:
     every change (tests; slow)."""
 
     def __init__(self, allocator: KVAllocator, hashes: list, block_tokens: int, *,
-                 check: bool = False):
+                 check: bool = False, lower: LowerTier | None = None):
         if allocator.prefix_sharing is PrefixSharing.NONE:
             raise ConfigError("serving.prefix_caching", f"the {allocator.name} allocator "
                               "holds no shared prefixes")
@@ -82,7 +112,13 @@ class PrefixCache:
         #: contexts count more than once, since they hold each shared block once
         self.dup_tokens = 0
         self.stats = {"lookup_blocks": 0, "hit_blocks": 0, "hit_tokens": 0,
-                      "evictions": 0, "peak_tokens": 0}
+                      "evictions": 0, "peak_tokens": 0, "lower_hit_tokens": 0,
+                      "demoted_tokens": 0, "promoted_tokens": 0, "lower_evictions": 0,
+                      "copy_energy_j": 0.0}
+        self.lower = lower
+        self.below: OrderedDict[int, int] = OrderedDict()  # lower tier: hash -> tokens
+        self.below_tokens = 0
+        self.stall_s = 0.0          # promotions the next prefill iteration waits for
 
     # ------------------------------------------------------------------ requests
     def admit(self, r: int, prompt: int, prefill_tokens: int, reserve) -> bool:
@@ -98,6 +134,15 @@ class PrefixCache:
             if e is None or not e[_READY]:
                 break
             hit += 1
+        # the lower tier's leading blocks after the device's: taken out of it at once,
+        # so that demotions while this request's blocks are placed cannot drop them
+        lifted: list[tuple[int, int]] = []
+        for h in hashes[hit:]:
+            if h in entries or h not in self.below:
+                break
+            lifted.append((h, self.below.pop(h)))
+        self.below_tokens -= sum(t for _, t in lifted)
+        up = len(lifted)
         taken: list[int] = []
         for i, h in enumerate(hashes):
             e = entries.get(h)
@@ -105,6 +150,7 @@ class PrefixCache:
                 handle = self.allocator.hold_shared(min(block, prompt - i * block))
                 if handle is None:
                     self._unref(taken, r)
+                    self._put_back(lifted)
                     return False
                 entries[h] = [handle, 1, min(block, prompt - i * block), False]
             else:               # a hit, or a block some request computes now: shared
@@ -113,14 +159,18 @@ class PrefixCache:
         shared = min(len(hashes) * block, prompt)
         if not reserve(shared):
             self._unref(taken, r)
+            self._put_back(lifted)
             return False
         self.held[r] = taken
-        cached = min(hit * block, prefill_tokens - 1)
+        if up:
+            self._promote(lifted)
+        cached = min((hit + up) * block, prefill_tokens - 1)
         self.cached[r] = cached
         st = self.stats
         st["lookup_blocks"] += len(hashes)
-        st["hit_blocks"] += hit
+        st["hit_blocks"] += hit + up
         st["hit_tokens"] += cached
+        st["lower_hit_tokens"] += cached - min(hit * block, cached)
         if cached:
             self.allocator.note("prefix_hit", r, cached)
         held = self.allocator.shared_tokens
@@ -129,6 +179,52 @@ class PrefixCache:
         if self.check:
             self.check_invariants()
         return True
+
+    def _promote(self, lifted: list[tuple[int, int]]) -> None:
+        """Blocks (hash, tokens) taken from the lower tier and just given device memory
+        hold KV once the copy back arrives (the admitting prefill waits for it)."""
+        tokens = 0
+        for h, t in lifted:
+            self.entries[h][_READY] = True
+            tokens += t
+        s, j = self.lower.copy(tokens)
+        self.stall_s += s
+        self.stats["promoted_tokens"] += tokens
+        self.stats["copy_energy_j"] += j
+
+    def _put_back(self, lifted: list[tuple[int, int]]) -> None:
+        """Blocks taken from the lower tier for an admission that failed go back, most
+        recently used, the tier's oldest making room."""
+        if not lifted:
+            return
+        for h, t in lifted:
+            self.below[h] = t
+            self.below_tokens += t
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the lower tier's least recently used blocks until it fits."""
+        while self.below_tokens > self.lower.capacity_tokens:
+            _, t = self.below.popitem(last=False)
+            self.below_tokens -= t
+            self.stats["lower_evictions"] += 1
+
+    def _demote(self, h: int, tokens: int) -> None:
+        """Evicted block ``h`` goes to the lower tier (in the background), whose least
+        recently used blocks make room."""
+        lower = self.lower
+        if lower is None or tokens > lower.capacity_tokens:
+            return
+        self.below[h] = tokens
+        self.below_tokens += tokens
+        self._trim()
+        self.stats["demoted_tokens"] += tokens
+        self.stats["copy_energy_j"] += lower.copy(tokens)[1]
+
+    def take_stall(self) -> float:
+        """Seconds of promotions the iteration about to run waits for (then none)."""
+        s, self.stall_s = self.stall_s, 0.0
+        return s
 
     def computed(self, r: int) -> None:
         """Request ``r``'s prefill ran: every block it references now holds KV."""
@@ -184,6 +280,7 @@ class PrefixCache:
         self.allocator.drop_shared(e[_HANDLE])
         self.stats["evictions"] += 1
         self.allocator.note("evict", -1, e[_TOKENS])
+        self._demote(h, e[_TOKENS])
         return True
 
     def check_invariants(self) -> None:
@@ -213,7 +310,13 @@ class PrefixCache:
                 "prefix_cache_evictions": st["evictions"],
                 "prefix_cache_peak_bytes": st["peak_tokens"] * bpt,
                 "prefix_cache_bytes": self.allocator.shared_tokens * bpt,
-                "prefix_cache_blocks": len(self.entries)}
+                "prefix_cache_blocks": len(self.entries),
+                **({} if self.lower is None else {
+                    "kv_offload": self.lower.name,
+                    "offload_bytes": st["demoted_tokens"] * bpt,
+                    "promoted_bytes": st["promoted_tokens"] * bpt,
+                    "offload_evictions": st["lower_evictions"],
+                    "offload_energy_j": st["copy_energy_j"]})}
 
 
 def cached_prefill_cost(tables: IterationTables, tokens: list[int],

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dram_models.spec import load_standard
 from h2m2sim.allocators import ALLOCATORS, KVAllocator
 from h2m2sim.allocators.odma import utilization_bound
 from h2m2sim.allocators.state import RequestState
@@ -37,7 +38,9 @@ from .deployment import (
 from .disaggregated import serve_disaggregated
 from .ellm import ActivationModel, ElasticServingLoop
 from .energy import EstimateEnergy
+from .links import TIERS, kv_link
 from .loop import ServingLoop, ServingResult
+from .prefix_cache import LowerTier
 from .router import ROUTERS, serve_replicas
 from .speculative import Speculation, acceptance_rates, draft_model, split_kv_capacity
 from .timing import (
@@ -75,12 +78,16 @@ def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: Iteratio
              prediction=None, *, record_timeline: bool = False,
              activations: ActivationModel | None = None,
              speculation: Speculation | None = None,
-             prefilled_at: np.ndarray | None = None) -> ServingResult:
+             prefilled_at: np.ndarray | None = None,
+             lower_tier: LowerTier | None = None) -> ServingResult:
     """Replay ``trace`` through ``allocator`` with iteration times from ``tables``: the
     :class:`~.loop.ServingLoop`, or the :class:`~.ellm.ElasticServingLoop` for an
     allocator that manages activations (``activations`` prices them); ``speculation``
     makes the decode steps speculative."""
     if allocator.manages_activations:
+        if lower_tier is not None:
+            raise ConfigError("serving.kv_offload", f"is not modelled with the "
+                              f"{allocator.name} allocator (it offloads KV its own way)")
         if speculation is not None:
             raise ConfigError("serving.speculative", f"is not modelled with the "
                               f"{allocator.name} allocator (it manages activation memory)")
@@ -90,7 +97,7 @@ def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: Iteratio
     else:
         loop = ServingLoop(trace, cfg, allocator, tables, prediction,
                            record_timeline=record_timeline, speculation=speculation,
-                           prefilled_at=prefilled_at)
+                           prefilled_at=prefilled_at, lower_tier=lower_tier)
     return loop.run()
 
 
@@ -176,9 +183,11 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
                                               replica_device.devices)
         result = simulate(trace, cfg, allocs[0], tables, prediction,
                           record_timeline=record_timeline, activations=acts,
-                          speculation=speculation, prefilled_at=prefilled_at)
+                          speculation=speculation, prefilled_at=prefilled_at,
+                          lower_tier=_lower_tier(cfg, replica_device, sizes, 1))
     else:
-        result = _replicated(trace, cfg, allocs, tables, prediction, speculation)
+        result = _replicated(trace, cfg, allocs, tables, prediction, speculation,
+                             _lower_tier(cfg, replica_device, sizes, replicas))
     alloc = allocs[0]
     m = result.metrics
     m.update(replicas=replicas, tensor_parallel=replica_device.devices,
@@ -229,6 +238,19 @@ def _disaggregated(trace, cfg: ServingConfig, allocator: str, allocator_params, 
                                  seed=seed)
     result.metrics.update(trace=replay.name, system=device.name, model=model.name)
     return result
+
+
+def _lower_tier(cfg: ServingConfig, device: ServingDevice, sizes: dict,
+                replicas: int) -> LowerTier | None:
+    """Each replica's share of the ``kv_offload`` tier (None without one): its capacity
+    in KV tokens, its link, and the DRAM of the device's side and of the tier."""
+    if cfg.kv_offload is None:
+        return None
+    tier = TIERS.get(cfg.kv_offload, "serving.kv_offload")
+    bpt = int(sizes["kv_bytes_per_token"])
+    side = device.system.side(device.side or device.system.side_names[0])
+    return LowerTier(tier.name, int(cfg.kv_offload_capacity_bytes // replicas // bpt),
+                     kv_link(tier.link), side.dram_spec, load_standard(tier.dram), bpt)
 
 
 def _with_draft_weights(sizes: dict, draft_sizes: dict | None) -> dict:
@@ -289,14 +311,17 @@ def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, Servi
 
 
 def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction,
-                speculation: Speculation | None = None) -> ServingResult:
-    """The replicas' loops behind the configured router."""
+                speculation: Speculation | None = None,
+                lower_tier: LowerTier | None = None) -> ServingResult:
+    """The replicas' loops behind the configured router (each with its share of a lower
+    KV tier)."""
     if allocs[0].manages_activations:
         raise ConfigError("serving.deployment.replicas", f"the {allocs[0].name} allocator "
                           "runs as one replica")
     owner = np.full(len(trace), -1, dtype=np.int64)
     loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k,
-                         speculation=None if speculation is None else speculation.fresh())
+                         speculation=None if speculation is None else speculation.fresh(),
+                         lower_tier=lower_tier)
              for k, a in enumerate(allocs)]
     return serve_replicas(loops, owner, ROUTERS.get(cfg.deployment.router))
 

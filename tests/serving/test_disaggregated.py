@@ -10,8 +10,8 @@ import pytest
 from dram_models.spec import load_standard
 from h2m2sim.cli import main
 from h2m2sim.npu.energy import stream_energy
-from h2m2sim.serving.disaggregated import link_queue, transfer_energy_j
-from h2m2sim.serving.links import LINKS, kv_link
+from h2m2sim.serving.disaggregated import link_queue
+from h2m2sim.serving.links import LINKS, kv_link, transfer_energy_j
 
 SERVE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",
          "deepseek-r1-distill-qwen-7b", "--allocator", "paged", "--evaluator", "analytic",

@@ -1,0 +1,101 @@
+"""A second KV tier under the prefix cache: evicted prefix blocks are demoted to host or
+CXL memory and hits there are promoted back over its link, so the hit rate climbs toward
+what unbounded device memory would give; the rates by tier add up to it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dram_models.spec import load_standard
+from h2m2sim.allocators import make_allocator
+from h2m2sim.cli import main
+from h2m2sim.serving.config import ServingConfig
+from h2m2sim.serving.links import kv_link
+from h2m2sim.serving.loop import ServingLoop
+from h2m2sim.serving.prefix_cache import LowerTier
+from h2m2sim.serving.traces import prefix_reuse_trace
+from tests.serving.test_prefix_cache import BLOCK, BLOCKS, BPT, CTX, _tables
+
+
+def _tier(blocks: int) -> LowerTier:
+    lp = load_standard("lpddr5-6400")
+    return LowerTier("host-ddr5", blocks * BLOCK, kv_link("pcie5-x16"), lp,
+                     load_standard("ddr5-4800"), BPT)
+
+
+def _serve(trace, cap_tokens, tier=None):
+    cfg = ServingConfig(max_batch=16, max_context_tokens=CTX, prefix_block_tokens=BLOCK,
+                        prefix_caching=True)
+    a = make_allocator("paged", cap_tokens * BPT, BPT, max_context_tokens=CTX)
+    loop = ServingLoop(trace, cfg, a, _tables(), lower_tier=tier)
+    loop.prefix.check = True
+    return loop.run().metrics
+
+
+def test_a_lower_tier_restores_the_hits_small_device_memory_loses():
+    """Eight prefixes in turn, each request alone: the device holds a couple of prompts,
+    so a prefix is evicted before its next use; a tier that holds every block demoted
+    keeps them all (least recently used: the requests' own tails are demoted too)."""
+    n, ratio = 80, 0.75
+    tr = prefix_reuse_trace(n, ratio, prompt_blocks=BLOCKS, block_tokens=BLOCK, prefixes=8,
+                            output_tokens=4, arrival_rate=0.5, seed=3)
+    ideal = _serve(tr, 10**6)["prefix_hit_rate"]
+    small = _serve(tr, 2 * CTX)
+    tiered = _serve(tr, 2 * CTX, _tier(n * BLOCKS))
+    assert small["prefix_hit_rate"] < 0.5 * ideal
+    assert tiered["prefix_hit_rate"] == pytest.approx(ideal, rel=1e-9)
+    by = tiered["prefix_hit_rate_by_tier"]
+    assert set(by) == {"device", "host-ddr5"} and by["host-ddr5"] > 0
+    assert sum(by.values()) == pytest.approx(tiered["prefix_hit_rate"], rel=1e-12)
+    assert tiered["promoted_bytes"] > 0 and tiered["offload_bytes"] >= tiered[
+        "promoted_bytes"]
+    assert tiered["offload_energy_j"] > 0
+    # a tier too small for a prefix between its uses helps little
+    tiny = _serve(tr, 2 * CTX, _tier(BLOCKS))
+    assert small["prefix_hit_rate"] <= tiny["prefix_hit_rate"] < tiered["prefix_hit_rate"]
+    assert tiny["offload_evictions"] > 0
+
+
+def test_a_copy_between_tiers_costs_its_link_and_both_memories():
+    t = _tier(64)
+    s, j = t.copy(1000)
+    assert s == pytest.approx(kv_link("pcie5-x16").transfer_s(1000 * BPT))
+    assert j > kv_link("pcie5-x16").energy_j(1000 * BPT) > 0
+
+
+SERVE = ["serve", "--trace", "mooncake2025_conv", "--system", "mlu370-x4", "--model",
+         "deepseek-r1-distill-qwen-7b", "--allocator", "paged", "--evaluator", "analytic",
+         "--max-requests", "1000", "--rate", "1", "--prefix-caching", "--json"]
+
+
+@pytest.fixture
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.usefixtures("_cache")
+def test_mooncake_hits_climb_to_the_unbounded_ideal_with_a_host_tier(capsys):
+    def serve(*extra):
+        assert main([*SERVE, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+    ideal = serve("--kv-capacity", "10TB")["prefix_hit_rate"]
+    small = serve("--kv-capacity", "20GB")
+    tiered = serve("--kv-capacity", "20GB", "--kv-offload", "host-ddr5",
+                   "--kv-offload-capacity", "1TB")
+    assert small["prefix_hit_rate"] < 0.5 * ideal
+    assert tiered["prefix_hit_rate"] > 0.95 * ideal
+    assert sum(tiered["prefix_hit_rate_by_tier"].values()) == pytest.approx(
+        tiered["prefix_hit_rate"], rel=1e-12)
+    assert tiered["requests_completed"] == 1000
+    assert tiered["ttft_p50_s"] < small["ttft_p50_s"]
+
+
+@pytest.mark.usefixtures("_cache")
+@pytest.mark.parametrize("extra, words", [
+    (["--kv-offload", "host-ddr5"], "kv_offload_capacity_bytes: is needed"),
+    (["--kv-offload", "host-dd5", "--kv-offload-capacity", "1TB"], "did you mean"),
+])
+def test_bad_tiers_are_refused(capsys, extra, words):
+    assert main([*SERVE, *extra]) == 2
+    assert words in capsys.readouterr().err
