@@ -22,14 +22,12 @@ point is one stored record (``--resume`` runs only the missing ones).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import os
 
-from h2m2sim.errors import SimError
-from h2m2sim.store import atomic_write_bytes, atomic_write_json, atomic_write_text
-from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweeps.tasks import PointSpec, load_records
+from h2m2sim.store import atomic_write_bytes, atomic_write_json
+from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
+                                         run_points, stored_rows, write_table)
+from h2m2sim.sweeps.tasks import PointSpec
 
 MODELS = ("deepseek-v2-lite", "llama3-8b")
 SYSTEMS = ("h2m2", "h200")
@@ -52,19 +50,14 @@ def step_point(p: dict) -> dict:
             "kv_gb": m.kv_bytes_per_token() * p["batch"] * p["seq"] / 1e9}
 
 
-def _rows(points: dict, out: str) -> list[dict]:
-    records = load_records(out)
-    rows = []
-    for (model, system, batch, seq), p in points.items():
-        rec = records[p.key]
-        err = rec.get("error") or ""
-        if err and NO_FIT not in err:
-            raise SimError(f"{model} on {system}, batch {batch}, seq {seq}: {err}")
-        row = {"model": model, "system": system, "batch": batch, "seq": seq,
-               "fits": not err}
-        row.update(rec["metrics"] if not err else
-                   {"iteration_ms": None, "tokens_per_s": None, "kv_gb": None})
-        rows.append(row)
+def _rows(points: list, out: str) -> list[dict]:
+    """The stored points, those that did not fit marked (``fits`` False, no times)."""
+    rows = stored_rows(points, out, accept=lambda err: NO_FIT in err)
+    for r in rows:
+        r["fits"] = "error" not in r
+        if not r["fits"]:
+            del r["error"]
+            r.update(iteration_ms=None, tokens_per_s=None, kv_gb=None)
     return rows
 
 
@@ -101,28 +94,22 @@ def plot(rows: list[dict]) -> bytes:
                 ax.legend(fontsize=size, ncol=2 if ax is ax_t else 1)
             else:
                 ax.text(0.5, 0.5, "no point fits", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    points = {(m, s, b, q): PointSpec(step_point, {"model": m, "system": s, "batch": b,
-                                                   "seq": q})
-              for m in MODELS for s in SYSTEMS for b in BATCHES for q in SEQS}
-    run_points(list(points.values()), args, "mla_decode",
+    points = [({"model": m, "system": s, "batch": b, "seq": q},
+               PointSpec(step_point, {"model": m, "system": s, "batch": b, "seq": q}))
+              for m in MODELS for s in SYSTEMS for b in BATCHES for q in SEQS]
+    run_points([p for _, p in points], args, "mla_decode",
                argv=None if argv is None else ["mla_decode_study.py", *argv])
     rows = _rows(points, args.out)
-    text = io.StringIO()
-    w = csv.DictWriter(text, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(os.path.join(args.out, "mla_decode.csv"), text.getvalue())
+    write_table(os.path.join(args.out, "mla_decode.csv"), rows,
+                ["model", "system", "batch", "seq", "fits", "iteration_ms", "tokens_per_s",
+                 "kv_gb"])
     atomic_write_json(os.path.join(args.out, "summary.json"), {"rows": rows})
     atomic_write_bytes(os.path.join(args.out, "mla_decode.png"), plot(rows))
     for r in rows:

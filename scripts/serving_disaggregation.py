@@ -18,14 +18,12 @@ Writes ``disaggregation.csv``, ``summary.json`` and ``disaggregation.png`` into
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import os
 
-from h2m2sim.errors import SimError
-from h2m2sim.store import atomic_write_bytes, atomic_write_json, atomic_write_text
-from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweeps.tasks import PointSpec, load_records
+from h2m2sim.store import atomic_write_bytes, atomic_write_json
+from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
+                                         run_points, stored_rows, write_table)
+from h2m2sim.sweeps.tasks import PointSpec
 
 RATES = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0)
 SLO = (1.0, 0.05)
@@ -68,33 +66,19 @@ def plot(rows: list[dict]) -> bytes:
     for ax in (ax_g, ax_t):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    points = {(m, r): PointSpec(mode_point, {"mode": m, "rate": r})
-              for m in MODES for r in RATES}
-    run_points(list(points.values()), args, "disaggregation",
+    points = [({"mode": m, "rate": r}, PointSpec(mode_point, {"mode": m, "rate": r}))
+              for m in MODES for r in RATES]
+    run_points([p for _, p in points], args, "disaggregation",
                argv=None if argv is None else ["serving_disaggregation.py", *argv])
-    records = load_records(args.out)
-    rows = []
-    for (mode, rate), p in points.items():
-        rec = records[p.key]
-        if rec.get("error"):
-            raise SimError(f"{mode} at {rate} req/s: {rec['error']}")
-        rows.append({"mode": mode, "rate": rate, **rec["metrics"]})
-    text = io.StringIO()
-    w = csv.DictWriter(text, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(os.path.join(args.out, "disaggregation.csv"), text.getvalue())
+    rows = stored_rows(points, args.out)
+    write_table(os.path.join(args.out, "disaggregation.csv"), rows)
     atomic_write_json(os.path.join(args.out, "summary.json"), {"slo": SLO, "rows": rows})
     atomic_write_bytes(os.path.join(args.out, "disaggregation.png"), plot(rows))
     for r in rows:

@@ -17,14 +17,12 @@ point is one stored record (``--resume`` runs only the missing ones).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import os
 
-from h2m2sim.errors import SimError
-from h2m2sim.store import atomic_write_bytes, atomic_write_json, atomic_write_text
-from h2m2sim.sweeps.reproduction import add_output_arguments, main_guard, run_points
-from h2m2sim.sweeps.tasks import PointSpec, load_records
+from h2m2sim.store import atomic_write_bytes, atomic_write_json
+from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
+                                         run_points, stored_rows, write_table)
+from h2m2sim.sweeps.tasks import PointSpec
 
 CAPACITIES_GB = (10, 20, 40, 80, 160, 320, 640)
 TIER = ("host-ddr5", 1e12)
@@ -66,37 +64,23 @@ def plot(rows: list[dict], ideal: float) -> bytes:
     ax.set_ylim(0, ideal * 1.15)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    points = {(gb, tier): PointSpec(tier_point, {"kv_gb": gb, "tier": tier})
+    points = [({"kv_gb": gb, "tier": tier}, PointSpec(tier_point, {"kv_gb": gb, "tier": tier}))
               for gb in (*CAPACITIES_GB, IDEAL_GB) for tier in (False, True)
-              if not (gb == IDEAL_GB and tier)}
-    run_points(list(points.values()), args, "kv_tiers",
+              if not (gb == IDEAL_GB and tier)]
+    run_points([p for _, p in points], args, "kv_tiers",
                argv=None if argv is None else ["serving_kv_tiers.py", *argv])
-    records = load_records(args.out)
-    rows = []
-    for (gb, tier), p in points.items():
-        rec = records[p.key]
-        if rec.get("error"):
-            raise SimError(f"{gb} GB, tier {tier}: {rec['error']}")
-        rows.append({"kv_gb": gb, "tier": tier, **rec["metrics"]})
+    rows = stored_rows(points, args.out)
     ideal = next(r["prefix_hit_rate"] for r in rows if r["kv_gb"] == IDEAL_GB)
     rows = [r for r in rows if r["kv_gb"] != IDEAL_GB]
-    text = io.StringIO()
-    w = csv.DictWriter(text, fieldnames=[k for k in rows[0] if k != "prefix_hit_rate_by_tier"],
-                       extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(os.path.join(args.out, "kv_tiers.csv"), text.getvalue())
+    write_table(os.path.join(args.out, "kv_tiers.csv"), rows,
+                [k for k in rows[0] if k != "prefix_hit_rate_by_tier"])
     atomic_write_json(os.path.join(args.out, "summary.json"), {"ideal": ideal, "rows": rows})
     atomic_write_bytes(os.path.join(args.out, "kv_tiers.png"), plot(rows, ideal))
     print(f"unbounded device memory: hit rate {ideal:.4f}")

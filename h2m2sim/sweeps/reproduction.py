@@ -10,6 +10,8 @@ writes its figures from the stored records, so a killed reproduction rerun with
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import os
 import shlex
 import sys
@@ -18,10 +20,12 @@ from typing import Any
 
 from dram_models.guard import INTERRUPTED, exit_with, guarded
 from h2m2sim.version import __version__
-from h2m2sim.store import environment, git_revision, now_iso
-from h2m2sim.sweeps.tasks import PointSpec, TaskReport, run_tasks
+from h2m2sim.errors import SimError
+from h2m2sim.store import atomic_write_text, environment, git_revision, now_iso
+from h2m2sim.sweeps.tasks import PointSpec, TaskReport, load_records, run_tasks
 
-__all__ = ["add_output_arguments", "provenance", "run_points", "main_guard", "usable_cores"]
+__all__ = ["add_output_arguments", "provenance", "run_points", "main_guard", "usable_cores",
+           "stored_rows", "write_table", "figure_png"]
 
 
 def usable_cores() -> int:
@@ -80,3 +84,39 @@ def main_guard(main: Callable[[], int]) -> int:
     if status == INTERRUPTED:
         exit_with(status)
     return status
+
+
+def stored_rows(points: Sequence[tuple[dict, PointSpec]], out: str,
+                accept: Callable[[str], bool] = lambda e: False) -> list[dict]:
+    """One row per (fields, PointSpec) of ``points``: the fields and the point's stored
+    metrics. A point that failed raises SimError naming it, unless ``accept(error)``:
+    then its row has ``error`` instead of metrics."""
+    records = load_records(out)
+    rows = []
+    for fields, p in points:
+        rec = records[p.key]
+        err = rec.get("error")
+        if err and not accept(err):
+            raise SimError(f"{fields}: {err}")
+        rows.append({**fields, **({"error": err} if err else rec["metrics"])})
+    return rows
+
+
+def write_table(path: str, rows: list[dict], fields: Sequence[str] | None = None) -> None:
+    """``rows`` as CSV at ``path``, atomically (``fields``: the columns, default the
+    first row's; other keys are left out)."""
+    text = io.StringIO()
+    w = csv.DictWriter(text, fieldnames=list(fields or rows[0]), extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, text.getvalue())
+
+
+def figure_png(fig) -> bytes:
+    """A matplotlib figure as PNG bytes (laid out tight, 110 dpi), then closed."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
