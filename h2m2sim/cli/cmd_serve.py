@@ -166,6 +166,8 @@ def register(subparsers) -> None:
                         "(needs --kv-offload-capacity)")
     p.add_argument("--kv-offload-capacity", default=None, metavar="SIZE",
                    help="KV capacity of the --kv-offload tier (e.g. '512 GB')")
+    p.add_argument("--kv-offload-policy", default=None, choices=("lru", "prefix-aware"),
+                   help="which blocks leave the full tier first (default lru)")
     p.add_argument("--kv-dtype", default=None, metavar="DTYPE",
                    help="KV cache data type: int4, fp8, int8, fp16, bf16, fp32 (default: the "
                         "model's)")
@@ -250,6 +252,8 @@ def _serving_data(args) -> dict:
         data["kv_link"] = args.kv_link
     if args.kv_offload is not None:
         data["kv_offload"] = args.kv_offload
+    if args.kv_offload_policy is not None:
+        data["kv_offload_policy"] = args.kv_offload_policy
     if args.kv_offload_capacity is not None:
         try:
             data["kv_offload_capacity_bytes"] = parse_size(args.kv_offload_capacity)

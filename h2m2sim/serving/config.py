@@ -191,6 +191,10 @@ class ServingConfig:
         "al., FAST 2025)")
     kv_offload_capacity_bytes: Optional[int] = param(
         None, gt=0, le=2**50, unit="bytes", doc="KV capacity of the kv_offload tier.")
+    kv_offload_policy: Literal["lru", "prefix-aware"] = param(
+        "lru", doc="Which blocks leave the full kv_offload tier first: lru (least "
+        "recently placed there) or prefix-aware (those the fewest requests referenced, "
+        "then the least recent: shared prefixes stay, a request's own tail goes).")
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "

@@ -27,8 +27,9 @@ whenever a reservation, a growth or a new shared block does not fit; it frees th
 recently used unreferenced block. A referenced block is never freed (asserted).
 
 With a second tier (:class:`LowerTier`: host or CXL memory, ``serving.kv_offload``) an
-evicted block is demoted there instead of dropped (least recently used first out of it
-when it is full), and a request's leading blocks found there after those found on the
+evicted block is demoted there instead of dropped (when it is full, the least recently
+placed block leaves first, or under the prefix-aware policy the one the fewest requests
+referenced), and a request's leading blocks found there after those found on the
 device are hits too: they are promoted (copied back over the tier's link, and moved: the
 tier keeps one copy of a block) and the prefill iteration that admits the request waits
 for the copy. Demotions run in the background; both directions' bytes are counted and
@@ -39,6 +40,7 @@ Per request the work is O(its blocks) dict operations; nothing is per token.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections import OrderedDict
 
 import numpy as np
@@ -82,6 +84,9 @@ class LowerTier:
     device_dram: object
     tier_dram: object
     bytes_per_token: int
+    #: which blocks leave the full tier first: "lru" (least recently placed) or
+    #: "prefix-aware" (those the fewest requests referenced, then least recent)
+    policy: str = "lru"
 
     def copy(self, tokens: int) -> tuple[float, float]:
         """(seconds, joules) of copying ``tokens`` KV tokens between the tiers."""
@@ -116,8 +121,14 @@ class PrefixCache:
                       "demoted_tokens": 0, "promoted_tokens": 0, "lower_evictions": 0,
                       "copy_energy_j": 0.0}
         self.lower = lower
-        self.below: OrderedDict[int, int] = OrderedDict()  # lower tier: hash -> tokens
+        self.below: dict[int, int] = {}           # lower tier: hash -> tokens
         self.below_tokens = 0
+        # the tier's eviction order: a heap of (uses, order of arrival, hash), stale
+        # entries skipped; uses stay 0 under LRU
+        self.order: list[tuple[int, int, int]] = []
+        self.arrived: dict[int, int] = {}         # hash -> its entry's order of arrival
+        self.placed = 0                           # blocks placed in the tier so far
+        self.uses: dict[int, int] = {}            # hash -> admissions that referenced it
         self.stall_s = 0.0          # promotions the next prefill iteration waits for
 
     # ------------------------------------------------------------------ requests
@@ -141,6 +152,7 @@ class PrefixCache:
             if h in entries or h not in self.below:
                 break
             lifted.append((h, self.below.pop(h)))
+            self.arrived.pop(h, None)
         self.below_tokens -= sum(t for _, t in lifted)
         up = len(lifted)
         taken: list[int] = []
@@ -162,6 +174,9 @@ class PrefixCache:
             self._put_back(lifted)
             return False
         self.held[r] = taken
+        uses = self.uses
+        for h in taken:
+            uses[h] = uses.get(h, 0) + 1
         if up:
             self._promote(lifted)
         cached = min((hit + up) * block, prefill_tokens - 1)
@@ -198,15 +213,29 @@ class PrefixCache:
         if not lifted:
             return
         for h, t in lifted:
-            self.below[h] = t
-            self.below_tokens += t
+            self._place_below(h, t)
         self._trim()
 
+    def _place_below(self, h: int, tokens: int) -> None:
+        """Block ``h`` enters the lower tier, last in its eviction order among equals."""
+        self.below[h] = tokens
+        self.below_tokens += tokens
+        self.placed += 1
+        n = self.placed
+        self.arrived[h] = n
+        uses = self.uses.get(h, 0) if self.lower.policy == "prefix-aware" else 0
+        heapq.heappush(self.order, (uses, n, h))
+
     def _trim(self) -> None:
-        """Drop the lower tier's least recently used blocks until it fits."""
+        """Drop the lower tier's first blocks in its eviction order until it fits: the
+        least recently placed (LRU), or the least used then least recent
+        (prefix-aware: blocks more requests shared stay)."""
         while self.below_tokens > self.lower.capacity_tokens:
-            _, t = self.below.popitem(last=False)
-            self.below_tokens -= t
+            _, n, h = heapq.heappop(self.order)
+            if self.arrived.get(h) != n or h not in self.below:
+                continue                  # promoted, or placed again since
+            del self.arrived[h]
+            self.below_tokens -= self.below.pop(h)
             self.stats["lower_evictions"] += 1
 
     def _demote(self, h: int, tokens: int) -> None:
@@ -215,8 +244,7 @@ class PrefixCache:
         lower = self.lower
         if lower is None or tokens > lower.capacity_tokens:
             return
-        self.below[h] = tokens
-        self.below_tokens += tokens
+        self._place_below(h, tokens)
         self._trim()
         self.stats["demoted_tokens"] += tokens
         self.stats["copy_energy_j"] += lower.copy(tokens)[1]

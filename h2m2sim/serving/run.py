@@ -250,7 +250,8 @@ def _lower_tier(cfg: ServingConfig, device: ServingDevice, sizes: dict,
     bpt = int(sizes["kv_bytes_per_token"])
     side = device.system.side(device.side or device.system.side_names[0])
     return LowerTier(tier.name, int(cfg.kv_offload_capacity_bytes // replicas // bpt),
-                     kv_link(tier.link), side.dram_spec, load_standard(tier.dram), bpt)
+                     kv_link(tier.link), side.dram_spec, load_standard(tier.dram), bpt,
+                     cfg.kv_offload_policy)
 
 
 def _with_draft_weights(sizes: dict, draft_sizes: dict | None) -> dict:

@@ -18,10 +18,10 @@ from h2m2sim.serving.traces import prefix_reuse_trace
 from tests.serving.test_prefix_cache import BLOCK, BLOCKS, BPT, CTX, _tables
 
 
-def _tier(blocks: int) -> LowerTier:
+def _tier(blocks: int, policy: str = "lru") -> LowerTier:
     lp = load_standard("lpddr5-6400")
     return LowerTier("host-ddr5", blocks * BLOCK, kv_link("pcie5-x16"), lp,
-                     load_standard("ddr5-4800"), BPT)
+                     load_standard("ddr5-4800"), BPT, policy)
 
 
 def _serve(trace, cap_tokens, tier=None):
@@ -55,6 +55,18 @@ def test_a_lower_tier_restores_the_hits_small_device_memory_loses():
     tiny = _serve(tr, 2 * CTX, _tier(BLOCKS))
     assert small["prefix_hit_rate"] <= tiny["prefix_hit_rate"] < tiered["prefix_hit_rate"]
     assert tiny["offload_evictions"] > 0
+
+
+def test_prefix_aware_keeps_the_shared_prefixes_a_small_tier_loses_to_tails():
+    """Each request demotes its own two-block tail too: in a tier of 24 blocks LRU lets
+    the tails push the shared prefixes out; prefix-aware eviction drops the tails (used
+    once) first."""
+    tr = prefix_reuse_trace(120, 0.75, prompt_blocks=BLOCKS, block_tokens=BLOCK,
+                            prefixes=8, output_tokens=4, arrival_rate=0.5, seed=3)
+    lru = _serve(tr, 2 * CTX, _tier(24, "lru"))["prefix_hit_rate"]
+    aware = _serve(tr, 2 * CTX, _tier(24, "prefix-aware"))["prefix_hit_rate"]
+    ideal = _serve(tr, 10**6)["prefix_hit_rate"]
+    assert lru < aware <= ideal + 1e-12
 
 
 def test_a_copy_between_tiers_costs_its_link_and_both_memories():
