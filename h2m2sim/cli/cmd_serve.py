@@ -158,6 +158,11 @@ def register(subparsers) -> None:
     p.add_argument("--disaggregate", default=None, metavar="P:D",
                    help="prefill on P of the system's cards and decode on the other D, the "
                         "KV crossing --kv-link (default: colocated)")
+    p.add_argument("--prefill-system", default=None, metavar="PRESET",
+                   help="disaggregated on two systems: prefill on this one (all its cards), "
+                        "decode on --decode-system")
+    p.add_argument("--decode-system", default=None, metavar="PRESET",
+                   help="the decode pool's system (with --prefill-system)")
     p.add_argument("--kv-link", default=None, metavar="NAME",
                    help="link of a disaggregated run's KV: nvlink4 (default), pcie5-x16, "
                         "cxl2-x16, rdma-400g")
@@ -250,6 +255,9 @@ def _serving_data(args) -> dict:
         data["disaggregate"] = _pools(args.disaggregate)
     if args.kv_link is not None:
         data["kv_link"] = args.kv_link
+    for key in ("prefill_system", "decode_system"):
+        if getattr(args, key) is not None:
+            data[key] = getattr(args, key)
     if args.kv_offload is not None:
         data["kv_offload"] = args.kv_offload
     if args.kv_offload_policy is not None:
@@ -345,7 +353,8 @@ def _disaggregated_rows(m) -> list[tuple[str, str]]:
     pools = m.get("disaggregate")
     if not pools:
         return []
-    return [("prefill : decode cards", f"{pools[0]} : {pools[1]} (KV over {m['kv_link']})"),
+    return [("prefill : decode cards", f"{pools[0]} {m['prefill_system']} : {pools[1]} "
+                                       f"{m['decode_system']} (KV over {m['kv_link']})"),
             ("KV transfer p50 / p99", f"{_fmt(m['kv_transfer_s_p50'], ' s')} / "
                                       f"{_fmt(m['kv_transfer_s_p99'], ' s')}, "
                                       f"{_fmt(m['kv_transfer_bytes'] / 1e9, ' GB')}, "

@@ -184,6 +184,11 @@ class ServingConfig:
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
     kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
                          "pool (a preset: nvlink4, pcie5-x16, cxl2-x16, rdma-400g).")
+    prefill_system: Optional[str] = param(
+        None, doc="Disaggregated serving on two systems: the prefill pool is this system "
+        "(a preset or YAML file, all its cards) and the decode pool decode_system; both "
+        "or neither. Null = the pools split the run's system (disaggregate).")
+    decode_system: Optional[str] = param(None, doc="See prefill_system.")
     kv_offload: Optional[str] = param(
         None, doc="A second KV tier under the prefix cache (a preset: host-ddr5, "
         "cxl-ddr5): evicted prefix blocks are demoted there and hits there promoted back "
@@ -211,6 +216,11 @@ class ServingConfig:
         None, doc="A text file of output lengths in tokens (whitespace or comma separated) "
                   "to sample from (output_lengths: sampled).")
 
+    @property
+    def pools_apart(self) -> bool:
+        """Prefill and decode run on pools of their own (disaggregated serving)."""
+        return self.disaggregate is not None or self.prefill_system is not None
+
     def _check(self) -> None:
         kv_link(self.kv_link, "kv_link")
         if (self.kv_offload is None) != (self.kv_offload_capacity_bytes is None):
@@ -221,8 +231,14 @@ class ServingConfig:
             if not self.prefix_caching:
                 raise ConfigError("kv_offload", "holds evicted prefix blocks: it needs "
                                   "prefix_caching")
-        if self.disaggregate is not None and (self.speculative is not None
-                                              or self.chunked_prefill):
+        if (self.prefill_system is None) != (self.decode_system is None):
+            raise ConfigError("decode_system" if self.decode_system is None
+                              else "prefill_system", "prefill_system and decode_system "
+                              "come together")
+        if self.prefill_system is not None and self.disaggregate is not None:
+            raise ConfigError("disaggregate", "with prefill_system and decode_system each "
+                              "pool is its whole system: leave disaggregate unset")
+        if self.pools_apart and (self.speculative is not None or self.chunked_prefill):
             raise ConfigError("disaggregate", "is not modelled together with speculative "
                               "decoding or chunked prefill yet")
         if self.speculative is not None and self.chunked_prefill:

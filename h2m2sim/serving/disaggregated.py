@@ -3,8 +3,9 @@ prompt crossing a link between them (DistServe, Zhong et al., OSDI 2024; Splitwi
 Patel et al., ISCA 2024).
 
 ``serving.disaggregate: [P, D]`` splits the system's cards into a prefill pool of ``P``
-and a decode pool of ``D`` cards, each one replica serving tensor parallel over its
-cards, both priced by the run's evaluator on the same card type. A request
+and a decode pool of ``D`` cards; ``prefill_system`` and ``decode_system`` put the pools
+on two systems instead (all the cards of each). Each pool is one replica serving tensor
+parallel over its cards, priced by the run's evaluator kind. A request
 
 1. is prefilled on the prefill pool (its serving loop runs prefill iterations only: every
    request there has one output token, the first, emitted when its prefill ends); its
@@ -34,8 +35,10 @@ from typing import Any
 import numpy as np
 
 from h2m2sim.errors import ConfigError
+from h2m2sim.system import resolve_system
 
 from .config import DeploymentConfig, ServingConfig
+from .deployment import ServingDevice
 from .links import KvLink, kv_link, transfer_energy_j
 from .loop import ServingResult, latency_metrics, percentiles, request_metrics
 from .traces import RequestTrace
@@ -62,16 +65,14 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool, *,
     """Serve ``trace`` (the replayed requests, arrivals set) disaggregated as the module
     docstring says. ``serve_pool(trace, cfg, device, prefilled_at)`` serves one pool (a
     colocated run on that pool's cards); ``device`` has all the system's cards."""
-    P, D = cfg.disaggregate
-    if P + D != device.devices:
-        raise ConfigError("serving.disaggregate", f"prefill and decode cards must add up to "
-                          f"the system's {device.devices}, got {P}:{D}")
+    pre_dev, dec_dev = pool_devices(cfg, device)
     link = kv_link(cfg.kv_link)
-    pool_cfg = dataclasses.replace(cfg, disaggregate=None, history_fraction=0.0,
+    pool_cfg = dataclasses.replace(cfg, disaggregate=None, prefill_system=None,
+                                   decode_system=None, history_fraction=0.0,
                                    arrival_rate=None, max_requests=None, trace=None,
                                    output_lengths="trace", deployment=DeploymentConfig())
     first = dataclasses.replace(trace, output_tokens=np.ones_like(trace.output_tokens))
-    r1 = serve_pool(first, pool_cfg, dataclasses.replace(device, devices=P), None)
+    r1 = serve_pool(first, pool_cfg, pre_dev, None)
     bpt = int(r1.metrics["kv_bytes_per_token"])
     ready = np.where(r1.rejected, np.nan, np.asarray(r1.first_token_s, dtype=float))
     nbytes = trace.prompt_tokens.astype(np.float64) * bpt
@@ -80,13 +81,32 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool, *,
     go = go[np.argsort(arrive[go], kind="stable")]
     second = RequestTrace(arrive[go], trace.prompt_tokens[go], trace.output_tokens[go],
                           name=trace.name, arrival_note="KV arrival from the prefill pool")
-    r2 = serve_pool(second, pool_cfg, dataclasses.replace(device, devices=D), ready[go]) \
-        if len(go) else None
-    return _joined(trace, cfg, r1, r2, go, ready, arrive, nbytes, link, device)
+    r2 = serve_pool(second, pool_cfg, dec_dev, ready[go]) if len(go) else None
+    return _joined(trace, cfg, r1, r2, go, ready, arrive, nbytes, link, (pre_dev, dec_dev))
+
+
+def pool_devices(cfg: ServingConfig, device: ServingDevice) -> tuple:
+    """(prefill, decode) devices: ``cfg.prefill_system`` and ``decode_system`` with all
+    their cards, or ``disaggregate``'s (P, D) cards of ``device``."""
+    if cfg.prefill_system is not None:
+        return tuple(ServingDevice.from_system(resolve_system(s, key))
+                     for s, key in ((cfg.prefill_system, "serving.prefill_system"),
+                                    (cfg.decode_system, "serving.decode_system")))
+    P, D = cfg.disaggregate
+    if P + D != device.devices:
+        raise ConfigError("serving.disaggregate", f"prefill and decode cards must add up to "
+                          f"the system's {device.devices}, got {P}:{D}")
+    return dataclasses.replace(device, devices=P), dataclasses.replace(device, devices=D)
+
+
+def _dram(device: ServingDevice):
+    """The DRAM spec of the side a device's KV lives on (its first side)."""
+    system = device.system
+    return system.side(device.side or system.side_names[0]).dram_spec
 
 
 def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, arrive,
-            nbytes, link: KvLink, device) -> ServingResult:
+            nbytes, link: KvLink, devices: tuple) -> ServingResult:
     """One result of the two pools' runs: per request arrival and TTFT from the prefill
     pool, finish from the decode pool (or at the first token when the request had one)."""
     n = len(trace)
@@ -100,8 +120,8 @@ def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, 
     out = np.asarray(trace.output_tokens)
     moved = np.isfinite(arrive)
     xfer_s = arrive[moved] - ready[moved]
-    dram = device.system.side(device.side or device.system.side_names[0]).dram_spec
-    energy = sum(transfer_energy_j(b, s, link, dram, dram)
+    sender, receiver = map(_dram, devices)
+    energy = sum(transfer_energy_j(b, s, link, sender, receiver)
                  for b, s in zip(nbytes[moved], xfer_s))
     m = dict((r2 or r1).metrics)
     # the decode pool counts each request's gaps from its first token on the prefill
@@ -123,7 +143,9 @@ def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, 
               or k.startswith("prefill_tokens")})
     m.update({
         "arrivals": trace.arrival_note or "from trace",
-        "disaggregate": list(cfg.disaggregate), "kv_link": link.name,
+        "disaggregate": [devices[0].devices, devices[1].devices],
+        "prefill_system": devices[0].name, "decode_system": devices[1].name,
+        "kv_link": link.name,
         "kv_transfer_bytes": float(nbytes[moved].sum()),
         "kv_transfer_s_p50": percentiles(xfer_s)["p50"],
         "kv_transfer_s_p99": percentiles(xfer_s)["p99"],

@@ -119,7 +119,7 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     (:mod:`.speculative`)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError("seed", f"must be a whole number >= 0, got {seed!r}")
-    if cfg.disaggregate is not None:
+    if cfg.pools_apart:
         return _disaggregated(trace, cfg, allocator, allocator_params, model, device,
                               evaluator, seed, cache, cache_dir, record_timeline)
     cfg = with_model_context(cfg, model)
