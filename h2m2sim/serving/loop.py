@@ -527,7 +527,7 @@ class ServingLoop:
         both = pre + swin
         dt_pre, de_pre = self.prefill_price(pre)
         st["prefill_energy_j"] += de_pre
-        dt_swap = sum((prompt_l[r] + gen[r]) * self.host_bpt for r in swin) / self.host_bps
+        dt_swap = sum(self._swap_back(r) for r in swin)
         dt = dt_pre + dt_swap
         t = self.t
         for r in both:
@@ -628,7 +628,7 @@ class ServingLoop:
         prompt_l, gen, run = self.prompt_l, self.gen, self.running
         tokens = sum(prompt_l[r] + gen[r] for r in swin)
         nbytes = tokens * self.host_bpt
-        dt = nbytes / self.host_bps
+        dt = sum(self._swap_back(r) for r in swin)
         self._advance(dt, float(run.ctx[:run.m].sum()) + tokens, "swap in", len(swin))
         self.st["swap_time_s"] += dt
         self.st["swap_bytes"] += nbytes
@@ -766,9 +766,9 @@ class ServingLoop:
         r = int(self.running.idx[j])
         self.gen[r] = int(self.running.ctx[j]) - self.prompt_l[r]
         self.last_tok[r] = float(self.running.last[j])
-        if self.cfg.preemption == "swap":
+        if self.cfg.preemption == "swap" and self._swap_room(int(self.running.ctx[j])):
             nbytes = int(self.running.ctx[j]) * self.host_bpt
-            dt = nbytes / self.host_bps
+            dt = self._host_copy_s(nbytes)
             self.reserved_int += self.allocator.reserved_tokens * dt
             self.t += dt
             self.st["swap_bytes"] += nbytes
@@ -782,6 +782,28 @@ class ServingLoop:
         self.st["preemptions"] += 1
         self.waiting.appendleft(r)
         self._paused_at[r] = self.t
+
+    def _swap_room(self, tokens: int) -> bool:
+        """Whether a preempted request's ``tokens`` of KV can be swapped out: to host
+        memory (unbounded), or to the lower KV tier when there is one (it must hold
+        them; otherwise the request is recomputed)."""
+        return self.lower_tier is None or self.prefix.hold_swap(tokens)
+
+    def _host_copy_s(self, nbytes: float) -> float:
+        """Seconds to copy ``nbytes`` of KV out of the device or back: over the lower
+        tier's link (its energy counted), else over the host link."""
+        if self.lower_tier is None:
+            return nbytes / self.host_bps
+        s, j = self.lower_tier.copy_bytes(nbytes)
+        self.prefix.stats["copy_energy_j"] += j
+        return s
+
+    def _swap_back(self, r: int) -> float:
+        """Seconds for swapped-out request ``r``'s KV to come back (its tier room freed)."""
+        tokens = self.prompt_l[r] + self.gen[r]
+        if self.lower_tier is not None:
+            self.prefix.drop_swap(tokens)
+        return self._host_copy_s(tokens * self.host_bpt)
 
     def _resumed(self, r: int, t: float) -> None:
         """Request ``r`` starts (again) at ``t``: the end of a preemption if it had one."""

@@ -29,7 +29,7 @@ recently used unreferenced block. A referenced block is never freed (asserted).
 With a second tier (:class:`LowerTier`: host or CXL memory, ``serving.kv_offload``) an
 evicted block is demoted there instead of dropped (when it is full, the least recently
 placed block leaves first, or under the prefix-aware policy the one the fewest requests
-referenced), and a request's leading blocks found there after those found on the
+referenced; preempted requests swapped out hold their room there until they return), and a request's leading blocks found there after those found on the
 device are hits too: they are promoted (copied back over the tier's link, and moved: the
 tier keeps one copy of a block) and the prefill iteration that admits the request waits
 for the copy. Demotions run in the background; both directions' bytes are counted and
@@ -90,7 +90,10 @@ class LowerTier:
 
     def copy(self, tokens: int) -> tuple[float, float]:
         """(seconds, joules) of copying ``tokens`` KV tokens between the tiers."""
-        nbytes = tokens * self.bytes_per_token
+        return self.copy_bytes(tokens * self.bytes_per_token)
+
+    def copy_bytes(self, nbytes: float) -> tuple[float, float]:
+        """(seconds, joules) of copying ``nbytes`` bytes between the tiers."""
         s = self.link.transfer_s(nbytes)
         return s, transfer_energy_j(nbytes, s, self.link, self.device_dram, self.tier_dram)
 
@@ -119,7 +122,7 @@ class PrefixCache:
         self.stats = {"lookup_blocks": 0, "hit_blocks": 0, "hit_tokens": 0,
                       "evictions": 0, "peak_tokens": 0, "lower_hit_tokens": 0,
                       "demoted_tokens": 0, "promoted_tokens": 0, "lower_evictions": 0,
-                      "copy_energy_j": 0.0}
+                      "copy_energy_j": 0.0, "swapped_tokens": 0}
         self.lower = lower
         self.below: dict[int, int] = {}           # lower tier: hash -> tokens
         self.below_tokens = 0
@@ -128,6 +131,7 @@ class PrefixCache:
         self.order: list[tuple[int, int, int]] = []
         self.arrived: dict[int, int] = {}         # hash -> its entry's order of arrival
         self.placed = 0                           # blocks placed in the tier so far
+        self.swap_tokens = 0                      # preempted requests' KV in the tier
         self.uses: dict[int, int] = {}            # hash -> admissions that referenced it
         self.stall_s = 0.0          # promotions the next prefill iteration waits for
 
@@ -230,7 +234,8 @@ class PrefixCache:
         """Drop the lower tier's first blocks in its eviction order until it fits: the
         least recently placed (LRU), or the least used then least recent
         (prefix-aware: blocks more requests shared stay)."""
-        while self.below_tokens > self.lower.capacity_tokens:
+        while self.below_tokens + self.swap_tokens > self.lower.capacity_tokens and \
+                self.order:
             _, n, h = heapq.heappop(self.order)
             if self.arrived.get(h) != n or h not in self.below:
                 continue                  # promoted, or placed again since
@@ -248,6 +253,20 @@ class PrefixCache:
         self._trim()
         self.stats["demoted_tokens"] += tokens
         self.stats["copy_energy_j"] += lower.copy(tokens)[1]
+
+    def hold_swap(self, tokens: int) -> bool:
+        """Room in the lower tier for a preempted request's ``tokens`` of KV, cached
+        blocks leaving as they must; False (nothing changed) if it cannot hold them."""
+        if self.lower is None or self.swap_tokens + tokens > self.lower.capacity_tokens:
+            return False
+        self.swap_tokens += tokens
+        self._trim()
+        self.stats["swapped_tokens"] += tokens
+        return True
+
+    def drop_swap(self, tokens: int) -> None:
+        """A swapped-out request's ``tokens`` of KV went back to the device."""
+        self.swap_tokens -= tokens
 
     def take_stall(self) -> float:
         """Seconds of promotions the iteration about to run waits for (then none)."""
@@ -344,6 +363,7 @@ class PrefixCache:
                     "offload_bytes": st["demoted_tokens"] * bpt,
                     "promoted_bytes": st["promoted_tokens"] * bpt,
                     "offload_evictions": st["lower_evictions"],
+                    "offload_swap_bytes": st["swapped_tokens"] * bpt,
                     "offload_energy_j": st["copy_energy_j"]})}
 
 

@@ -24,9 +24,9 @@ def _tier(blocks: int, policy: str = "lru") -> LowerTier:
                      load_standard("ddr5-4800"), BPT, policy)
 
 
-def _serve(trace, cap_tokens, tier=None):
+def _serve(trace, cap_tokens, tier=None, **cfg):
     cfg = ServingConfig(max_batch=16, max_context_tokens=CTX, prefix_block_tokens=BLOCK,
-                        prefix_caching=True)
+                        prefix_caching=True, **cfg)
     a = make_allocator("paged", cap_tokens * BPT, BPT, max_context_tokens=CTX)
     loop = ServingLoop(trace, cfg, a, _tables(), lower_tier=tier)
     loop.prefix.check = True
@@ -67,6 +67,27 @@ def test_prefix_aware_keeps_the_shared_prefixes_a_small_tier_loses_to_tails():
     aware = _serve(tr, 2 * CTX, _tier(24, "prefix-aware"))["prefix_hit_rate"]
     ideal = _serve(tr, 10**6)["prefix_hit_rate"]
     assert lru < aware <= ideal + 1e-12
+
+
+def test_swapped_requests_hold_room_in_the_tier_or_are_recomputed():
+    """Swap preemption with a tier: the preempted KV crosses the tier's link (PCIe 5,
+    63 GB/s, against the 32 GB/s host link without a tier) and holds its room there
+    until it returns; a tier too small for it makes the preemption a recomputation."""
+    tr = prefix_reuse_trace(150, 0.5, prompt_blocks=BLOCKS, block_tokens=BLOCK,
+                            prefixes=6, output_tokens=40, arrival_rate=400.0, seed=3)
+    host = _serve(tr, 4 * CTX, preemption="swap")
+    big = _serve(tr, 4 * CTX, _tier(1000), preemption="swap")
+    tiny = _serve(tr, 4 * CTX, _tier(1), preemption="swap")
+    assert host["preemptions"] > 0 and host["swap_bytes"] > 0
+    # swap_bytes counts both crossings, out and back
+    assert 2 * big["offload_swap_bytes"] == big["swap_bytes"] > 0
+    link = kv_link("pcie5-x16")
+    per_byte = big["time_breakdown_s"]["swap_time_s"] / big["swap_bytes"]
+    assert 1 / (link.GBps * 1e9) < per_byte < 1 / (32e9)
+    assert tiny["offload_swap_bytes"] == tiny["swap_bytes"] == 0
+    assert tiny["preemptions"] > 0
+    for m in (host, big, tiny):
+        assert m["requests_completed"] == 150
 
 
 def test_a_copy_between_tiers_costs_its_link_and_both_memories():
