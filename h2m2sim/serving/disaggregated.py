@@ -13,7 +13,9 @@ parallel over its cards, priced by the run's evaluator kind. A request
    the prefill pool's KV pressure is a lower bound);
 2. crosses ``serving.kv_link`` (:mod:`.links`) after its prefill, as DistServe moves KV
    (no layer-wise overlap with the prefill, which Splitwise adds): transfers queue on the
-   link in the order their prefills end, each taking latency + bytes / bandwidth;
+   link in the order their prefills end, each taking latency + bytes / bandwidth
+   (``kv_transfer_s_*``: from the prefill's end to the KV's arrival, the wait for the
+   link included);
 3. joins the decode pool's queue when its KV has arrived, and is admitted when its KV
    fits there (its serving loop computes nothing for it at admission: the KV came with
    it); it decodes its remaining tokens there, and a preemption there recomputes its
@@ -60,8 +62,8 @@ def link_queue(ready_s: np.ndarray, nbytes: np.ndarray, link: KvLink) -> np.ndar
     return arrive
 
 
-def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool, *,
-                        model, device, seed: int) -> ServingResult:
+def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
+                        device: ServingDevice) -> ServingResult:
     """Serve ``trace`` (the replayed requests, arrivals set) disaggregated as the module
     docstring says. ``serve_pool(trace, cfg, device, prefilled_at)`` serves one pool (a
     colocated run on that pool's cards); ``device`` has all the system's cards."""
@@ -121,8 +123,9 @@ def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, 
     moved = np.isfinite(arrive)
     xfer_s = arrive[moved] - ready[moved]
     sender, receiver = map(_dram, devices)
-    energy = sum(transfer_energy_j(b, s, link, sender, receiver)
-                 for b, s in zip(nbytes[moved], xfer_s))
+    # each transfer's own time on the link prices its memories (not its wait for it)
+    energy = sum(transfer_energy_j(b, link.transfer_s(b), link, sender, receiver)
+                 for b in nbytes[moved])
     m = dict((r2 or r1).metrics)
     # the decode pool counts each request's gaps from its first token on the prefill
     # pool (the transfer and its queueing are in the second token's gap)

@@ -86,21 +86,22 @@ def test_bad_pools_are_refused(capsys, flag, words):
 
 @pytest.mark.usefixtures("_cache")
 def test_pools_on_two_systems(capsys):
-    """Prefill on an H200, decode on an H100 or another H200: the H100's slower memory
-    makes each decode step longer; the first tokens are the same."""
-    base = ["serve", "--trace", "azure2023_conv", "--system", "h200", "--model",
+    """Prefill on the four MLU370 cards, decode on them again or on one card of HBM2E
+    (the a100-80gb stand-in): the faster memory makes each decode step shorter; the
+    first tokens are the same."""
+    base = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",
             "llama3-8b", "--allocator", "paged", "--evaluator", "analytic",
-            "--max-requests", "100", "--rate", "2", "--json", "--prefill-system", "h200",
-            "--kv-link", "rdma-400g"]
+            "--max-requests", "100", "--rate", "2", "--json", "--prefill-system",
+            "mlu370-x4", "--kv-link", "rdma-400g"]
     runs = {}
-    for decode in ("h200", "h100-sxm"):
+    for decode in ("mlu370-x4", "a100-80gb"):
         assert main([*base, "--decode-system", decode]) == 0
         runs[decode] = json.loads(capsys.readouterr().out)
-    assert runs["h100-sxm"]["tpot_p50_s"] > runs["h200"]["tpot_p50_s"]
-    assert runs["h100-sxm"]["ttft_p50_s"] == runs["h200"]["ttft_p50_s"]
-    assert runs["h100-sxm"]["decode_system"] == "h100-sxm"
-    assert runs["h100-sxm"]["disaggregate"] == [1, 1]
+    fast, slow = runs["a100-80gb"], runs["mlu370-x4"]
+    assert fast["tpot_p50_s"] < slow["tpot_p50_s"]
+    assert fast["ttft_p50_s"] == slow["ttft_p50_s"]
+    assert fast["decode_system"] == "a100-80gb" and fast["disaggregate"] == [4, 1]
     assert main([*base]) == 2
     assert "prefill_system and decode_system come together" in capsys.readouterr().err
-    assert main([*base, "--decode-system", "h200", "--disaggregate", "1:1"]) == 2
+    assert main([*base, "--decode-system", "a100-80gb", "--disaggregate", "1:1"]) == 2
     assert "leave disaggregate unset" in capsys.readouterr().err
