@@ -158,6 +158,9 @@ def register(subparsers) -> None:
     p.add_argument("--disaggregate", default=None, metavar="P:D",
                    help="prefill on P of the system's cards and decode on the other D, the "
                         "KV crossing --kv-link (default: colocated)")
+    p.add_argument("--kv-streaming", action="store_true",
+                   help="disaggregated: stream the KV layer by layer during the prefill "
+                        "(Splitwise) instead of after it (DistServe)")
     p.add_argument("--prefill-system", default=None, metavar="PRESET",
                    help="disaggregated on two systems: prefill on this one (all its cards), "
                         "decode on --decode-system")
@@ -255,6 +258,8 @@ def _serving_data(args) -> dict:
         data["disaggregate"] = _pools(args.disaggregate)
     if args.kv_link is not None:
         data["kv_link"] = args.kv_link
+    if args.kv_streaming:
+        data["kv_streaming"] = True
     for key in ("prefill_system", "decode_system"):
         if getattr(args, key) is not None:
             data[key] = getattr(args, key)

@@ -184,6 +184,10 @@ class ServingConfig:
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
     kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
                          "pool (a preset: nvlink4, pcie5-x16, cxl2-x16, rdma-400g).")
+    kv_streaming: bool = param(
+        False, doc="Disaggregated: stream each prompt's KV layer by layer while its prefill "
+        "runs (Splitwise) instead of after it (DistServe).",
+        source="Splitwise (Patel et al., ISCA 2024); DistServe (Zhong et al., OSDI 2024)")
     prefill_system: Optional[str] = param(
         None, doc="Disaggregated serving on two systems: the prefill pool is this system "
         "(a preset or YAML file, all its cards) and the decode pool decode_system; both "

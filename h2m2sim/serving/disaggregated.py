@@ -11,9 +11,10 @@ parallel over its cards, priced by the run's evaluator kind. A request
    request there has one output token, the first, emitted when its prefill ends); its
    KV is held there from admission to its first token (not while it crosses the link:
    the prefill pool's KV pressure is a lower bound);
-2. crosses ``serving.kv_link`` (:mod:`.links`) after its prefill, as DistServe moves KV
-   (no layer-wise overlap with the prefill, which Splitwise adds): transfers queue on the
-   link in the order their prefills end, each taking latency + bytes / bandwidth
+2. crosses ``serving.kv_link`` (:mod:`.links`) after its prefill, as DistServe moves KV,
+   or with ``kv_streaming`` layer by layer while its prefill runs, as Splitwise does (the
+   last layer's KV leaves when the prefill ends): transfers queue on the link in the
+   order their prefills end, each taking latency + bytes / bandwidth
    (``kv_transfer_s_*``: from the prefill's end to the KV's arrival, the wait for the
    link included);
 3. joins the decode pool's queue when its KV has arrived, and is admitted when its KV
@@ -48,25 +49,32 @@ from .traces import RequestTrace
 __all__ = ["link_queue", "serve_disaggregated"]
 
 
-def link_queue(ready_s: np.ndarray, nbytes: np.ndarray, link: KvLink) -> np.ndarray:
+def link_queue(ready_s: np.ndarray, nbytes: np.ndarray, link: KvLink,
+               begin_s: np.ndarray | None = None, layers: int = 1) -> np.ndarray:
     """When each transfer of ``nbytes`` bytes, ready at ``ready_s`` (NaN: none), has
-    arrived: one at a time on the link, in the order they become ready."""
+    arrived: one at a time on the link, in the order they become ready. Streamed layer
+    by layer (``begin_s``: when each prefill began; ``layers`` of equal KV), a transfer
+    may start with its prefill, but its last layer leaves only once the prefill ends."""
     arrive = np.full(len(ready_s), np.nan)
+    bw = link.GBps * 1e9
     free = -np.inf
     for i in np.argsort(ready_s, kind="stable"):
         if not np.isfinite(ready_s[i]):
             continue
-        start = max(float(ready_s[i]), free)
-        free = start + float(nbytes[i]) / (link.GBps * 1e9)
+        first = ready_s[i] if begin_s is None else begin_s[i]
+        start = max(float(first), free)
+        free = max(start + float(nbytes[i]) / bw,
+                   float(ready_s[i]) + float(nbytes[i]) / layers / bw)
         arrive[i] = free + link.latency_us * 1e-6
     return arrive
 
 
 def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
-                        device: ServingDevice) -> ServingResult:
+                        device: ServingDevice, layers: int) -> ServingResult:
     """Serve ``trace`` (the replayed requests, arrivals set) disaggregated as the module
     docstring says. ``serve_pool(trace, cfg, device, prefilled_at)`` serves one pool (a
-    colocated run on that pool's cards); ``device`` has all the system's cards."""
+    colocated run on that pool's cards); ``device`` has all the system's cards;
+    ``layers``: the model's layers holding KV (what streaming sends one at a time)."""
     pre_dev, dec_dev = pool_devices(cfg, device)
     link = kv_link(cfg.kv_link)
     pool_cfg = dataclasses.replace(cfg, disaggregate=None, prefill_system=None,
@@ -78,7 +86,9 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
     bpt = int(r1.metrics["kv_bytes_per_token"])
     ready = np.where(r1.rejected, np.nan, np.asarray(r1.first_token_s, dtype=float))
     nbytes = trace.prompt_tokens.astype(np.float64) * bpt
-    arrive = link_queue(ready, nbytes, link)
+    arrive = link_queue(ready, nbytes, link, *(
+        (np.asarray(r1.admit_s, dtype=float), max(int(layers), 1))
+        if cfg.kv_streaming else ()))
     go = np.flatnonzero(np.isfinite(arrive) & (trace.output_tokens > 1))
     go = go[np.argsort(arrive[go], kind="stable")]
     second = RequestTrace(arrive[go], trace.prompt_tokens[go], trace.output_tokens[go],
@@ -148,7 +158,7 @@ def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, 
         "arrivals": trace.arrival_note or "from trace",
         "disaggregate": [devices[0].devices, devices[1].devices],
         "prefill_system": devices[0].name, "decode_system": devices[1].name,
-        "kv_link": link.name,
+        "kv_link": link.name, "kv_streaming": cfg.kv_streaming,
         "kv_transfer_bytes": float(nbytes[moved].sum()),
         "kv_transfer_s_p50": percentiles(xfer_s)["p50"],
         "kv_transfer_s_p99": percentiles(xfer_s)["p99"],

@@ -234,7 +234,7 @@ def _disaggregated(trace, cfg: ServingConfig, allocator: str, allocator_params, 
         return serve(t, pool_cfg, allocator=allocator, allocator_params=allocator_params,
                      model=model, device=pool_device, evaluator=evaluator, seed=seed,
                      cache=cache, cache_dir=cache_dir, prefilled_at=prefilled_at)
-    result = serve_disaggregated(replay, base, serve_pool, device)
+    result = serve_disaggregated(replay, base, serve_pool, device, model.attention_layers)
     result.metrics.update(trace=replay.name, system=device.name, model=model.name)
     return result
 

@@ -40,6 +40,19 @@ def test_transfer_energy_is_the_links_and_both_memories():
     assert dram > 0
 
 
+def test_streamed_layers_leave_with_the_prefill():
+    """Streamed over 10 layers, a transfer starts with its prefill: 5 GB at 50 GB/s (0.1
+    s) begun at 0 with the prefill ending at 1 s arrives 0.01 s after it (its last
+    layer); one whose prefill took 0.05 s is bound by the link."""
+    link = kv_link("rdma-400g")
+    ready, begin = np.array([1.0, 3.05]), np.array([0.0, 3.0])
+    arrive = link_queue(ready, np.array([5e9, 5e9]), link, begin, 10)
+    assert arrive[0] == pytest.approx(1.0 + 0.01 + 1e-5)
+    assert arrive[1] == pytest.approx(3.0 + 0.1 + 1e-5)
+    after = link_queue(ready, np.array([5e9, 5e9]), link)
+    assert np.all(arrive < after)
+
+
 def test_transfers_queue_on_the_link_in_the_order_they_are_ready():
     link = kv_link("rdma-400g")                 # 50 GB/s, 10 us
     ready = np.array([1.0, 0.0, 0.0, np.nan])
