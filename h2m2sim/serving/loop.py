@@ -520,9 +520,9 @@ class ServingLoop:
 
     def prefill(self, pre: list[int], swin: list[int]) -> None:
         """One prefill iteration of ``pre`` (running requests wait), after the KV of the
-        swapped-out requests ``swin`` crossed the host link back; each prefilled request
-        emits its next token."""
-        st, prompt_l, gen, out_l, bpt = self.st, self.prompt_l, self.gen, self.out_l, self.bpt
+        swapped-out requests ``swin`` crossed the host link (or the lower tier's) back;
+        each prefilled request emits its next token."""
+        st, prompt_l, gen, out_l = self.st, self.prompt_l, self.gen, self.out_l
         run, admit_t = self.running, self.admit_t
         both = pre + swin
         dt_pre, de_pre = self.prefill_price(pre)
