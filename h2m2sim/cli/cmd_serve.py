@@ -158,6 +158,9 @@ def register(subparsers) -> None:
     p.add_argument("--disaggregate", default=None, metavar="P:D",
                    help="prefill on P of the system's cards and decode on the other D, the "
                         "KV crossing --kv-link (default: colocated)")
+    p.add_argument("--pool-replicas", default=None, metavar="RP:RD",
+                   help="disaggregated: replicas of the model in the prefill and the decode "
+                        "pool (default 1:1), routed by --router")
     p.add_argument("--kv-streaming", action="store_true",
                    help="disaggregated: stream the KV layer by layer during the prefill "
                         "(Splitwise) instead of after it (DistServe)")
@@ -255,11 +258,15 @@ def _serving_data(args) -> dict:
     if args.kv_dtype is not None:
         data["kv_dtype"] = args.kv_dtype
     if args.disaggregate is not None:
-        data["disaggregate"] = _pools(args.disaggregate)
+        data["disaggregate"] = _pair(args.disaggregate, "--disaggregate",
+                                     "cards of the prefill and the decode pool")
     if args.kv_link is not None:
         data["kv_link"] = args.kv_link
     if args.kv_streaming:
         data["kv_streaming"] = True
+    if args.pool_replicas is not None:
+        data["pool_replicas"] = _pair(args.pool_replicas, "--pool-replicas",
+                                      "replicas of the prefill and the decode pool")
     for key in ("prefill_system", "decode_system"):
         if getattr(args, key) is not None:
             data[key] = getattr(args, key)
@@ -275,13 +282,12 @@ def _serving_data(args) -> dict:
     return data
 
 
-def _pools(text: str) -> list[int]:
-    """``workload.serving.disaggregate`` from --disaggregate's ``P:D``."""
+def _pair(text: str, flag: str, what: str) -> list[int]:
+    """Two whole numbers from ``A:B`` (``what`` they are, for the error)."""
     from h2m2sim.errors import ConfigError
     parts = text.split(":")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ConfigError("--disaggregate", f"expected P:D (cards of the prefill and the "
-                          f"decode pool), got {text!r}")
+        raise ConfigError(flag, f"expected A:B ({what}), got {text!r}")
     return [int(p) for p in parts]
 
 

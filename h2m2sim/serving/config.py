@@ -184,6 +184,10 @@ class ServingConfig:
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
     kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
                          "pool (a preset: nvlink4, pcie5-x16, cxl2-x16, rdma-400g).")
+    pool_replicas: tuple[int, int] = param(
+        (1, 1), ge=1, le=4096, doc="Disaggregated: replicas of the model in the prefill and "
+        "the decode pool, each over its pool's cards / replicas, requests given to them by "
+        "deployment.router (least-kv: the least loaded).")
     kv_streaming: bool = param(
         False, doc="Disaggregated: stream each prompt's KV layer by layer while its prefill "
         "runs (Splitwise) instead of after it (DistServe).",
@@ -242,6 +246,9 @@ class ServingConfig:
         if self.prefill_system is not None and self.disaggregate is not None:
             raise ConfigError("disaggregate", "with prefill_system and decode_system each "
                               "pool is its whole system: leave disaggregate unset")
+        if self.pool_replicas != (1, 1) and not self.pools_apart:
+            raise ConfigError("pool_replicas", "sets the replicas of disaggregated pools: "
+                              "it needs disaggregate or prefill_system / decode_system")
         if self.pools_apart and (self.speculative is not None or self.chunked_prefill):
             raise ConfigError("disaggregate", "is not modelled together with speculative "
                               "decoding or chunked prefill yet")

@@ -4,8 +4,10 @@ Patel et al., ISCA 2024).
 
 ``serving.disaggregate: [P, D]`` splits the system's cards into a prefill pool of ``P``
 and a decode pool of ``D`` cards; ``prefill_system`` and ``decode_system`` put the pools
-on two systems instead (all the cards of each). Each pool is one replica serving tensor
-parallel over its cards, priced by the run's evaluator kind. A request
+on two systems instead (all the cards of each). Each pool serves ``pool_replicas``
+copies of the model (default one), tensor parallel over its share of the pool's cards,
+requests given to them by ``deployment.router`` (``least-kv``: the least loaded), priced
+by the run's evaluator kind. A request
 
 1. is prefilled on the prefill pool (its serving loop runs prefill iterations only: every
    request there has one output token, the first, emitted when its prefill ends); its
@@ -77,12 +79,14 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
     ``layers``: the model's layers holding KV (what streaming sends one at a time)."""
     pre_dev, dec_dev = pool_devices(cfg, device)
     link = kv_link(cfg.kv_link)
-    pool_cfg = dataclasses.replace(cfg, disaggregate=None, prefill_system=None,
-                                   decode_system=None, history_fraction=0.0,
-                                   arrival_rate=None, max_requests=None, trace=None,
-                                   output_lengths="trace", deployment=DeploymentConfig())
+    pre_cfg, dec_cfg = (dataclasses.replace(
+        cfg, disaggregate=None, prefill_system=None, decode_system=None,
+        pool_replicas=(1, 1), history_fraction=0.0, arrival_rate=None, max_requests=None,
+        trace=None, output_lengths="trace",
+        deployment=DeploymentConfig(replicas=n, router=cfg.deployment.router))
+        for n in cfg.pool_replicas)
     first = dataclasses.replace(trace, output_tokens=np.ones_like(trace.output_tokens))
-    r1 = serve_pool(first, pool_cfg, pre_dev, None)
+    r1 = serve_pool(first, pre_cfg, pre_dev, None)
     bpt = int(r1.metrics["kv_bytes_per_token"])
     ready = np.where(r1.rejected, np.nan, np.asarray(r1.first_token_s, dtype=float))
     nbytes = trace.prompt_tokens.astype(np.float64) * bpt
@@ -93,7 +97,7 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
     go = go[np.argsort(arrive[go], kind="stable")]
     second = RequestTrace(arrive[go], trace.prompt_tokens[go], trace.output_tokens[go],
                           name=trace.name, arrival_note="KV arrival from the prefill pool")
-    r2 = serve_pool(second, pool_cfg, dec_dev, ready[go]) if len(go) else None
+    r2 = serve_pool(second, dec_cfg, dec_dev, ready[go]) if len(go) else None
     return _joined(trace, cfg, r1, r2, go, ready, arrive, nbytes, link, (pre_dev, dec_dev))
 
 

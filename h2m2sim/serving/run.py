@@ -187,7 +187,8 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
                           lower_tier=_lower_tier(cfg, replica_device, sizes, 1))
     else:
         result = _replicated(trace, cfg, allocs, tables, prediction, speculation,
-                             _lower_tier(cfg, replica_device, sizes, replicas))
+                             _lower_tier(cfg, replica_device, sizes, replicas),
+                             prefilled_at)
     alloc = allocs[0]
     m = result.metrics
     m.update(replicas=replicas, tensor_parallel=replica_device.devices,
@@ -312,7 +313,8 @@ def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, Servi
 
 def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction,
                 speculation: Speculation | None = None,
-                lower_tier: LowerTier | None = None) -> ServingResult:
+                lower_tier: LowerTier | None = None,
+                prefilled_at: np.ndarray | None = None) -> ServingResult:
     """The replicas' loops behind the configured router (each with its share of a lower
     KV tier)."""
     if allocs[0].manages_activations:
@@ -321,7 +323,7 @@ def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction,
     owner = np.full(len(trace), -1, dtype=np.int64)
     loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k,
                          speculation=None if speculation is None else speculation.fresh(),
-                         lower_tier=lower_tier)
+                         lower_tier=lower_tier, prefilled_at=prefilled_at)
              for k, a in enumerate(allocs)]
     return serve_replicas(loops, owner, ROUTERS.get(cfg.deployment.router))
 

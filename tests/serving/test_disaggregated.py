@@ -91,7 +91,7 @@ def test_a_decode_pool_without_prefills_has_a_shorter_itl_tail(capsys):
 
 @pytest.mark.usefixtures("_cache")
 @pytest.mark.parametrize("flag, words", [("3:3", "must add up to the system's 4"),
-                                         ("2-2", "expected P:D")])
+                                         ("2-2", "expected A:B (cards of the prefill")])
 def test_bad_pools_are_refused(capsys, flag, words):
     assert main([*SERVE, "--disaggregate", flag]) == 2
     assert words in capsys.readouterr().err
@@ -118,3 +118,21 @@ def test_pools_on_two_systems(capsys):
     assert "prefill_system and decode_system come together" in capsys.readouterr().err
     assert main([*base, "--decode-system", "a100-80gb", "--disaggregate", "1:1"]) == 2
     assert "leave disaggregate unset" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("_cache")
+def test_replicas_in_the_decode_pool_share_its_requests(capsys):
+    """Two decode replicas of one card each behind the least-loaded router: every
+    request completes; a replica on one card decodes slower than the pool's two cards
+    together."""
+    one = [*SERVE, "--disaggregate", "2:2", "--max-context", "16384"]   # one card's KV
+    assert main(one) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert main([*one, "--pool-replicas", "1:2", "--router", "least-kv"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert two["requests_completed"] == single["requests_completed"] == 300
+    assert two["decode_pool"]["tensor_parallel"] == 1
+    assert two["tpot_p50_s"] > single["tpot_p50_s"]
+    assert main([*SERVE, "--pool-replicas", "1:2"]) == 2
+    assert "pool_replicas: sets the replicas of disaggregated pools" in \
+        capsys.readouterr().err
