@@ -372,6 +372,20 @@ def _disaggregated_rows(m) -> list[tuple[str, str]]:
                                       f"{_fmt(m['kv_transfer_energy_j'], ' J')}")]
 
 
+def _tier_rows(m) -> list[tuple[str, str]]:
+    """Where the prefix hits came from and what crossed to the KV tier; no row without
+    one."""
+    tier = m.get("kv_offload")
+    if not tier:
+        return []
+    by = m.get("prefix_hit_rate_by_tier") or {}
+    rates = ", ".join(f"{k} {_fmt(v)}" for k, v in by.items())
+    return [("prefix hit rate by tier", rates),
+            (f"KV tier {tier}", f"{_fmt(m['offload_bytes'] / 1e9, ' GB')} demoted, "
+                                f"{_fmt(m['promoted_bytes'] / 1e9, ' GB')} promoted, "
+                                f"{_fmt(m['offload_energy_j'], ' J')}")]
+
+
 def _print_table(m) -> None:
     rows = [
         ("trace / model / system", f"{m['trace']} / {m['model']} / {m['system']}"),
@@ -399,6 +413,7 @@ def _print_table(m) -> None:
         ("prefill tokens computed / total", f"{m['prefill_tokens_computed']} / "
                                             f"{m['prefill_tokens_total']} (prefix hit rate "
                                             f"{_fmt(m['prefix_hit_rate'])})"),
+        *_tier_rows(m),
         ("migrations (rate)", f"{m['migrations']} ({_fmt(m['migration_rate'])})"),
         ("predictor accuracy", _fmt(m["predictor_accuracy"])),
         ("energy (per output token)", f"{_fmt(m['energy_j'], ' J')} "
