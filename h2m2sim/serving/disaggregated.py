@@ -78,6 +78,11 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
     colocated run on that pool's cards); ``device`` has all the system's cards;
     ``layers``: the model's layers holding KV (what streaming sends one at a time)."""
     pre_dev, dec_dev = pool_devices(cfg, device)
+    for pool, dev, n in (("prefill", pre_dev, cfg.pool_replicas[0]),
+                         ("decode", dec_dev, cfg.pool_replicas[1])):
+        if dev.devices % n:
+            raise ConfigError("serving.pool_replicas", f"the {pool} pool's {dev.devices} "
+                              f"cards do not split into {n} equal replicas")
     link = kv_link(cfg.kv_link)
     pre_cfg, dec_cfg = (dataclasses.replace(
         cfg, disaggregate=None, prefill_system=None, decode_system=None,

@@ -91,9 +91,11 @@ def test_a_decode_pool_without_prefills_has_a_shorter_itl_tail(capsys):
 
 @pytest.mark.usefixtures("_cache")
 @pytest.mark.parametrize("flag, words", [("3:3", "must add up to the system's 4"),
+                                         ("2:2 --pool-replicas 3:1",
+                                          "the prefill pool's 2 cards do not split into 3"),
                                          ("2-2", "expected A:B (cards of the prefill")])
 def test_bad_pools_are_refused(capsys, flag, words):
-    assert main([*SERVE, "--disaggregate", flag]) == 2
+    assert main([*SERVE, "--disaggregate", *flag.split()]) == 2
     assert words in capsys.readouterr().err
 
 
