@@ -69,6 +69,9 @@ from .timing import (
 __all__ = ["ServingResult", "ServingLoop", "percentiles", "energy_metrics",
            "weighted_percentile", "latency_metrics", "ITERATION_KINDS", "ITERATION_FIELDS"]
 
+#: The KV window of a model without one: more tokens than any context
+NO_WINDOW = 2**62
+
 #: What an iteration of the serving loop did (a timeline's ``iterations`` lane):
 #: ``fetch`` brings offloaded KV back (eLLM), ``swap in`` swapped-out KV, ``migration``
 #: copies an allocator's KV within the device.
@@ -157,8 +160,10 @@ class ServingLoop:
                  owner: np.ndarray | None = None, replica: int = 0,
                  speculation: Speculation | None = None,
                  prefilled_at: np.ndarray | None = None,
-                 lower_tier: LowerTier | None = None):
+                 lower_tier: LowerTier | None = None, kv_window: int | None = None):
         self.trace, self.cfg, self.allocator, self.tables = trace, cfg, allocator, tables
+        #: a sliding-window model's KV tokens per request, at most (no bound: 2^62)
+        self.window = int(kv_window) if kv_window else NO_WINDOW
         #: a second KV tier under the prefix cache (None: none)
         self.lower_tier = lower_tier
         #: a decode pool's requests: when each one's first token was emitted by the
@@ -169,7 +174,9 @@ class ServingLoop:
         # serves the requests routed to it, and only those the router has decided on
         self.owner, self.replica = owner, replica
         self.bpt = allocator.bytes_per_token
-        self.maxctx = maxctx = allocator.max_context_tokens
+        # the longest request: the configured context (an allocator of a sliding-window
+        # model is sized to the window, which requests outgrow)
+        self.maxctx = maxctx = cfg.max_context_tokens or allocator.max_context_tokens
         self._limit_requests(trace, cfg, maxctx)
         if prediction is not None:
             pred_len = np.asarray(prediction.length, dtype=np.float64)
@@ -281,7 +288,8 @@ class ServingLoop:
 
     def _limit_requests(self, trace, cfg: ServingConfig, maxctx: int) -> None:
         """Outputs cut to ``max_new_tokens`` and to the context; prompts that do not fit
-        the context are rejected."""
+        the context, or a sliding window (a prefill past it is not modelled), are
+        rejected."""
         n = len(trace)
         self.arr = np.asarray(trace.arrival_s, dtype=np.float64)
         self.prompt = prompt = np.asarray(trace.prompt_tokens, dtype=np.int64)
@@ -291,7 +299,7 @@ class ServingLoop:
             out = np.minimum(out, cfg.max_new_tokens)
         else:
             cut_new = np.zeros(n, dtype=bool)
-        self.rejected = rejected = prompt >= maxctx
+        self.rejected = rejected = (prompt >= maxctx) | (prompt > self.window)
         cut_ctx = (~rejected) & (prompt + out > maxctx)
         self.out = np.where(rejected, 0, np.minimum(out, maxctx - prompt))
         self.cut = cut_new | cut_ctx
@@ -435,7 +443,8 @@ class ServingLoop:
         context are held as cached prefix blocks."""
         return self.allocator.reserve(r, self.prompt_l[r], predicted_output=self.pred_len_l[r],
                                       uncertainty=self.pred_u_l[r],
-                                      need_tokens=self.prompt_l[r] + self.gen[r] + 1,
+                                      need_tokens=min(self.prompt_l[r] + self.gen[r] + 1,
+                                                      self.window),
                                       shared_tokens=shared)
 
     def admit(self) -> tuple[list[int], list[int]]:
@@ -535,7 +544,7 @@ class ServingLoop:
                 admit_t[r] = t
             self._resumed(r, t)
         held = int(run.ctx[:run.m].sum())
-        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in both), "prefill iteration",
+        self._advance(dt, held + sum(self.kv(r) for r in both), "prefill iteration",
                       len(both), sum(prompt_l[r] + gen[r] for r in pre))
         t = self.t
         st["prefill_time_s"] += dt_pre
@@ -544,12 +553,12 @@ class ServingLoop:
             st["prefill_iterations"] += 1
         for r in swin:
             self.swapped[r] = False
-            st["swap_bytes"] += (prompt_l[r] + gen[r]) * self.host_bpt
+            st["swap_bytes"] += self.kv(r) * self.host_bpt
         for r in pre:
             self._prefilled(r)
         capacity_of, last_tok = self.allocator.capacity_of, self.last_tok
         for r in both:
-            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r), last_tok[r])
+            run.add(r, self.kv(r), out_l[r] - gen[r], capacity_of(r), last_tok[r])
         self.finish_done()
 
     def prefill_price(self, pre: list[int]) -> tuple[float, float]:
@@ -625,8 +634,8 @@ class ServingLoop:
     def swap_in(self, swin: list[int]) -> None:
         """The KV of the swapped-out requests ``swin`` crosses the host link back (the
         engine stalls); they rejoin the running requests."""
-        prompt_l, gen, run = self.prompt_l, self.gen, self.running
-        tokens = sum(prompt_l[r] + gen[r] for r in swin)
+        gen, run = self.gen, self.running
+        tokens = sum(self.kv(r) for r in swin)
         nbytes = tokens * self.host_bpt
         dt = sum(self._swap_back(r) for r in swin)
         self._advance(dt, float(run.ctx[:run.m].sum()) + tokens, "swap in", len(swin))
@@ -635,7 +644,7 @@ class ServingLoop:
         capacity_of = self.allocator.capacity_of
         for r in swin:
             self.swapped[r] = False
-            run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], capacity_of(r),
+            run.add(r, self.kv(r), self.out_l[r] - gen[r], capacity_of(r),
                     self.last_tok[r])
 
     def start_prefill(self, r: int) -> None:
@@ -707,7 +716,7 @@ class ServingLoop:
             if self.prefix is not None:
                 self.prefix.computed(r)
             self._prefilled(r)
-            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], capacity_of(r),
+            run.add(r, self.kv(r), out_l[r] - gen[r], capacity_of(r),
                     self.last_tok[r])
         self.finish_done()
 
@@ -764,7 +773,7 @@ class ServingLoop:
         front: recompute (its prompt and generated tokens are prefilled again) or swap
         (its KV crosses the host link now, and back when it resumes)."""
         r = int(self.running.idx[j])
-        self.gen[r] = int(self.running.ctx[j]) - self.prompt_l[r]
+        self.gen[r] = self.out_l[r] - int(self.running.rem[j])
         self.last_tok[r] = float(self.running.last[j])
         if self.cfg.preemption == "swap" and self._swap_room(int(self.running.ctx[j])):
             nbytes = int(self.running.ctx[j]) * self.host_bpt
@@ -783,6 +792,11 @@ class ServingLoop:
         self.waiting.appendleft(r)
         self._paused_at[r] = self.t
 
+    def kv(self, r: int) -> int:
+        """KV tokens request ``r`` holds for its context so far: all of it, or the last
+        ``window`` of a sliding-window model's."""
+        return min(self.prompt_l[r] + self.gen[r], self.window)
+
     def _swap_room(self, tokens: int) -> bool:
         """Whether a preempted request's ``tokens`` of KV can be swapped out: to host
         memory (unbounded), or to the lower KV tier when there is one (it must hold
@@ -800,7 +814,7 @@ class ServingLoop:
 
     def _swap_back(self, r: int) -> float:
         """Seconds for swapped-out request ``r``'s KV to come back (its tier room freed)."""
-        tokens = self.prompt_l[r] + self.gen[r]
+        tokens = self.kv(r)
         if self.lower_tier is not None:
             self.prefix.drop_swap(tokens)
         return self._host_copy_s(tokens * self.host_bpt)
@@ -827,7 +841,8 @@ class ServingLoop:
         the :meth:`victim` whenever memory runs out."""
         run, allocator = self.running, self.allocator
         while True:
-            want = run.ctx[:run.m] + np.minimum(self.look, run.rem[:run.m])
+            want = np.minimum(run.ctx[:run.m] + np.minimum(self.look, run.rem[:run.m]),
+                              self.window)
             need = np.flatnonzero(run.cap[:run.m] < want)
             if need.size == 0:
                 return
@@ -873,19 +888,18 @@ class ServingLoop:
             self._decode_speculative(t_limit)
             return
         t0 = self.t
-        dt_first = float(interp2(self.bg, self.cg, self.tab, float(m),
-                                 float(run.ctx[:m].sum()) / m))
+        held0 = float(run.ctx[:m].sum())
+        dt_first = float(interp2(self.bg, self.cg, self.tab, float(m), held0 / m))
         if self.block is None:
             k, dt, used, de, n_fin, n_grow = advance_running(
                 run.ctx, run.rem, run.cap, m, self.bg, self.cg, self.tab, self.etab, self.t,
-                t_limit)
+                t_limit, self.window)
             self.reserved_int += allocator.reserved_tokens * dt
         else:
             k, dt, used, de, n_fin, n_grow = self._advance_blocks(m, t_limit)
         self.used_int += used - self._counted_twice() * dt
         if k:
-            self._log_iteration("decode steps", dt, m, k * m, float(run.ctx[:m].sum()) - k * m,
-                                steps=k)
+            self._log_iteration("decode steps", dt, m, k * m, held0, steps=k)
         self.t += dt
         if k:
             self._record_gaps(run.last[:m], t0 + dt_first)
@@ -974,7 +988,7 @@ class ServingLoop:
             self.grow_log = np.zeros(log_len, dtype=np.int64)
         k, dt, used, extra_int, de, n_log, n_fin = advance_blocks(
             run.ctx, run.rem, run.cap, m, order, block, allocator.free_blocks, self.grow_log,
-            self.bg, self.cg, self.tab, self.etab, self.t, t_limit)
+            self.bg, self.cg, self.tab, self.etab, self.t, t_limit, self.window)
         self.reserved_int += allocator.reserved_tokens * dt + extra_int
         if n_log:
             allocator.grow_blocks(run.idx[self.grow_log[:n_log]].tolist())

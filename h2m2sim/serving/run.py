@@ -79,12 +79,16 @@ def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: Iteratio
              activations: ActivationModel | None = None,
              speculation: Speculation | None = None,
              prefilled_at: np.ndarray | None = None,
-             lower_tier: LowerTier | None = None) -> ServingResult:
+             lower_tier: LowerTier | None = None,
+             kv_window: int | None = None) -> ServingResult:
     """Replay ``trace`` through ``allocator`` with iteration times from ``tables``: the
     :class:`~.loop.ServingLoop`, or the :class:`~.ellm.ElasticServingLoop` for an
     allocator that manages activations (``activations`` prices them); ``speculation``
     makes the decode steps speculative."""
     if allocator.manages_activations:
+        if kv_window is not None:
+            raise ConfigError("serving.max_context_tokens", f"serving past a sliding "
+                              f"window is not modelled with the {allocator.name} allocator")
         if lower_tier is not None:
             raise ConfigError("serving.kv_offload", f"is not modelled with the "
                               f"{allocator.name} allocator (it offloads KV its own way)")
@@ -97,7 +101,8 @@ def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: Iteratio
     else:
         loop = ServingLoop(trace, cfg, allocator, tables, prediction,
                            record_timeline=record_timeline, speculation=speculation,
-                           prefilled_at=prefilled_at, lower_tier=lower_tier)
+                           prefilled_at=prefilled_at, lower_tier=lower_tier,
+                           kv_window=kv_window)
     return loop.run()
 
 
@@ -146,7 +151,11 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         kv_all, sizes["kv_bytes_per_token"], dsizes["kv_bytes_per_token"])
     state = RequestState.of_model(model, cfg.kv_dtype)
     params = _allocator_params(allocator, allocator_params or {}, cfg)
-    allocs = [build_allocator(allocator, params, cfg, kv_cap,
+    # past a sliding window a request's KV stays at the window: the allocators size
+    # requests to it, the requests themselves run to the context
+    window = kv_window(cfg, model)
+    alloc_cfg = cfg if window is None else dataclasses.replace(cfg, max_context_tokens=window)
+    allocs = [build_allocator(allocator, params, alloc_cfg, kv_cap,
                               sizes["kv_bytes_per_token"], state) for _ in range(replicas)]
     prediction, report = None, None
     if pred_name is not None:
@@ -163,7 +172,7 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
     factory = evaluator
     if not isinstance(evaluator, PointEvaluator):
         evaluator = evaluator(model, replica_device, cfg)
-    grid = _grid(cfg, trace, kv_cap // sizes["kv_bytes_per_token"])
+    grid = _grid(cfg, trace, kv_cap // sizes["kv_bytes_per_token"], window)
     if cfg.chunked_prefill:
         cfg = with_batched_tokens(cfg, evaluator, allocs[0].kv_layout, grid.max_tokens)
         grid = dataclasses.replace(grid, chunk_tokens=cfg.max_num_batched_tokens)
@@ -184,11 +193,12 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
         result = simulate(trace, cfg, allocs[0], tables, prediction,
                           record_timeline=record_timeline, activations=acts,
                           speculation=speculation, prefilled_at=prefilled_at,
-                          lower_tier=_lower_tier(cfg, replica_device, sizes, 1))
+                          lower_tier=_lower_tier(cfg, replica_device, sizes, 1),
+                          kv_window=window)
     else:
         result = _replicated(trace, cfg, allocs, tables, prediction, speculation,
                              _lower_tier(cfg, replica_device, sizes, replicas),
-                             prefilled_at)
+                             prefilled_at, window)
     alloc = allocs[0]
     m = result.metrics
     m.update(replicas=replicas, tensor_parallel=replica_device.devices,
@@ -314,7 +324,8 @@ def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, Servi
 def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction,
                 speculation: Speculation | None = None,
                 lower_tier: LowerTier | None = None,
-                prefilled_at: np.ndarray | None = None) -> ServingResult:
+                prefilled_at: np.ndarray | None = None,
+                kv_window: int | None = None) -> ServingResult:
     """The replicas' loops behind the configured router (each with its share of a lower
     KV tier)."""
     if allocs[0].manages_activations:
@@ -323,7 +334,8 @@ def _replicated(trace, cfg: ServingConfig, allocs, tables, prediction,
     owner = np.full(len(trace), -1, dtype=np.int64)
     loops = [ServingLoop(trace, cfg, a, tables, prediction, owner=owner, replica=k,
                          speculation=None if speculation is None else speculation.fresh(),
-                         lower_tier=lower_tier, prefilled_at=prefilled_at)
+                         lower_tier=lower_tier, prefilled_at=prefilled_at,
+                         kv_window=kv_window)
              for k, a in enumerate(allocs)]
     return serve_replicas(loops, owner, ROUTERS.get(cfg.deployment.router))
 
@@ -356,32 +368,62 @@ def with_model_context(cfg: ServingConfig, model) -> ServingConfig:
         if cfg.max_context_tokens > model.max_context:
             raise ConfigError("serving.max_context_tokens", f"{cfg.max_context_tokens} is "
                               f"more than {model.name} takes ({model.max_context})")
-        _check_window(cfg.max_context_tokens, model)
+        _check_window(cfg.max_context_tokens, model, cfg)
         return cfg
     if cfg.max_new_tokens is not None and cfg.max_new_tokens >= model.max_context:
         raise ConfigError("serving.max_new_tokens", f"must be < the model's context "
                           f"({model.max_context}), got {cfg.max_new_tokens}")
-    _check_window(model.max_context, model)
+    _check_window(model.max_context, model, cfg)
     return dataclasses.replace(cfg, max_context_tokens=int(model.max_context))
 
 
-def _check_window(context: int, model) -> None:
-    """The allocators grow a request's KV with every token: a sliding-window model is
-    served only where no request outgrows its window, which then changes nothing."""
+def kv_window(cfg: ServingConfig, model) -> int | None:
+    """The KV tokens a request of ``model`` holds at most: its sliding window when every
+    layer has one and a request may outgrow it (else None: all of its context)."""
     w = model.sliding_window
-    if w is not None and context > w:
-        raise ConfigError("serving.max_context_tokens", f"{model.name} keeps K and V of "
-                          f"its last {w:,} tokens only, which the KV allocators do not "
-                          f"model yet: serve it with max_context_tokens <= {w:,} "
-                          f"(--max-context {w}), got {context:,}")
+    if w is None or model.sliding_window_period != 1 or cfg.max_context_tokens <= w:
+        return None
+    return int(w)
 
 
-def _grid(cfg: ServingConfig, trace, kv_tokens: int) -> TableGrid:
+#: What serving past a sliding window is not modelled with: the setting, and why
+_NOT_WITH_WINDOW = (
+    ("preemption", lambda c: c.preemption != "swap", "a recomputed context longer than "
+     "the window would be a prefill past it: use preemption swap"),
+    ("prefix_caching", lambda c: c.prefix_caching, "a request's shared prefix leaves its "
+     "window"),
+    ("chunked_prefill", lambda c: c.chunked_prefill, "not modelled together yet"),
+    ("speculative", lambda c: c.speculative is not None, "not modelled together yet"),
+)
+
+
+def _check_window(context: int, model, cfg: ServingConfig) -> None:
+    """A sliding-window model is served past its window (each request's KV stays at the
+    window: each new token's replaces its oldest) when every layer has the window and
+    nothing above needs the whole context; else only up to the window."""
+    w = model.sliding_window
+    if w is None or context <= w:
+        return
+    if model.sliding_window_period != 1:
+        raise ConfigError("serving.max_context_tokens", f"{model.name} mixes local and "
+                          f"global layers, whose KV the allocators do not size apart: "
+                          f"serve it with max_context_tokens <= {w:,} (--max-context {w}), "
+                          f"got {context:,}")
+    for key, bad, why in _NOT_WITH_WINDOW:
+        if bad(cfg):
+            raise ConfigError(f"serving.{key}", f"{model.name} keeps its last {w:,} tokens' "
+                              f"K and V; serving it past them (max_context_tokens "
+                              f"{context:,}): {why}")
+
+
+def _grid(cfg: ServingConfig, trace, kv_tokens: int, window: int | None = None
+          ) -> TableGrid:
     """Where the iteration-time tables are sampled: token points up to the longest request
-    the run can hold (the data, within the context), batches up to max_batch; no point
-    holds more than ``kv_tokens`` (the replica's KV pool) of KV."""
+    the run can hold (the data, within the context and a sliding ``window``), batches up
+    to max_batch; no point holds more than ``kv_tokens`` (the replica's KV pool) of KV."""
     longest = int((trace.prompt_tokens + trace.output_tokens).max()) if len(trace) else 1
-    tokens = max(2, min(cfg.max_context_tokens, -(-longest // 256) * 256))
+    tokens = max(2, min(cfg.max_context_tokens, window or cfg.max_context_tokens,
+                        -(-longest // 256) * 256))
     return TableGrid(max_batch=cfg.max_batch, max_tokens=tokens,
                      token_points=cfg.table_token_points,
                      error_samples=cfg.table_error_samples, kv_tokens=int(kv_tokens))

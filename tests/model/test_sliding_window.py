@@ -56,8 +56,10 @@ def test_model_json_and_serving(capsys, tmp_path, monkeypatch):
     serve = ["serve", "--trace", "alpaca", "--system", "mlu370-x4", "--model", "mistral-7b",
              "--allocator", "paged", "--evaluator", "analytic", "--max-requests", "20",
              "--json"]
-    assert main(serve) == 2
-    assert "serve it with max_context_tokens <= 4,096" in capsys.readouterr().err
+    assert main(serve) == 2       # past the window a recompute would prefill past it
+    assert "use preemption swap" in capsys.readouterr().err
+    assert main([*serve, "--preemption", "swap"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests_completed"] == 20
     assert main([*serve, "--max-context", "4096"]) == 0
     assert json.loads(capsys.readouterr().out)["requests_completed"] > 0
 
