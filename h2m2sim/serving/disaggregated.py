@@ -142,9 +142,11 @@ def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, 
     moved = np.isfinite(arrive)
     xfer_s = arrive[moved] - ready[moved]
     sender, receiver = map(_dram, devices)
-    # each transfer's own time on the link prices its memories (not its wait for it)
-    energy = sum(transfer_energy_j(b, link.transfer_s(b), link, sender, receiver)
-                 for b in nbytes[moved])
+    # the transfers' own time on the link prices their memories (not their wait for
+    # it), as one stream: the energies are linear in bytes and time
+    total = float(nbytes[moved].sum())
+    busy_s = int(moved.sum()) * link.transfer_s(0) + total / (link.GBps * 1e9)
+    energy = transfer_energy_j(total, busy_s, link, sender, receiver)
     m = dict((r2 or r1).metrics)
     # the decode pool counts each request's gaps from its first token on the prefill
     # pool (the transfer and its queueing are in the second token's gap)

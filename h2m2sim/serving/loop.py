@@ -808,9 +808,7 @@ class ServingLoop:
         tier's link (its energy counted), else over the host link."""
         if self.lower_tier is None:
             return nbytes / self.host_bps
-        s, j = self.lower_tier.copy_bytes(nbytes)
-        self.prefix.stats["copy_energy_j"] += j
-        return s
+        return self.prefix.copy(nbytes)
 
     def _swap_back(self, r: int) -> float:
         """Seconds for swapped-out request ``r``'s KV to come back (its tier room freed)."""

@@ -88,14 +88,12 @@ class LowerTier:
     #: "prefix-aware" (those the fewest requests referenced, then least recent)
     policy: str = "lru"
 
-    def copy(self, tokens: int) -> tuple[float, float]:
-        """(seconds, joules) of copying ``tokens`` KV tokens between the tiers."""
-        return self.copy_bytes(tokens * self.bytes_per_token)
-
-    def copy_bytes(self, nbytes: float) -> tuple[float, float]:
-        """(seconds, joules) of copying ``nbytes`` bytes between the tiers."""
-        s = self.link.transfer_s(nbytes)
-        return s, transfer_energy_j(nbytes, s, self.link, self.device_dram, self.tier_dram)
+    def energy_j(self, nbytes: float, seconds: float) -> float:
+        """Joules of the copies between the tiers that moved ``nbytes`` in ``seconds`` of
+        the link's time in all: the link's and both memories' DRAM, priced once as one
+        stream (the DRAM and link energies are linear in bytes and time)."""
+        return transfer_energy_j(nbytes, seconds, self.link, self.device_dram,
+                                 self.tier_dram)
 
 
 class PrefixCache:
@@ -122,7 +120,7 @@ class PrefixCache:
         self.stats = {"lookup_blocks": 0, "hit_blocks": 0, "hit_tokens": 0,
                       "evictions": 0, "peak_tokens": 0, "lower_hit_tokens": 0,
                       "demoted_tokens": 0, "promoted_tokens": 0, "lower_evictions": 0,
-                      "copy_energy_j": 0.0, "swapped_tokens": 0}
+                      "copy_bytes": 0.0, "copy_s": 0.0, "swapped_tokens": 0}
         self.lower = lower
         self.below: dict[int, int] = {}           # lower tier: hash -> tokens
         self.below_tokens = 0
@@ -206,10 +204,8 @@ class PrefixCache:
         for h, t in lifted:
             self.entries[h][_READY] = True
             tokens += t
-        s, j = self.lower.copy(tokens)
-        self.stall_s += s
+        self.stall_s += self.copy(tokens * self.lower.bytes_per_token)
         self.stats["promoted_tokens"] += tokens
-        self.stats["copy_energy_j"] += j
 
     def _put_back(self, lifted: list[tuple[int, int]]) -> None:
         """Blocks taken from the lower tier for an admission that failed go back, most
@@ -252,7 +248,15 @@ class PrefixCache:
         self._place_below(h, tokens)
         self._trim()
         self.stats["demoted_tokens"] += tokens
-        self.stats["copy_energy_j"] += lower.copy(tokens)[1]
+        self.copy(tokens * lower.bytes_per_token)
+
+    def copy(self, nbytes: float) -> float:
+        """Seconds ``nbytes`` take between the tiers (their energy is priced with the
+        run's other copies, in :meth:`metrics`)."""
+        s = self.lower.link.transfer_s(nbytes)
+        self.stats["copy_bytes"] += nbytes
+        self.stats["copy_s"] += s
+        return s
 
     def hold_swap(self, tokens: int) -> bool:
         """Room in the lower tier for a preempted request's ``tokens`` of KV, cached
@@ -364,7 +368,8 @@ class PrefixCache:
                     "promoted_bytes": st["promoted_tokens"] * bpt,
                     "offload_evictions": st["lower_evictions"],
                     "offload_swap_bytes": st["swapped_tokens"] * bpt,
-                    "offload_energy_j": st["copy_energy_j"]})}
+                    "offload_energy_j": self.lower.energy_j(st["copy_bytes"],
+                                                            st["copy_s"])})}
 
 
 def cached_prefill_cost(tables: IterationTables, tokens: list[int],
