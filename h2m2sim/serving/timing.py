@@ -717,13 +717,8 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
         vals[:, 1] = np.nan          # one evaluator prices all its points or none
     n = len(bg) * len(tg)
     for i, (name, phase, _) in enumerate(phases):
-        t = fill_unreachable(vals[i * n:(i + 1) * n, 0].reshape(len(bg), len(tg)), reach, tg)
-        _check_values(phase, t, "times")
-        out[name] = t
-        e = vals[i * n:(i + 1) * n, 1].reshape(len(bg), len(tg))
-        out[_energy_name(name)] = fill_unreachable(e, reach, tg) if priced else e
-        if priced:
-            _check_values(phase, out[_energy_name(name)], "energies")
+        _store_table(out, name, phase, vals[i * n:(i + 1) * n], (len(bg), len(tg)), reach,
+                     tg, priced)
     copy = vals[len(phases) * n:]
     out["kv_copy"] = fill_unreachable(copy[None, :, 0], reach[:1], tg)[0]
     out["kv_copy_energy"] = fill_unreachable(copy[None, :, 1], reach[:1], tg)[0] \
@@ -779,10 +774,7 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
         calls = [(np.full(int(b), c), np.array([[0.0, k]]), lay)
                  for b in bg for c in tg for k in kg]
         vals = evaluate_all(calls, f"mixed tables {lay}", reach)
-        out[f"mixed[{lay}]"] = fill_unreachable(vals[:, 0].reshape(shape), reach, tg)
-        _check_values("mixed", out[f"mixed[{lay}]"], "times")
-        e = vals[:, 1].reshape(shape)
-        out[f"mixed_energy[{lay}]"] = fill_unreachable(e, reach, tg) if priced else e
+        _store_table(out, f"mixed[{lay}]", "mixed", vals, shape, reach, tg, priced)
         samples = []
         for _ in range(grid.error_samples):
             b, mean = _error_point(rng, grid, evaluator.cycle_level)
@@ -855,11 +847,8 @@ def _verify_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: in
     for lay in layouts:
         vals = evaluate_all([np.full(int(b), c) for b in bg for c in tg], lay,
                             f"verify tables {lay}", reach)
-        shape = (len(bg), len(tg))
-        out[f"verify[{lay}]"] = fill_unreachable(vals[:, 0].reshape(shape), reach, tg)
-        _check_values("verify", out[f"verify[{lay}]"], "times")
-        e = vals[:, 1].reshape(shape)
-        out[f"verify_energy[{lay}]"] = fill_unreachable(e, reach, tg) if priced else e
+        _store_table(out, f"verify[{lay}]", "verify", vals, (len(bg), len(tg)), reach, tg,
+                     priced)
         samples = []
         for _ in range(grid.error_samples):
             b, mean = _error_point(rng, grid, evaluator.cycle_level)
@@ -893,6 +882,20 @@ def default_batched_tokens(prefill_s: Callable[[int], float], decode_s: float,
 
 #: namespace of the iteration tables in the result cache
 TABLES_NS = "serving-iteration-tables"
+
+
+def _store_table(out: dict, name: str, phase: str, vals: np.ndarray, shape: tuple,
+                 reach: np.ndarray, tokens: np.ndarray, priced: bool) -> None:
+    """``out[name]`` the times (column 0 of ``vals``) and its energy table the energies
+    (column 1) in ``shape``, unreachable points filled; both checked (the energies when
+    the evaluator prices them)."""
+    t = fill_unreachable(vals[:, 0].reshape(shape), reach, tokens)
+    _check_values(phase, t, "times")
+    out[name] = t
+    e = vals[:, 1].reshape(shape)
+    out[_energy_name(name)] = fill_unreachable(e, reach, tokens) if priced else e
+    if priced:
+        _check_values(phase, out[_energy_name(name)], "energies")
 
 
 def _energy_name(table: str) -> str:
