@@ -226,10 +226,9 @@ FIDELITY = {"cycle": "sampled", "analytic": "estimate"}
 
 def _serving_data(args) -> dict:
     """``workload.serving`` of the run configuration the flags describe."""
-    from dram_models.schema import parse_size
-    from h2m2sim.errors import ConfigError
     data = {"trace": args.trace, "predictor": args.predictor,
             "predictor_params": _kv(args.predictor_param, "predictor-param")}
+    pools = "cards of the prefill and the decode pool"
     for key, value in (("max_requests", args.max_requests), ("arrival_rate", args.rate),
                        ("max_batch", args.max_batch), ("max_context_tokens", args.max_context),
                        ("max_new_tokens", args.max_new_tokens), ("scheduler", args.scheduler),
@@ -240,7 +239,22 @@ def _serving_data(args) -> dict:
                        ("preemption_victim", args.preemption_victim),
                        ("chunked_prefill", args.chunked_prefill),
                        ("max_num_batched_tokens", args.max_num_batched_tokens),
-                       ("slo_ttft_s", args.slo_ttft), ("slo_tpot_s", args.slo_tpot)):
+                       ("slo_ttft_s", args.slo_ttft), ("slo_tpot_s", args.slo_tpot),
+                       ("kv_dtype", args.kv_dtype), ("kv_link", args.kv_link),
+                       ("kv_streaming", args.kv_streaming or None),
+                       ("prefill_system", args.prefill_system),
+                       ("decode_system", args.decode_system),
+                       ("kv_offload", args.kv_offload),
+                       ("kv_offload_policy", args.kv_offload_policy),
+                       ("kv_capacity_bytes", _size(args.kv_capacity, "--kv-capacity")),
+                       ("kv_offload_capacity_bytes",
+                        _size(args.kv_offload_capacity, "--kv-offload-capacity")),
+                       ("disaggregate", _pair(args.disaggregate, "--disaggregate", pools)),
+                       ("pool_replicas", _pair(args.pool_replicas, "--pool-replicas",
+                                               "replicas of the prefill and the decode "
+                                               "pool")),
+                       ("speculative", None if args.speculative is None
+                        else _speculative(args.speculative))):
         if value is not None:
             data[key] = value
     dep = {k: v for k, v in (("replicas", args.replicas),
@@ -248,43 +262,27 @@ def _serving_data(args) -> dict:
                              ("router", args.router)) if v is not None}
     if dep:
         data["deployment"] = dep
-    if args.kv_capacity is not None:
-        try:
-            data["kv_capacity_bytes"] = parse_size(args.kv_capacity)
-        except ValueError as err:
-            raise ConfigError("--kv-capacity", str(err)) from None
-    if args.speculative is not None:
-        data["speculative"] = _speculative(args.speculative)
-    if args.kv_dtype is not None:
-        data["kv_dtype"] = args.kv_dtype
-    if args.disaggregate is not None:
-        data["disaggregate"] = _pair(args.disaggregate, "--disaggregate",
-                                     "cards of the prefill and the decode pool")
-    if args.kv_link is not None:
-        data["kv_link"] = args.kv_link
-    if args.kv_streaming:
-        data["kv_streaming"] = True
-    if args.pool_replicas is not None:
-        data["pool_replicas"] = _pair(args.pool_replicas, "--pool-replicas",
-                                      "replicas of the prefill and the decode pool")
-    for key in ("prefill_system", "decode_system"):
-        if getattr(args, key) is not None:
-            data[key] = getattr(args, key)
-    if args.kv_offload is not None:
-        data["kv_offload"] = args.kv_offload
-    if args.kv_offload_policy is not None:
-        data["kv_offload_policy"] = args.kv_offload_policy
-    if args.kv_offload_capacity is not None:
-        try:
-            data["kv_offload_capacity_bytes"] = parse_size(args.kv_offload_capacity)
-        except ValueError as err:
-            raise ConfigError("--kv-offload-capacity", str(err)) from None
     return data
 
 
-def _pair(text: str, flag: str, what: str) -> list[int]:
-    """Two whole numbers from ``A:B`` (``what`` they are, for the error)."""
+def _size(text: str | None, flag: str) -> int | None:
+    """Bytes from a size flag (``'40 GB'``), or None when it is not given."""
+    from dram_models.schema import parse_size
     from h2m2sim.errors import ConfigError
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise ConfigError(flag, str(err)) from None
+
+
+def _pair(text: str | None, flag: str, what: str) -> list[int] | None:
+    """Two whole numbers from ``A:B`` (``what`` they are, for the error), or None when
+    the flag is not given."""
+    from h2m2sim.errors import ConfigError
+    if text is None:
+        return None
     parts = text.split(":")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
         raise ConfigError(flag, f"expected A:B ({what}), got {text!r}")
