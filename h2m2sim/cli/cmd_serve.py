@@ -194,7 +194,10 @@ def register(subparsers) -> None:
                    help="predictor option, e.g. accuracy=0.9 (repeatable)")
     p.add_argument("--evaluator", default="cycle", metavar="NAME",
                    help="iteration-time evaluator: cycle (the NPU chip model and DRAM "
-                        "engine, default) or analytic (a labelled placeholder)")
+                        "engine, default) or analytic (a labelled placeholder); on a system "
+                        "of several NPU sides (h2m2) each decode step is mapped over them "
+                        "by H2M2's greedy mapper, simulated (cycle) or by its roofline "
+                        "(analytic)")
     p.add_argument("--no-cache", action="store_true", help="do not reuse or store tables")
     p.add_argument("--out", metavar="DIR",
                    help="also write DIR/result.json (metrics, version, git revision), the "

@@ -48,6 +48,13 @@ class PointEvaluator(abc.ABC):
     label: str = ""
     cycle_level: bool = False
 
+    @property
+    def needs_fit(self) -> bool:
+        """True when a point must fit the device to be priced (a simulation, a mapping
+        decision): the tables then price only the points a serving state reaches. A
+        closed form is defined everywhere."""
+        return self.cycle_level
+
     @abc.abstractmethod
     def evaluate(self, phase: str, batch: int, context_tokens_per_request: np.ndarray,
                  kv_layout: KVLayout) -> float:

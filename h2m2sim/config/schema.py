@@ -121,7 +121,9 @@ class PolicyConfig:
     """How the system is driven: mapping of kernels to memory sides, KV allocation."""
 
     mapper: str = param("greedy", doc="Mapping algorithm (a name from the mapper registry, "
-                                      "e.g. greedy = H2M2 Algorithm 1).")
+                                      "e.g. greedy = H2M2 Algorithm 1). A serving run on "
+                                      "a system of several NPU sides maps each decode "
+                                      "step with it.")
     mapper_params: dict[str, Optional[Any]] = param(
         default_factory=dict, doc="Options of the mapper and of the decode-iteration job "
                                   "(see Mapper options below); unknown keys are errors.")

@@ -452,11 +452,8 @@ class CycleEvaluator(PointEvaluator):
         return self._as_piece(self._piece("lm_head", {"rows": int(rows)}, fn))
 
     def allreduce_ns(self, nbytes: float) -> float:
-        """Ring all-reduce of ``nbytes`` over the cards: 2 (c-1) steps of nbytes / c."""
-        c = self.cards
-        if c <= 1:
-            return 0.0
-        return 2 * (c - 1) * (self.link_us * 1e3 + nbytes / c / self.link_GBps)
+        """Ring all-reduce of ``nbytes`` over the cards (:func:`ring_allreduce_ns`)."""
+        return ring_allreduce_ns(nbytes, self.cards, self.link_GBps, self.link_us)
 
     def copy_ns(self, tokens: int) -> float:
         """Streaming copy (read + write) of the card's share of ``tokens`` KV tokens."""
@@ -541,6 +538,15 @@ class CycleEvaluator(PointEvaluator):
         e = card_energy_j(self.system, self.side, work.act, work.ns, total_ns, link_bytes,
                           batch)
         return PointCost(total_ns * 1e-9, self.cards * e)
+
+
+def ring_allreduce_ns(nbytes: float, cards: int, link_GBps: float, link_us: float
+                      ) -> float:
+    """Ring all-reduce of ``nbytes`` over ``cards`` cards, ns: 2 (c-1) steps of
+    nbytes / c, each paying the link's latency (us) and bandwidth (GB/s)."""
+    if cards <= 1:
+        return 0.0
+    return 2 * (cards - 1) * (link_us * 1e3 + nbytes / cards / link_GBps)
 
 
 def side_label(system, side: str, fidelity: str, cards: int) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 from h2m2sim.compute.gpu import gpu_side
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
+from .mapped_eval import maps_sides
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
 from .speculative import draft_model
 from .timeline import captured
@@ -52,17 +53,25 @@ def run_serving(cfg: Any) -> dict:
     tensor parallel) and ``cfg.model``. ``simulation.fidelity: estimate`` uses the
     analytic placeholder; ``cycle`` / ``sampled`` the cycle-level evaluator
     (:mod:`.cycle_eval`) at that fidelity; a GPU system the GPU kernel model at any
-    fidelity."""
+    fidelity; a system of several NPU sides the mapped evaluator (:mod:`.mapped_eval`:
+    ``policy.mapper`` splits each decode step over the sides) at that fidelity."""
     _fits(cfg, cfg.system)
     s = cfg.workload.serving
     device = ServingDevice.from_system(cfg.system)
-    sim = cfg.simulation
-    if sim.fidelity in ("cycle", "sampled") or gpu_side(cfg.system) is not None:
-        def evaluator(model, replica_device, c):
+    sim, policy = cfg.simulation, cfg.policy
+
+    def evaluator(model, replica_device, c):
+        """Each pool's replicas by their own system (two pools may differ)."""
+        system = replica_device.system
+        if maps_sides(system):
+            return EVALUATORS.get("mapped")(
+                model, replica_device, c, mapper=policy.mapper,
+                mapper_params=policy.mapper_params, fidelity=sim.fidelity,
+                seed=sim.seed, cache=sim.cache, cache_dir=sim.cache_dir)
+        if sim.fidelity in ("cycle", "sampled") or gpu_side(system) is not None:
             return EVALUATORS.get("cycle")(model, replica_device, c, fidelity=sim.fidelity,
                                            cache=sim.cache, cache_dir=sim.cache_dir)
-    else:
-        evaluator = analytic_evaluator
+        return analytic_evaluator(model, replica_device, c)
     into = captured()
     result = serve(None, s, allocator=cfg.policy.allocator,
                    allocator_params=cfg.policy.allocator_params, model=cfg.model,

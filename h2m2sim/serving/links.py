@@ -1,5 +1,6 @@
 """The links KV crosses between serving pools (disaggregated prefill and decode) and to a
-second KV tier (:data:`TIERS`: host or CXL memory behind the device).
+second KV tier (:data:`TIERS`: host or CXL memory behind the device, or the LPDDR side
+of an asymmetric device behind its HBM side).
 
 A :class:`KvLink` moves ``n`` bytes in ``latency + n / bandwidth`` seconds, one transfer
 at a time in each direction (transfers queue behind each other), and spends ``n x 8 x
@@ -66,6 +67,12 @@ LINKS.register("rdma-400g", KvLink(
     source="400 Gb/s Ethernet or InfiniBand NDR: 50 GB/s per direction; latency and "
            "energy assumed (NIC, switch and two PCIe hops)"))
 
+LINKS.register("h2m2-c2c", KvLink(
+    name="h2m2-c2c", GBps=960.0, latency_us=0.5, pj_per_bit=1.17,
+    source="the chip-to-chip link of H2M2's asymmetric device (H2M2, arXiv 2025, Table 1: "
+           "960 GB/s); latency assumed as in the h2m2 system preset (0.5 us); energy "
+           "Poulton et al., JSSC 2019 (1.17 pJ/b), as the preset's interconnect"))
+
 
 def kv_link(name: str, key: str = "serving.kv_link") -> KvLink:
     """The link preset ``name`` (ConfigError naming ``key`` otherwise)."""
@@ -103,6 +110,11 @@ TIERS.register("host-ddr5", KvTier(
     name="host-ddr5", link="pcie5-x16", dram="ddr5-4800",
     source="the host's DDR5 behind the card's PCIe 5 x16 (SGLang HiCache's and LMCache's "
            "CPU tier)"))
+TIERS.register("h2m2-lpddr", KvTier(
+    name="h2m2-lpddr", link="h2m2-c2c", dram="lpddr5x-8533",
+    source="the LPDDR5X side of H2M2's asymmetric device as a KV tier behind the HBM side, "
+           "over the chips' link (the capacity side holding what the bandwidth side "
+           "evicts)"))
 TIERS.register("cxl-ddr5", KvTier(
     name="cxl-ddr5", link="cxl2-x16", dram="ddr5-4800",
     source="a CXL 2.0 memory expander of DDR5 (a pooled KV tier)"))

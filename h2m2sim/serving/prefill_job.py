@@ -24,14 +24,12 @@ import numpy as np
 
 from h2m2sim.compute.evaluator import PointEvaluator, step_metrics
 from h2m2sim.compute.gpu import GpuEvaluator, gpu_side
-from h2m2sim.compute.llm_roofline import RooflineEvaluator
-from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.decode.job import check_iteration_fits, iteration_options
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.model import normalize_batch, windowed_lens
 
-from .cycle_eval import CycleEvaluator
+from .mapped_eval import first_side_evaluator
 
 __all__ = ["run_prefill", "check_prefill", "prefill_evaluator"]
 
@@ -55,12 +53,8 @@ def prefill_evaluator(system, model, sim) -> PointEvaluator:
     if gpu_side(system) is not None:
         return GpuEvaluator(model, system, cards=system.cards, cache=sim.cache,
                             cache_dir=sim.cache_dir)
-    if sim.fidelity == "estimate":
-        device = RooflineDevice(system, system.side_names[0], cache=sim.cache,
-                                cache_dir=sim.cache_dir)
-        return RooflineEvaluator(model, model.dtype, device=device, cards=system.cards)
-    return CycleEvaluator(model, system, fidelity=sim.fidelity, seed=sim.seed,
-                          cache=sim.cache, cache_dir=sim.cache_dir)
+    return first_side_evaluator(model, system, system.cards, sim.fidelity, seed=sim.seed,
+                                cache=sim.cache, cache_dir=sim.cache_dir)
 
 
 def run_prefill(cfg: Any) -> dict[str, Any]:

@@ -4,7 +4,9 @@ device=...)``.
 The iteration-time source is a *point evaluator* (see :mod:`.timing`). ``EVALUATORS`` (a
 :class:`~h2m2sim.registry.Registry`) maps a name to a factory ``fn(model, device, cfg,
 **options) -> PointEvaluator``: ``"cycle"`` (the NPU chip model and DRAM engine,
-:mod:`.cycle_eval`) and ``"analytic"`` (the labelled placeholder, for quick tests).
+:mod:`.cycle_eval`), ``"mapped"`` (a system of several NPU sides, each decode step mapped
+over them, :mod:`.mapped_eval`) and ``"analytic"`` (the labelled placeholder, for quick
+tests).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from .ellm import ActivationModel, ElasticServingLoop
 from .energy import EstimateEnergy
 from .links import TIERS, kv_link
 from .loop import ServingLoop, ServingResult
+from .mapped_eval import mapped_evaluator
 from .prefix_cache import LowerTier
 from .router import ROUTERS, serve_replicas
 from .speculative import Speculation, acceptance_rates, draft_model, split_kv_capacity
@@ -72,6 +75,7 @@ EVALUATORS: Registry[Callable[..., Any]] = Registry("iteration-time evaluator",
                                                      key="evaluator")
 EVALUATORS.register("analytic", analytic_evaluator)
 EVALUATORS.register("cycle", cycle_evaluator)
+EVALUATORS.register("mapped", mapped_evaluator)
 
 
 def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: IterationTables,

@@ -704,7 +704,7 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
         return _evaluate_points(evaluator, evaluator.cost,
                                 lambda c: c[1] * float(np.sum(c[2])), calls, desc, keep)
 
-    reach = grid.reachable(simulated=evaluator.cycle_level)
+    reach = grid.reachable(simulated=evaluator.needs_fit)
     phases = [(f"decode[{lay}]", "decode", lay) for lay in layouts] + \
         [("prefill", "prefill", CONTIGUOUS)]
     calls = [(phase, int(b), np.full(int(b), c), lay)
@@ -734,7 +734,7 @@ def _compute_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: i
     samples = []
     for name, phase, lay in phases:
         for _ in range(grid.error_samples):
-            b, mean = _error_point(rng, grid, evaluator.cycle_level)
+            b, mean = _error_point(rng, grid, evaluator.needs_fit)
             samples.append((name, (phase, b, _sample_lengths(rng, b, mean, grid.max_tokens),
                                    lay)))
     truth = evaluate_all([c for _, c in samples], "table error samples")
@@ -769,7 +769,7 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
     out: dict[str, np.ndarray] = {"chunk_grid": kg}
     shape = (len(bg), len(tg), len(kg))
     rng = np.random.default_rng([seed, 3])
-    reach = grid.reachable(kg, simulated=evaluator.cycle_level)
+    reach = grid.reachable(kg, simulated=evaluator.needs_fit)
     for lay in layouts:
         calls = [(np.full(int(b), c), np.array([[0.0, k]]), lay)
                  for b in bg for c in tg for k in kg]
@@ -777,7 +777,7 @@ def _mixed_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: int
         _store_table(out, f"mixed[{lay}]", "mixed", vals, shape, reach, tg, priced)
         samples = []
         for _ in range(grid.error_samples):
-            b, mean = _error_point(rng, grid, evaluator.cycle_level)
+            b, mean = _error_point(rng, grid, evaluator.needs_fit)
             total = int(rng.integers(1, int(grid.chunk_tokens) + 1))
             parts = np.diff(np.sort(np.r_[0, rng.integers(0, total + 1, int(
                 rng.integers(0, 3))), total]))
@@ -851,7 +851,7 @@ def _verify_tables(evaluator, layouts: list[KVLayout], grid: TableGrid, seed: in
                      priced)
         samples = []
         for _ in range(grid.error_samples):
-            b, mean = _error_point(rng, grid, evaluator.cycle_level)
+            b, mean = _error_point(rng, grid, evaluator.needs_fit)
             samples.append(_sample_lengths(rng, b, mean, grid.max_tokens))
         if not samples:
             continue
@@ -930,7 +930,7 @@ def build_tables(evaluator: PointEvaluator, layouts, grid: TableGrid, *, seed: i
         del grid_key["chunk_tokens"]
     if grid.verify_tokens is None:      # ... and so do tables without verify steps
         del grid_key["verify_tokens"]
-    if grid.kv_tokens is None or not evaluator.cycle_level:
+    if grid.kv_tokens is None or not evaluator.needs_fit:
         del grid_key["kv_tokens"]       # it changes only what a simulation skips
     key = {"evaluator": evaluator.cache_key(), "grid": grid_key,
            "layouts": [str(x) for x in layouts], "seed": seed}
