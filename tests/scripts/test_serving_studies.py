@@ -1,5 +1,6 @@
-"""scripts/serving_disaggregation.py and scripts/serving_kv_tiers.py: a point of each
-through the serving API, and their figures."""
+"""scripts/serving_disaggregation.py, serving_kv_tiers.py and serving_h2m2_decode_pool.py:
+a point of the first two through the serving API, the third's evaluators, and their
+figures."""
 from __future__ import annotations
 
 import pytest
@@ -32,3 +33,22 @@ def test_a_tiered_point_and_the_hit_rate_figure():
     rows = [{"kv_gb": g, "tier": t, "prefix_hit_rate": 0.1 + 0.1 * t}
             for g in tiers.CAPACITIES_GB for t in (False, True)]
     assert tiers.plot(rows, 0.2)[:4] == b"\x89PNG"
+
+
+def test_the_decode_pool_study_prices_every_pool_alike_and_draws_its_figure():
+    """The study's evaluator: the GPU kernel model for the H200 prefill pool, a sampled
+    decode iteration of the sides for each decode pool (one code path for all three);
+    the figure from stored rows (the runs themselves take minutes)."""
+    from h2m2sim.compute.gpu import GpuEvaluator
+    from h2m2sim.model import load_model
+    from h2m2sim.serving.deployment import resolve_device
+    from h2m2sim.serving.mapped_eval import MappedEvaluator
+    pool = load_script("serving_h2m2_decode_pool")
+    model = load_model(pool.MODEL)
+    assert isinstance(pool.evaluator(model, resolve_device("h200"), None), GpuEvaluator)
+    for name in pool.DECODE_POOLS:
+        ev = pool.evaluator(model, resolve_device(name), None)
+        assert isinstance(ev, MappedEvaluator) and ev.fidelity == "sampled"
+    rows = [{"decode": d, "rate": r, "goodput_rps": r * 0.5, "tpot_p50_s": 0.1}
+            for d in pool.DECODE_POOLS for r in pool.RATES]
+    assert pool.plot(rows)[:4] == b"\x89PNG"
