@@ -183,7 +183,8 @@ class ServingConfig:
         "its KV crosses kv_link, and the second decodes it. Null = colocated.",
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
     kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
-                         "pool (a preset: nvlink4, pcie5-x16, cxl2-x16, rdma-400g, h2m2-c2c).")
+                         "pool (a preset: nvlink4, nvlink3, pcie5-x16, cxl2-x16, rdma-400g, "
+                         "h2m2-c2c).")
     pool_replicas: tuple[int, int] = param(
         (1, 1), ge=1, le=4096, doc="Disaggregated: replicas of the model in the prefill and "
         "the decode pool, each over its pool's cards / replicas, requests given to them by "

@@ -54,6 +54,10 @@ LINKS.register("nvlink4", KvLink(
     source="NVIDIA H100 datasheet: fourth-generation NVLink 900 GB/s per GPU, both "
            "directions together; latency and energy assumed (NVIDIA quotes 1.3 pJ/bit for "
            "its chip-to-chip NVLink-C2C; a board-level link costs at least that)"))
+LINKS.register("nvlink3", KvLink(
+    name="nvlink3", GBps=300.0, latency_us=2.0, pj_per_bit=1.3,
+    source="NVIDIA A100 datasheet: third-generation NVLink 600 GB/s per GPU, both "
+           "directions together; latency and energy assumed as for nvlink4"))
 LINKS.register("pcie5-x16", KvLink(
     name="pcie5-x16", GBps=63.0, latency_us=5.0, pj_per_bit=5.0,
     source="PCI Express 5.0: 32 GT/s x 16 lanes, 128b/130b coding = 63 GB/s per "
