@@ -179,6 +179,10 @@ def register(subparsers) -> None:
                    help="KV capacity of the --kv-offload tier (e.g. '512 GB')")
     p.add_argument("--kv-offload-policy", default=None, choices=("lru", "prefix-aware"),
                    help="which blocks leave the full tier first (default lru)")
+    p.add_argument("--kv-offload-running", action="store_true",
+                   help="with --kv-offload: when device KV runs out, a running request's "
+                        "KV goes cold to the tier and is read back over its link at every "
+                        "step, instead of the request being preempted")
     p.add_argument("--kv-dtype", default=None, metavar="DTYPE",
                    help="KV cache data type: int4, fp8, int8, fp16, bf16, fp32 (default: the "
                         "model's)")
@@ -249,6 +253,7 @@ def _serving_data(args) -> dict:
                        ("decode_system", args.decode_system),
                        ("kv_offload", args.kv_offload),
                        ("kv_offload_policy", args.kv_offload_policy),
+                       ("kv_offload_running", args.kv_offload_running or None),
                        ("kv_capacity_bytes", _size(args.kv_capacity, "--kv-capacity")),
                        ("kv_offload_capacity_bytes",
                         _size(args.kv_offload_capacity, "--kv-offload-capacity")),

@@ -209,6 +209,13 @@ class ServingConfig:
         "lru", doc="Which blocks leave the full kv_offload tier first: lru (least "
         "recently placed there) or prefix-aware (those the fewest requests referenced, "
         "then the least recent: shared prefixes stay, a request's own tail goes).")
+    kv_offload_running: bool = param(
+        False, doc="With kv_offload: when device KV runs out, the victim of a preemption "
+        "keeps running instead, its KV (and the rest it will generate) held cold in the "
+        "tier and read back over its link before every decode step (not overlapped with "
+        "the step); a request the tier cannot hold is preempted as before.",
+        source="FlexGen (Sheng et al., ICML 2023) and eLLM's CPU buffer: KV read from "
+        "host memory at every step")
     table_token_points: int = param(14, ge=2, doc="Token-axis points of the iteration-time "
                                                   "tables.")
     table_error_samples: int = param(12, ge=0, doc="Random points at which the table "
@@ -240,6 +247,10 @@ class ServingConfig:
             if not self.prefix_caching:
                 raise ConfigError("kv_offload", "holds evicted prefix blocks: it needs "
                                   "prefix_caching")
+        if self.kv_offload_running and (self.kv_offload is None or self.chunked_prefill
+                                        or self.speculative is not None):
+            raise ConfigError("kv_offload_running", "needs a kv_offload tier, and is not "
+                              "modelled with chunked_prefill or speculative decoding")
         if (self.prefill_system is None) != (self.decode_system is None):
             raise ConfigError("decode_system" if self.decode_system is None
                               else "prefill_system", "prefill_system and decode_system "

@@ -84,6 +84,11 @@ ITERATION_FIELDS = ("it_t", "it_dt", "it_kind", "it_batch", "it_tokens", "it_kv_
                     "it_steps")
 
 
+#: capacity of a running request whose KV is cold in the lower tier: it never asks the
+#: device for KV again
+COLD_CAPACITY = 2**62
+
+
 def percentiles(x: np.ndarray) -> dict:
     """p50/p90/p99/mean of the finite values of x (None when there are none)."""
     x = np.asarray(x, dtype=np.float64)
@@ -197,6 +202,10 @@ class ServingLoop:
         self.paused: list[tuple[int, float, float]] = []    # (request, preempted, resumed) s
         self._paused_at: dict[int, float] = {}
         self.swapped = [False] * n
+        #: tokens of the lower tier a running request's cold KV holds (0: its KV is on
+        #: the device); kv_offload_running
+        self.cold = [0] * n
+        self.n_cold = 0
         self.last_tok = [nan] * n       # time of each request's last token
         self.itl_s: list[float] = []    # inter-token gaps (s), grouped ...
         self.itl_n: list[int] = []      # ... with the number of tokens of each
@@ -222,7 +231,8 @@ class ServingLoop:
                    "max_decode_batch": 0, "offload_exposed_s": 0.0,
                    "prefill_energy_j": 0.0, "decode_energy_j": 0.0, "migration_energy_j": 0.0,
                    "mixed_iterations": 0, "mixed_time_s": 0.0, "mixed_energy_j": 0.0,
-                   "prefill_tokens_total": 0, "prefill_tokens_computed": 0}
+                   "prefill_tokens_total": 0, "prefill_tokens_computed": 0,
+                   "cold_requests": 0, "cold_fetch_bytes": 0, "cold_fetch_time_s": 0.0}
         self.budget = self._batched_tokens() if self.chunked else 0
         if cfg.scheduler == "shortest" and prediction is None:
             raise ConfigError("serving.scheduler", "shortest needs a length predictor "
@@ -388,7 +398,7 @@ class ServingLoop:
         self.timeline["reserved_tokens"].append(self.allocator.reserved_tokens)
         run = self.running    # KV the running requests hold (a shared block once)
         self.timeline["used_tokens"].append(float(run.ctx[:run.m].sum())
-                                            - self._counted_twice())
+                                            - self._cold_tokens() - self._counted_twice())
         self.timeline["running"].append(run.m)
         self.timeline["waiting"].append(len(self.waiting))
 
@@ -397,6 +407,7 @@ class ServingLoop:
         """Let ``dt`` seconds pass with ``held_tokens`` KV tokens in use: an iteration of
         ``kind`` (one of ITERATION_KINDS) over ``batch`` requests computing ``tokens``."""
         self.reserved_int += self.allocator.reserved_tokens * dt
+        held_tokens -= self._cold_tokens()
         self.used_int += (held_tokens - self._counted_twice()) * dt
         self._log_iteration(kind, dt, batch, tokens, held_tokens)
         self.t += dt
@@ -413,6 +424,14 @@ class ServingLoop:
                                            tokens, kv_tokens - self._counted_twice(),
                                            steps)):
             tl[k].append(v)
+
+    def _cold_tokens(self) -> float:
+        """KV tokens the running requests hold cold in the lower tier, not on the device
+        (kv_offload_running; 0 without cold requests)."""
+        if not self.n_cold:
+            return 0.0
+        run, cold = self.running, self.cold
+        return float(sum(int(run.ctx[j]) for j in range(run.m) if cold[int(run.idx[j])]))
 
     def _counted_twice(self) -> int:
         """KV tokens the running requests' contexts count more than once: cached prefix
@@ -762,9 +781,14 @@ class ServingLoop:
         r = int(self.running.idx[j])
         self.finish_t[r] = self.t
         self.gen[r] = self.out_l[r]
-        self.allocator.release(r, generated_tokens=self.out_l[r], completed=True)
-        if self.prefix is not None:
-            self.prefix.release(r)
+        if self.cold[r]:
+            self.prefix.drop_swap(self.cold[r])
+            self.cold[r] = 0
+            self.n_cold -= 1
+        else:
+            self.allocator.release(r, generated_tokens=self.out_l[r], completed=True)
+            if self.prefix is not None:
+                self.prefix.release(r)
         self.running.remove(j)
         self.done += 1
 
@@ -791,6 +815,50 @@ class ServingLoop:
         self.st["preemptions"] += 1
         self.waiting.appendleft(r)
         self._paused_at[r] = self.t
+
+    def relieve(self, j: int) -> None:
+        """Device KV ran out: running request ``j``'s KV goes cold to the lower tier
+        (``kv_offload_running``, when the tier can hold it and all it will generate), or
+        ``j`` is preempted."""
+        if not (self.cfg.kv_offload_running and self.offload_running(j)):
+            self.preempt(j)
+
+    def offload_running(self, j: int) -> bool:
+        """Move running request ``j``'s KV to the lower tier (the engine waits for the
+        copy, as for a swap) and keep it running there: its tier room covers its context
+        and its remaining tokens, whose KV is written there; each decode step reads it
+        back (:meth:`_cold_fetch`). False (nothing changed) if the tier cannot hold it."""
+        run = self.running
+        r, ctx = int(run.idx[j]), int(run.ctx[j])
+        tokens = ctx + int(run.rem[j])
+        if self.prefix is None or not self.prefix.hold_swap(tokens):
+            return False
+        dt = self._host_copy_s(ctx * self.host_bpt)
+        self.reserved_int += self.allocator.reserved_tokens * dt
+        self.t += dt
+        self.st["swap_time_s"] += dt
+        self.allocator.release(r, completed=False)
+        self.prefix.release(r)
+        self.cold[r] = tokens
+        self.n_cold += 1
+        run.cap[j] = COLD_CAPACITY      # never needs device KV again
+        self.st["cold_requests"] += 1
+        return True
+
+    def _cold_fetch(self, k: int, ctx0: float, n: int) -> tuple[float, float]:
+        """Seconds ``k`` decode steps wait for the cold KV of ``n`` running requests
+        holding ``ctx0`` tokens at the first step (one more each per step), read back
+        over the tier's link before each step, and the first step's share. The bytes,
+        and the new tokens' KV written there, are priced with the tier's other copies."""
+        if not n or not k:
+            return 0.0, 0.0
+        link, bpt = self.lower_tier.link, self.host_bpt
+        read = bpt * (k * ctx0 + n * k * (k - 1) / 2.0)
+        s = k * link.latency_us * 1e-6 + read / (link.GBps * 1e9)
+        self.prefix.copy(read + n * k * bpt)
+        self.st["cold_fetch_bytes"] += read
+        self.st["cold_fetch_time_s"] += s
+        return s, link.transfer_s(bpt * ctx0)
 
     def kv(self, r: int) -> int:
         """KV tokens request ``r`` holds for its context so far: all of it, or the last
@@ -827,11 +895,15 @@ class ServingLoop:
         """Position of the running request to preempt (``preemption_victim``): the
         latest arrival, or the one holding the most KV (ties: the latest arrival)."""
         run = self.running
+        idx = run.idx[:run.m]
+        # a cold request holds no device KV: preempting it frees none
+        pos = np.flatnonzero([not self.cold[int(r)] for r in idx]) if self.n_cold \
+            else np.arange(run.m)
         if self.cfg.preemption_victim == "most-memory":
-            cap = run.cap[:run.m]
-            most = np.flatnonzero(cap == cap.max())
-            return int(most[np.argmax(run.idx[most])])
-        return int(np.argmax(run.idx[:run.m]))
+            cap = run.cap[pos]
+            most = pos[cap == cap.max()]
+            return int(most[np.argmax(idx[most])])
+        return int(pos[np.argmax(idx[pos])])
 
     def grow(self) -> None:
         """Give every running request room for one more token (speculating: for its next
@@ -849,7 +921,7 @@ class ServingLoop:
                 r = int(run.idx[j])
                 ev0 = len(allocator.events)
                 if not allocator.grow(r, int(want[j])):
-                    self.preempt(self.victim())
+                    self.relieve(self.victim())
                     break                       # positions moved: rescan
                 run.cap[j] = allocator.capacity_of(r)
                 self._charge_migrations(ev0)
@@ -887,6 +959,7 @@ class ServingLoop:
             return
         t0 = self.t
         held0 = float(run.ctx[:m].sum())
+        cold0, n_cold = self._cold_tokens(), self.n_cold
         dt_first = float(interp2(self.bg, self.cg, self.tab, float(m), held0 / m))
         if self.block is None:
             k, dt, used, de, n_fin, n_grow = advance_running(
@@ -895,9 +968,15 @@ class ServingLoop:
             self.reserved_int += allocator.reserved_tokens * dt
         else:
             k, dt, used, de, n_fin, n_grow = self._advance_blocks(m, t_limit)
-        self.used_int += used - self._counted_twice() * dt
+        # cold KV is not on the device; reading it back delays every step
+        self.used_int += used - (self._counted_twice() + cold0 + n_cold * (k - 1) / 2.0) * dt
+        wait, wait_first = self._cold_fetch(k, cold0, n_cold)
+        if wait:
+            self.reserved_int += allocator.reserved_tokens * wait
+            self.used_int += (held0 - cold0 - self._counted_twice()) * wait
+        dt, dt_first = dt + wait, dt_first + wait_first
         if k:
-            self._log_iteration("decode steps", dt, m, k * m, held0, steps=k)
+            self._log_iteration("decode steps", dt, m, k * m, held0 - cold0, steps=k)
         self.t += dt
         if k:
             self._record_gaps(run.last[:m], t0 + dt_first)
@@ -1057,7 +1136,7 @@ class ServingLoop:
             **self.speculative_metrics(),
             "time_breakdown_s": {k: st[k] for k in ("prefill_time_s", "decode_time_s",
                                                     "mixed_time_s", "migration_time_s",
-                                                    "swap_time_s")},
+                                                    "swap_time_s", "cold_fetch_time_s")},
             "swap_bytes": int(st["swap_bytes"]),
             "allocator": allocator.name,
             "kv_layout": str(allocator.kv_layout),
@@ -1122,6 +1201,9 @@ class ServingLoop:
             if self.lower_tier is not None:
                 by[self.lower_tier.name] = lower / total if total else None
             m["prefix_hit_rate_by_tier"] = by
+        m.update(kv_offload_running=bool(self.cfg.kv_offload_running),
+                 cold_requests=int(st["cold_requests"]),
+                 cold_fetch_bytes=float(st["cold_fetch_bytes"]))
         return m
 
     def energy_breakdown_j(self) -> dict | None:

@@ -9,6 +9,7 @@ import pytest
 
 from dram_models.spec import load_standard
 from h2m2sim.allocators import make_allocator
+from h2m2sim.errors import ConfigError
 from h2m2sim.cli import main
 from h2m2sim.serving.config import ServingConfig
 from h2m2sim.serving.links import kv_link
@@ -155,3 +156,54 @@ def test_the_lpddr_side_of_h2m2_is_a_tier_behind_a_faster_link():
     assert lpddr["promoted_bytes"] == host["promoted_bytes"] > 0
     assert lpddr["ttft_p99_s"] < host["ttft_p99_s"]
     assert lpddr["offload_energy_j"] < host["offload_energy_j"]
+
+
+def test_running_requests_go_cold_in_the_tier_instead_of_being_preempted():
+    """kv_offload_running: where a preemption would recompute, the victim's KV moves to
+    the tier and it keeps decoding, reading its KV back over the tier's link before each
+    step: no recomputation, every request once, and the steps slower by the reads."""
+    tr = prefix_reuse_trace(150, 0.5, prompt_blocks=BLOCKS // 2, block_tokens=BLOCK,
+                            prefixes=6, output_tokens=300, arrival_rate=400.0, seed=3)
+    plain = _serve(tr, 4 * CTX, _tier(100_000))
+    cold = _serve(tr, 4 * CTX, _tier(100_000), kv_offload_running=True)
+    assert plain["preemptions"] > 100 and plain["cold_requests"] == 0
+    assert cold["preemptions"] == 0 and cold["cold_requests"] > 50
+    assert cold["requests_completed"] == plain["requests_completed"] == 150
+    assert cold["duration_s"] < plain["duration_s"]     # the batch is not cut back
+    assert cold["prefill_tokens_total"] < plain["prefill_tokens_total"]   # no recompute
+    link = kv_link("pcie5-x16")
+    fetch_s = cold["time_breakdown_s"]["cold_fetch_time_s"]
+    assert fetch_s >= cold["cold_fetch_bytes"] / (link.GBps * 1e9) > 0
+    assert cold["offload_energy_j"] > plain["offload_energy_j"]
+    # a tier that cannot hold a request's whole KV leaves it to preemption
+    tiny = _serve(tr, 4 * CTX, _tier(1), kv_offload_running=True)
+    assert tiny["cold_requests"] == 0
+    assert tiny["preemptions"] == _serve(tr, 4 * CTX, _tier(1))["preemptions"] > 0
+
+
+def test_cold_reads_cost_their_closed_form():
+    """One step of n cold requests holding c tokens reads c x bytes per token over the
+    link after its latency; k steps read k c + n k (k - 1) / 2 tokens."""
+    tr = prefix_reuse_trace(4, 0.0, prompt_blocks=BLOCKS, block_tokens=BLOCK, prefixes=1,
+                            output_tokens=4, arrival_rate=1.0, seed=1)
+    cfg = ServingConfig(max_batch=16, max_context_tokens=CTX, prefix_block_tokens=BLOCK,
+                        prefix_caching=True, kv_offload="host-ddr5",
+                        kv_offload_capacity_bytes=10**9, kv_offload_running=True)
+    a = make_allocator("paged", 10 * CTX * BPT, BPT, max_context_tokens=CTX)
+    loop = ServingLoop(tr, cfg, a, _tables(), lower_tier=_tier(100))
+    link = kv_link("pcie5-x16")
+    s, first = loop._cold_fetch(3, 1000.0, 2)
+    read = BPT * (3 * 1000 + 2 * 3)
+    assert s == pytest.approx(3 * link.latency_us * 1e-6 + read / (link.GBps * 1e9))
+    assert first == pytest.approx(link.transfer_s(1000 * BPT))
+    assert loop.st["cold_fetch_bytes"] == read
+    assert loop._cold_fetch(0, 1000.0, 2) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("extra", [{}, {"chunked_prefill": True}])
+def test_cold_kv_needs_a_tier_and_plain_decode_steps(extra):
+    from dram_models.schema import load
+    tier = {"kv_offload": "host-ddr5", "kv_offload_capacity_bytes": 10**9} if extra else {}
+    with pytest.raises(ConfigError, match="kv_offload_running"):
+        load(ServingConfig, {"prefix_caching": True, "kv_offload_running": True,
+                             **tier, **extra})
