@@ -34,7 +34,7 @@ import numpy as np
 
 from h2m2sim.store import atomic_write_bytes, atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
-                                         run_points, stored_rows, write_table)
+                                         run_points, stored_rows, system_file, write_table)
 from h2m2sim.sweeps.tasks import PointSpec
 
 MEASURED = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "workloads",
@@ -170,9 +170,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    prefill = os.path.join(args.out, "prefill-a100x2.yaml")
-    atomic_write_bytes(prefill, PREFILL_POOL.encode())
+    prefill = system_file(args.out, "prefill-a100x2.yaml", PREFILL_POOL)
     keys = sorted(measured_runs())
     points = [({"system": s, "rate": r, "overhead_ms": o}, PointSpec(replay_point, {
         "system": s, "rate": r, "overhead_ms": o, "prefill": prefill}))

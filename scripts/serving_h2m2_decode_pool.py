@@ -34,7 +34,7 @@ import os
 
 from h2m2sim.store import atomic_write_bytes, atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
-                                         run_points, stored_rows, write_table)
+                                         run_points, stored_rows, system_file, write_table)
 from h2m2sim.sweeps.tasks import PointSpec
 
 MODEL = "llama2-70b"
@@ -108,9 +108,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    prefill = os.path.join(args.out, "prefill-h200x2.yaml")
-    atomic_write_bytes(prefill, PREFILL_POOL.encode())
+    prefill = system_file(args.out, "prefill-h200x2.yaml", PREFILL_POOL)
     points = [({"decode": d, "rate": r}, PointSpec(pool_point, {
         "decode": d, "rate": r, "prefill": prefill})) for d in DECODE_POOLS for r in RATES]
     run_points([p for _, p in points], args, "decode_pool",

@@ -86,6 +86,15 @@ def main_guard(main: Callable[[], int]) -> int:
     return status
 
 
+def system_file(out: str, name: str, text: str) -> str:
+    """Write the system YAML ``text`` (e.g. a preset with more cards, a serving pool's
+    system) as ``out/name``, atomically, and return its path: the points name it."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, name)
+    atomic_write_text(path, text)
+    return path
+
+
 def stored_rows(points: Sequence[tuple[dict, PointSpec]], out: str,
                 accept: Callable[[str], bool] = lambda e: False) -> list[dict]:
     """One row per (fields, PointSpec) of ``points``: the fields and the point's stored
