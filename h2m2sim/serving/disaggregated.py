@@ -95,7 +95,9 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
     bpt = int(r1.metrics["kv_bytes_per_token"])
     ready = np.where(r1.rejected, np.nan, np.asarray(r1.first_token_s, dtype=float))
     nbytes = trace.prompt_tokens.astype(np.float64) * bpt
-    arrive = link_queue(ready, nbytes, link, *(
+    # a request whose only token is its first has nothing to decode: its KV stays
+    sent = np.where(trace.output_tokens > 1, ready, np.nan)
+    arrive = link_queue(sent, nbytes, link, *(
         (np.asarray(r1.admit_s, dtype=float), max(int(layers), 1))
         if cfg.kv_streaming else ()))
     go = np.flatnonzero(np.isfinite(arrive) & (trace.output_tokens > 1))
@@ -177,7 +179,9 @@ def _joined(trace, cfg, r1: ServingResult, r2: ServingResult | None, go, ready, 
         "prefill_pool": _pool(r1.metrics), "decode_pool": _pool(r2.metrics) if r2 else None,
     })
     return ServingResult(m, trace.arrival_s, r1.admit_s, ready, finish, out, preempt,
-                         rejected, r1.allocator_stats)
+                         rejected, r1.allocator_stats,
+                         pools=[("prefill pool", r1)] + ([("decode pool", r2)] if r2 else []),
+                         kv_arrive_s=arrive)
 
 
 def _pool(m: dict[str, Any]) -> dict[str, Any]:

@@ -119,6 +119,10 @@ class ServingResult:
     # inter-token latencies as groups: itl_s[i] seconds for itl_count[i] tokens
     itl_s: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     itl_count: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    #: disaggregated serving: each pool's own result, (name, result), and when each
+    #: request's KV arrived at the decode pool (s; NaN: it never crossed)
+    pools: list = dataclasses.field(default_factory=list)
+    kv_arrive_s: np.ndarray | None = None
 
 
 class _Running:

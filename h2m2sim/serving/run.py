@@ -233,8 +233,6 @@ def _disaggregated(trace, cfg: ServingConfig, allocator: str, allocator_params, 
                    record_timeline: bool) -> ServingResult:
     """``serve`` with a prefill and a decode pool (:mod:`.disaggregated`): the requests
     to replay are chosen once, then each pool serves its part."""
-    if record_timeline:
-        raise ConfigError("--timeline", "a disaggregated run is not drawn yet")
     if isinstance(evaluator, PointEvaluator):
         raise ConfigError("serving.disaggregate", "needs an evaluator factory fn(model, "
                           "device, cfg) to price each pool, got an evaluator object")
@@ -248,7 +246,8 @@ def _disaggregated(trace, cfg: ServingConfig, allocator: str, allocator_params, 
     def serve_pool(t, pool_cfg, pool_device, prefilled_at):
         return serve(t, pool_cfg, allocator=allocator, allocator_params=allocator_params,
                      model=model, device=pool_device, evaluator=evaluator, seed=seed,
-                     cache=cache, cache_dir=cache_dir, prefilled_at=prefilled_at)
+                     cache=cache, cache_dir=cache_dir, prefilled_at=prefilled_at,
+                     record_timeline=record_timeline)
     result = serve_disaggregated(replay, base, serve_pool, device, model.attention_layers)
     result.metrics.update(trace=replay.name, system=device.name, model=model.name)
     return result

@@ -6,7 +6,9 @@ Process ``<system>: requests``: each served request on a lane (``requests N``, a
 lanes as keep requests from overlapping), one span ``request i`` from its arrival to its
 last token, holding ``queued`` (arrival to its first prefill), ``prefill`` (to its first
 token) and ``decode`` (to its last token), and inside those a ``preempted`` span for each
-time it gave its KV back, until it started again. The request span's arguments hold its TTFT
+time it gave its KV back, until it started again, and in a disaggregated run a ``kv
+transfer`` span from its first token until its KV reached the decode pool. The request
+span's arguments hold its TTFT
 and TPOT exactly as the metrics take them: TTFT = first token - arrival, TPOT = (last
 token - first token) / (output tokens - 1). Rejected requests are an instant
 ``rejected`` on lane ``rejected``. Process ``<system>: server``: counters of running and
@@ -54,10 +56,13 @@ def captured() -> list | None:
 
 def draw_serving(tl: Timeline, result: ServingResult, system: str,
                  kv_bytes_per_token: float) -> None:
-    """Draw ``result`` (times in s) as ``system``'s requests and server counters."""
+    """Draw ``result`` (times in s) as ``system``'s requests and server counters; a
+    disaggregated run's servers are its pools (``<system> prefill pool: server``, ...)."""
     if tl.wants("server"):
-        _draw_counters(tl, system, result, kv_bytes_per_token)
-        _draw_allocator(tl, system, result)
+        for name, part in result.pools or [("", result)]:
+            where = f"{system} {name}" if name else system
+            _draw_counters(tl, where, part, kv_bytes_per_token)
+            _draw_allocator(tl, where, part)
     if not tl.wants("requests"):
         return
     pid = tl.process(f"{system}: requests")
@@ -67,6 +72,8 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
     arr, adm, first, fin = (x * 1e9 for x in (arr_s, np.asarray(result.admit_s, dtype=float),
                                               first_s, fin_s))
     out = np.asarray(result.output_tokens)
+    # disaggregated: the KV's crossing to the decode pool, inside the decode span
+    kv_at = None if result.kv_arrive_s is None else np.asarray(result.kv_arrive_s) * 1e9
     paused: dict[int, list] = {}
     for r, p0, p1 in result.paused:
         paused.setdefault(int(r), []).append((p0, p1))
@@ -89,6 +96,8 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
                            ("decode", first[i], fin[i])):
             if b > a:
                 tl.span(pid, tid, name, a, b - a)
+        if kv_at is not None and np.isfinite(kv_at[i]) and kv_at[i] > first[i]:
+            tl.span(pid, tid, "kv transfer", first[i], kv_at[i] - first[i])
         for p0, p1 in paused.get(int(i), ()):   # inside its prefill or decode
             tl.span(pid, tid, "preempted", p0 * 1e9, (p1 - p0) * 1e9)
 

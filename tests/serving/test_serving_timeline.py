@@ -134,3 +134,33 @@ def test_each_preemption_is_a_span_inside_its_request(tmp_path, capsys):
     for e in paused:
         assert any(r["pid"] == e["pid"] and r["tid"] == e["tid"] and r["ts"] <= e["ts"]
                    and e["ts"] + e["dur"] <= r["ts"] + r["dur"] + 1e-6 for r in requests)
+
+
+def test_a_disaggregated_run_draws_both_pools_and_each_kv_transfer(tmp_path, capsys):
+    """Each pool is a server process of its own; each request's spans give the joined
+    metrics' TTFT and TPOT, and its KV's crossing is a span from its first token to its
+    arrival at the decode pool, inside its decode span, as long as the metrics say."""
+    path = tmp_path / "t.json"
+    assert main([*SERVE, "--disaggregate", "2:2", "--timeline", str(path)]) == 0
+    m = json.loads(capsys.readouterr().out)
+    events = read_events(path)
+    check_events(events)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M"
+             and e["name"] == "process_name"}
+    assert {"mlu370-x4 prefill pool: server", "mlu370-x4 decode pool: server",
+            "mlu370-x4: requests"} <= names
+    spans = [e for e in events if e["ph"] == "X"]
+    requests = [e for e in spans if e["name"].startswith("request ")
+                and "ttft_s" in e.get("args", {})]
+    assert len(requests) == m["requests_completed"] == 300
+    for q, v in percentiles(np.array([e["args"]["ttft_s"] for e in requests])).items():
+        assert m[f"ttft_{q}_s"] == v
+    moves = [e for e in spans if e["name"] == "kv transfer"]
+    assert len(moves) == sum(e["args"]["output_tokens"] > 1 for e in requests)
+    decode = {(e["pid"], e["tid"], e["ts"]): e for e in spans if e["name"] == "decode"}
+    for e in moves:
+        d = decode[(e["pid"], e["tid"], e["ts"])]
+        assert e["ts"] + e["dur"] <= d["ts"] + d["dur"]
+    got = percentiles(np.array([e["dur"] for e in moves]) * 1e-6)
+    assert got["p50"] == pytest.approx(m["kv_transfer_s_p50"], rel=1e-6)
+    assert got["p99"] == pytest.approx(m["kv_transfer_s_p99"], rel=1e-6)
