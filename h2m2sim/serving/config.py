@@ -202,7 +202,8 @@ class ServingConfig:
         None, doc="A second KV tier under the prefix cache (a preset: host-ddr5, "
         "cxl-ddr5, h2m2-lpddr): evicted prefix blocks are demoted there and hits there "
         "promoted back over its link. Null = none.", source="SGLang HiCache; LMCache; "
-        "Mooncake (Qin et al., FAST 2025); H2M2's LPDDR side (arXiv 2025)")
+        "Mooncake (Qin et al., FAST 2025); H2M2's LPDDR side (Hwang et al., "
+        "arXiv:2504.14893, 2025)")
     kv_offload_capacity_bytes: Optional[int] = param(
         None, gt=0, le=2**50, unit="bytes", doc="KV capacity of the kv_offload tier.")
     kv_offload_policy: Literal["lru", "prefix-aware"] = param(

@@ -73,9 +73,10 @@ LINKS.register("rdma-400g", KvLink(
 
 LINKS.register("h2m2-c2c", KvLink(
     name="h2m2-c2c", GBps=960.0, latency_us=0.5, pj_per_bit=1.17,
-    source="the chip-to-chip link of H2M2's asymmetric device (H2M2, arXiv 2025, Table 1: "
-           "960 GB/s); latency assumed as in the h2m2 system preset (0.5 us); energy "
-           "Poulton et al., JSSC 2019 (1.17 pJ/b), as the preset's interconnect"))
+    source="the chip-to-chip link of H2M2's asymmetric device (Hwang et al., "
+           "arXiv:2504.14893, 2025, Table 1: 960 GB/s); latency assumed as in the h2m2 "
+           "system preset (0.5 us); energy Poulton et al., JSSC 2019 (1.17 pJ/b), as the "
+           "preset's interconnect"))
 
 
 def kv_link(name: str, key: str = "serving.kv_link") -> KvLink:

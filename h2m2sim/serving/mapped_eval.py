@@ -3,9 +3,9 @@ LPDDR device; two HBM sides such as ``hbm8``): each decode step is priced the wa
 ``h2m2sim run`` prices a decode iteration of that batch and context
 (:func:`h2m2sim.decode.job.simulate`), the mapper of the run's ``policy.mapper``
 deciding anew for each table point which heads and units live on which side (H2M2's
-dynamic mapping, Section 4.3 of "H2M2: A Heterogeneous Memory System with Asymmetric
-Memory for LLM Inference", arXiv 2025; the migrations between two mappings are not
-priced), with both sides' chips running at once.
+dynamic mapping: Hwang et al., "Hardware-based Heterogeneous Memory Management for Large
+Language Model Inference", arXiv:2504.14893, 2025, Section 4.3; the migrations between
+two mappings are not priced), with both sides' chips running at once.
 
 * ``fidelity: estimate``: the mapper's roofline per side and sublayer (fast: a few ms a
   point), the same numbers as ``h2m2sim run --set simulation.fidelity=estimate``;
@@ -46,7 +46,6 @@ from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.model.shard import shard_model
 from h2m2sim.system import resolve_system
 
-from .energy import EstimateEnergy
 from .cycle_eval import (
     LINK_GBPS,
     LINK_US,
@@ -54,6 +53,7 @@ from .cycle_eval import (
     CycleEvaluator,
     ring_allreduce_ns,
 )
+from .energy import EstimateEnergy
 
 __all__ = ["MappedEvaluator", "maps_sides", "mapped_evaluator", "first_side_evaluator"]
 
