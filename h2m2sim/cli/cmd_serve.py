@@ -83,6 +83,7 @@ def _speculative(text):
 
 def register(subparsers) -> None:
     from h2m2sim.allocators import ALLOCATORS
+    from h2m2sim.serving.links import LINKS, TIERS
     from h2m2sim.cli.cmd_run import add_timeline_options
     p = subparsers.add_parser(
         "serve", help="replay a request trace through a KV-cache allocator",
@@ -170,10 +171,10 @@ def register(subparsers) -> None:
     p.add_argument("--decode-system", default=None, metavar="PRESET",
                    help="the decode pool's system (with --prefill-system)")
     p.add_argument("--kv-link", default=None, metavar="NAME",
-                   help="link of a disaggregated run's KV: nvlink4 (default), pcie5-x16, "
-                        "cxl2-x16, rdma-400g")
+                   help=f"link of a disaggregated run's KV: {', '.join(LINKS.names())} "
+                        "(default nvlink4)")
     p.add_argument("--kv-offload", default=None, metavar="TIER",
-                   help="a second KV tier under the prefix cache: host-ddr5, cxl-ddr5 "
+                   help=f"a second KV tier under the prefix cache: {', '.join(TIERS.names())} "
                         "(needs --kv-offload-capacity)")
     p.add_argument("--kv-offload-capacity", default=None, metavar="SIZE",
                    help="KV capacity of the --kv-offload tier (e.g. '512 GB')")

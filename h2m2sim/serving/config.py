@@ -9,7 +9,7 @@ from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
 from h2m2sim.model.spec import DTYPE_BITS
 
-from .links import TIERS, kv_link
+from .links import LINKS, TIERS, kv_link
 
 __all__ = ["ServingConfig", "DeploymentConfig", "SpeculativeConfig", "resolve_serving"]
 
@@ -183,8 +183,7 @@ class ServingConfig:
         "its KV crosses kv_link, and the second decodes it. Null = colocated.",
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
     kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
-                         "pool (a preset: nvlink4, nvlink3, pcie5-x16, cxl2-x16, rdma-400g, "
-                         "h2m2-c2c).")
+                         f"pool (a preset: {', '.join(LINKS.names())}).")
     pool_replicas: tuple[int, int] = param(
         (1, 1), ge=1, le=4096, doc="Disaggregated: replicas of the model in the prefill and "
         "the decode pool, each over its pool's cards / replicas, requests given to them by "
@@ -199,9 +198,9 @@ class ServingConfig:
         "or neither. Null = the pools split the run's system (disaggregate).")
     decode_system: Optional[str] = param(None, doc="See prefill_system.")
     kv_offload: Optional[str] = param(
-        None, doc="A second KV tier under the prefix cache (a preset: host-ddr5, "
-        "cxl-ddr5, h2m2-lpddr): evicted prefix blocks are demoted there and hits there "
-        "promoted back over its link. Null = none.", source="SGLang HiCache; LMCache; "
+        None, doc=f"A second KV tier under the prefix cache (a preset: "
+        f"{', '.join(TIERS.names())}): evicted prefix blocks are demoted there and hits "
+        "there promoted back over its link. Null = none.", source="SGLang HiCache; LMCache; "
         "Mooncake (Qin et al., FAST 2025); H2M2's LPDDR side (Hwang et al., "
         "arXiv:2504.14893, 2025)")
     kv_offload_capacity_bytes: Optional[int] = param(

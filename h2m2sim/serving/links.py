@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 
 from dram_models.schema import param
-from h2m2sim.npu.energy import stream_energy
 from h2m2sim.registry import Registry
 
 __all__ = ["KvLink", "KvTier", "LINKS", "TIERS", "kv_link", "transfer_energy_j"]
@@ -88,6 +87,7 @@ def transfer_energy_j(nbytes: float, seconds: float, link: KvLink, sender_dram,
                       receiver_dram) -> float:
     """Joules of moving ``nbytes`` of KV in ``seconds``: the link's, the sender's DRAM
     read and the receiver's DRAM write (their DRAM models, as one stream)."""
+    from h2m2sim.npu.energy import stream_energy   # the presets stay light to import
     if nbytes <= 0:
         return 0.0
     ns = max(seconds, 1e-12) * 1e9
