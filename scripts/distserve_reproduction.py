@@ -34,8 +34,7 @@ import numpy as np
 
 from h2m2sim.store import atomic_write_bytes, atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
-                                         run_points, stored_rows, system_file, write_table)
-from h2m2sim.sweeps.tasks import PointSpec
+                                         point_rows, system_file, write_table)
 
 MEASURED = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "workloads",
                         "hardware", "distserve-a100-opt13b-sharegpt.csv.gz")
@@ -171,13 +170,11 @@ def main(argv=None) -> int:
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
     prefill = system_file(args.out, "prefill-a100x2.yaml", PREFILL_POOL)
-    keys = sorted(measured_runs())
-    points = [({"system": s, "rate": r, "overhead_ms": o}, PointSpec(replay_point, {
-        "system": s, "rate": r, "overhead_ms": o, "prefill": prefill}))
-        for o in OVERHEADS_MS for s, r in keys]
-    run_points([p for _, p in points], args, "distserve",
-               argv=None if argv is None else ["distserve_reproduction.py", *argv])
-    rows = stored_rows(points, args.out)
+    rows = point_rows(replay_point, [{"system": s, "rate": r, "overhead_ms": o}
+                                     for o in OVERHEADS_MS for s, r in sorted(measured_runs())],
+                      args, "distserve",
+                      None if argv is None else ["distserve_reproduction.py", *argv],
+                      extra={"prefill": prefill})
     table = summary(rows)
     write_table(os.path.join(args.out, "distserve.csv"), rows)
     atomic_write_json(os.path.join(args.out, "summary.json"),

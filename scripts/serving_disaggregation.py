@@ -22,8 +22,7 @@ import os
 
 from h2m2sim.store import atomic_write_bytes, atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
-                                         run_points, stored_rows, write_table)
-from h2m2sim.sweeps.tasks import PointSpec
+                                         point_rows, write_table)
 
 RATES = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0)
 SLO = (1.0, 0.05)
@@ -73,11 +72,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    points = [({"mode": m, "rate": r}, PointSpec(mode_point, {"mode": m, "rate": r}))
-              for m in MODES for r in RATES]
-    run_points([p for _, p in points], args, "disaggregation",
-               argv=None if argv is None else ["serving_disaggregation.py", *argv])
-    rows = stored_rows(points, args.out)
+    rows = point_rows(mode_point, [{"mode": m, "rate": r} for m in MODES for r in RATES],
+                      args, "disaggregation",
+                      None if argv is None else ["serving_disaggregation.py", *argv])
     write_table(os.path.join(args.out, "disaggregation.csv"), rows)
     atomic_write_json(os.path.join(args.out, "summary.json"), {"slo": SLO, "rows": rows})
     atomic_write_bytes(os.path.join(args.out, "disaggregation.png"), plot(rows))

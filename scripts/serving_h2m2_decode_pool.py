@@ -34,8 +34,7 @@ import os
 
 from h2m2sim.store import atomic_write_bytes, atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
-                                         run_points, stored_rows, system_file, write_table)
-from h2m2sim.sweeps.tasks import PointSpec
+                                         point_rows, system_file, write_table)
 
 MODEL = "llama2-70b"
 TRACE = "azure2023_conv"
@@ -109,11 +108,10 @@ def main(argv=None) -> int:
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
     prefill = system_file(args.out, "prefill-h200x2.yaml", PREFILL_POOL)
-    points = [({"decode": d, "rate": r}, PointSpec(pool_point, {
-        "decode": d, "rate": r, "prefill": prefill})) for d in DECODE_POOLS for r in RATES]
-    run_points([p for _, p in points], args, "decode_pool",
-               argv=None if argv is None else ["serving_h2m2_decode_pool.py", *argv])
-    rows = stored_rows(points, args.out)
+    rows = point_rows(pool_point, [{"decode": d, "rate": r} for d in DECODE_POOLS
+                                   for r in RATES], args, "decode_pool",
+                      None if argv is None else ["serving_h2m2_decode_pool.py", *argv],
+                      extra={"prefill": prefill})
     write_table(os.path.join(args.out, "decode_pool.csv"), rows)
     atomic_write_json(os.path.join(args.out, "summary.json"), {"slo": SLO, "rows": rows})
     atomic_write_bytes(os.path.join(args.out, "decode_pool.png"), plot(rows))

@@ -21,8 +21,7 @@ import os
 
 from h2m2sim.store import atomic_write_bytes, atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, figure_png, main_guard,
-                                         run_points, stored_rows, write_table)
-from h2m2sim.sweeps.tasks import PointSpec
+                                         point_rows, write_table)
 
 CAPACITIES_GB = (10, 20, 40, 80, 160, 320, 640)
 TIER = ("host-ddr5", 1e12)
@@ -71,12 +70,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
-    points = [({"kv_gb": gb, "tier": tier}, PointSpec(tier_point, {"kv_gb": gb, "tier": tier}))
-              for gb in (*CAPACITIES_GB, IDEAL_GB) for tier in (False, True)
-              if not (gb == IDEAL_GB and tier)]
-    run_points([p for _, p in points], args, "kv_tiers",
-               argv=None if argv is None else ["serving_kv_tiers.py", *argv])
-    rows = stored_rows(points, args.out)
+    rows = point_rows(tier_point, [{"kv_gb": gb, "tier": tier}
+                                   for gb in (*CAPACITIES_GB, IDEAL_GB) for tier in (False, True)
+                                   if not (gb == IDEAL_GB and tier)],
+                      args, "kv_tiers", None if argv is None else ["serving_kv_tiers.py", *argv])
     ideal = next(r["prefix_hit_rate"] for r in rows if r["kv_gb"] == IDEAL_GB)
     rows = [r for r in rows if r["kv_gb"] != IDEAL_GB]
     write_table(os.path.join(args.out, "kv_tiers.csv"), rows,

@@ -86,6 +86,17 @@ def main_guard(main: Callable[[], int]) -> int:
     return status
 
 
+def point_rows(fn: Callable[[dict], dict], fields: Sequence[dict],
+               args: argparse.Namespace, name: str, argv: Sequence[str] | None = None,
+               extra: dict | None = None) -> list[dict]:
+    """Run ``fn`` at each point of ``fields`` (its parameters: the fields and ``extra``)
+    with :func:`run_points`, and return one row per point: its fields and its stored
+    metrics (:func:`stored_rows`)."""
+    points = [(f, PointSpec(fn, {**f, **(extra or {})})) for f in fields]
+    run_points([p for _, p in points], args, name, argv)
+    return stored_rows(points, args.out)
+
+
 def system_file(out: str, name: str, text: str) -> str:
     """Write the system YAML ``text`` (e.g. a preset with more cards, a serving pool's
     system) as ``out/name``, atomically, and return its path: the points name it."""
