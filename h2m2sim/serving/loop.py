@@ -134,17 +134,19 @@ class _Running:
         self.rem = np.zeros(cap, dtype=np.int64)    # tokens still to generate
         self.cap = np.zeros(cap, dtype=np.int64)    # KV tokens the allocator granted
         self.last = np.zeros(cap, dtype=np.float64)  # time of the last token (s)
+        self.cold = np.zeros(cap, dtype=bool)       # KV held cold in the lower tier
         self.m = 0
 
     def add(self, r, ctx, rem, cap, last=float("nan")):
         j = self.m
         self.idx[j], self.ctx[j], self.rem[j], self.cap[j] = r, ctx, rem, cap
         self.last[j] = last
+        self.cold[j] = False
         self.m += 1
 
     def remove(self, j):
         last = self.m - 1
-        for a in (self.idx, self.ctx, self.rem, self.cap, self.last):
+        for a in (self.idx, self.ctx, self.rem, self.cap, self.last, self.cold):
             a[j] = a[last]
         self.m = last
 
@@ -206,10 +208,6 @@ class ServingLoop:
         self.paused: list[tuple[int, float, float]] = []    # (request, preempted, resumed) s
         self._paused_at: dict[int, float] = {}
         self.swapped = [False] * n
-        #: tokens of the lower tier a running request's cold KV holds (0: its KV is on
-        #: the device); kv_offload_running
-        self.cold = [0] * n
-        self.n_cold = 0
         self.last_tok = [nan] * n       # time of each request's last token
         self.itl_s: list[float] = []    # inter-token gaps (s), grouped ...
         self.itl_n: list[int] = []      # ... with the number of tokens of each
@@ -432,10 +430,9 @@ class ServingLoop:
     def _cold_tokens(self) -> float:
         """KV tokens the running requests hold cold in the lower tier, not on the device
         (kv_offload_running; 0 without cold requests)."""
-        if not self.n_cold:
-            return 0.0
-        run, cold = self.running, self.cold
-        return float(sum(int(run.ctx[j]) for j in range(run.m) if cold[int(run.idx[j])]))
+        run = self.running
+        cold = run.cold[:run.m]
+        return float(run.ctx[:run.m][cold].sum()) if cold.any() else 0.0
 
     def _counted_twice(self) -> int:
         """KV tokens the running requests' contexts count more than once: cached prefix
@@ -785,10 +782,8 @@ class ServingLoop:
         r = int(self.running.idx[j])
         self.finish_t[r] = self.t
         self.gen[r] = self.out_l[r]
-        if self.cold[r]:
-            self.prefix.drop_swap(self.cold[r])
-            self.cold[r] = 0
-            self.n_cold -= 1
+        if self.running.cold[j]:    # its tier room: context + remaining tokens, now all KV
+            self.prefix.drop_swap(int(self.running.ctx[j]))
         else:
             self.allocator.release(r, generated_tokens=self.out_l[r], completed=True)
             if self.prefix is not None:
@@ -843,8 +838,7 @@ class ServingLoop:
         self.st["swap_time_s"] += dt
         self.allocator.release(r, completed=False)
         self.prefix.release(r)
-        self.cold[r] = tokens
-        self.n_cold += 1
+        run.cold[j] = True
         run.cap[j] = COLD_CAPACITY      # never needs device KV again
         self.st["cold_requests"] += 1
         return True
@@ -900,9 +894,7 @@ class ServingLoop:
         latest arrival, or the one holding the most KV (ties: the latest arrival)."""
         run = self.running
         idx = run.idx[:run.m]
-        # a cold request holds no device KV: preempting it frees none
-        pos = np.flatnonzero([not self.cold[int(r)] for r in idx]) if self.n_cold \
-            else np.arange(run.m)
+        pos = np.flatnonzero(~run.cold[:run.m])    # a cold request holds no device KV
         if self.cfg.preemption_victim == "most-memory":
             cap = run.cap[pos]
             most = pos[cap == cap.max()]
@@ -963,7 +955,7 @@ class ServingLoop:
             return
         t0 = self.t
         held0 = float(run.ctx[:m].sum())
-        cold0, n_cold = self._cold_tokens(), self.n_cold
+        cold0, n_cold = self._cold_tokens(), int(run.cold[:m].sum())
         dt_first = float(interp2(self.bg, self.cg, self.tab, float(m), held0 / m))
         if self.block is None:
             k, dt, used, de, n_fin, n_grow = advance_running(
