@@ -100,7 +100,7 @@ def serve_disaggregated(trace: RequestTrace, cfg: ServingConfig, serve_pool,
     arrive = link_queue(sent, nbytes, link, *(
         (np.asarray(r1.admit_s, dtype=float), max(int(layers), 1))
         if cfg.kv_streaming else ()))
-    go = np.flatnonzero(np.isfinite(arrive) & (trace.output_tokens > 1))
+    go = np.flatnonzero(np.isfinite(arrive))        # only requests with tokens to decode
     go = go[np.argsort(arrive[go], kind="stable")]
     second = RequestTrace(arrive[go], trace.prompt_tokens[go], trace.output_tokens[go],
                           name=trace.name, arrival_note="KV arrival from the prefill pool")
