@@ -46,7 +46,7 @@ def attention_point(p: dict) -> dict:
     0: contiguous): the evaluator's attention detail and the side's peak bandwidth."""
     from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
     from h2m2sim.model import load_model
-    from h2m2sim.serving.cycle_eval import CycleEvaluator
+    from h2m2sim.serving.timing.cycle_eval import CycleEvaluator
     system, side = MEMORIES[p["memory"]]
     ev = CycleEvaluator(load_model(p["model"]), system, side, cards=4, seed=p["seed"])
     lay = KVLayout.paged(p["block_tokens"]) if p["block_tokens"] else CONTIGUOUS

@@ -1,7 +1,7 @@
 """Reproduce the ODMA papers' serving comparison: static vs paged vs ODMA KV allocation for
 DeepSeek-R1-Distill-Qwen-7B on the mlu370-x4 node (four LPDDR5 cards), over the whole
 load curve, iteration times from the cycle-level evaluator (NPU chip + DRAM engine;
-:mod:`h2m2sim.serving.cycle_eval`).
+:mod:`h2m2sim.serving.timing.cycle_eval`).
 
     python scripts/reproduce_odma.py --out DIR [--json] [--max-requests N]
         [--traces alpaca,azure2023_conv,azure2023_code] [--rates auto|R1,R2,...]

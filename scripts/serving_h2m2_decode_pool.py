@@ -17,7 +17,7 @@ All three decode pools hold the model and 400-700 GB of KV; they are compared at
 compute and equal capacity class, not at equal cost (the H2M2 paper prices none of
 them; hbm8 has eight HBM stacks to H2M2's one). Every decode step is simulated as
 ``h2m2sim run`` simulates a decode iteration (``sampled``: the NPU chip model and the
-DRAM engine on each side, :class:`h2m2sim.serving.mapped_eval.MappedEvaluator`); the
+DRAM engine on each side, :class:`h2m2sim.serving.timing.mapped_eval.MappedEvaluator`); the
 rare prefill a decode pool runs again after a preemption is priced by its first side's
 roofline. SLO: 2 s to the first token and 200 ms per output token after it, about human
 reading speed (5 tokens/s); goodput counts the requests per second that met both.
@@ -54,7 +54,7 @@ def evaluator(model, device, cfg):
     """The GPU kernel model for the H200 prefill pool; each decode pool's steps as a
     sampled decode iteration of its sides (the same code for all three)."""
     from h2m2sim.compute.gpu import gpu_side
-    from h2m2sim.serving.mapped_eval import MappedEvaluator, first_side_evaluator
+    from h2m2sim.serving.timing.mapped_eval import MappedEvaluator, first_side_evaluator
     from h2m2sim.serving.run import EVALUATORS
     if gpu_side(device.system) is not None:
         return EVALUATORS.get("cycle")(model, device, cfg)

@@ -10,7 +10,7 @@ prices a *mixed* iteration of chunked prefill: decode requests (one token each) 
 prefill chunks in one forward pass, so the weights are read once for both. ``cost`` prices
 the same iteration in time and energy (:class:`PointCost`); an evaluator that does not
 price energy keeps the default, whose energy is NaN. Implementations:
-the cycle-level NPU and DRAM model (:mod:`h2m2sim.serving.cycle_eval`), a roofline
+the cycle-level NPU and DRAM model (:mod:`h2m2sim.serving.timing.cycle_eval`), a roofline
 device (:mod:`h2m2sim.compute.llm_roofline`) and the analytic placeholder
 (:class:`h2m2sim.serving.timing.AnalyticEvaluator`).
 """

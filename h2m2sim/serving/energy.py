@@ -2,7 +2,7 @@
 (:mod:`h2m2sim.decode.energy`, :mod:`h2m2sim.npu.energy`).
 
 A serving replica is ``cards`` identical cards running the per-card shard of the model in
-lock step (tensor parallel, :func:`~h2m2sim.serving.cycle_eval.shard_model`). One
+lock step (tensor parallel, :func:`~h2m2sim.serving.timing.cycle_eval.shard_model`). One
 iteration's energy is that of one card times ``cards``; one card's is
 :func:`~h2m2sim.decode.energy.iteration_energy` of its sides' activities over the
 iteration time: the serving side's activity, its DRAM idle for the rest of the iteration,

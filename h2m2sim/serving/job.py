@@ -7,7 +7,7 @@ from typing import Any
 from h2m2sim.compute.gpu import gpu_side
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
-from .mapped_eval import maps_sides
+from .timing.mapped_eval import maps_sides
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
 from .speculative import draft_model
 from .timeline import captured
@@ -52,8 +52,8 @@ def run_serving(cfg: Any) -> dict:
     with ``cfg.policy.allocator`` / ``allocator_params`` on ``cfg.system`` (its ``cards``
     tensor parallel) and ``cfg.model``. ``simulation.fidelity: estimate`` uses the
     analytic placeholder; ``cycle`` / ``sampled`` the cycle-level evaluator
-    (:mod:`.cycle_eval`) at that fidelity; a GPU system the GPU kernel model at any
-    fidelity; a system of several NPU sides the mapped evaluator (:mod:`.mapped_eval`:
+    (:mod:`.timing.cycle_eval`) at that fidelity; a GPU system the GPU kernel model at any
+    fidelity; a system of several NPU sides the mapped evaluator (:mod:`.timing.mapped_eval`:
     ``policy.mapper`` splits each decode step over the sides) at that fidelity."""
     _fits(cfg, cfg.system)
     s = cfg.workload.serving

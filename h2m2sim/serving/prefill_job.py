@@ -6,7 +6,7 @@ evaluator a serving run would price its prefill steps with, so that ``run`` and
 * a GPU system: the GPU kernel model (:class:`h2m2sim.compute.gpu.GpuEvaluator`), at any
   fidelity;
 * an NPU system at ``cycle`` / ``sampled`` fidelity: the NPU chip model closed-loop with
-  the DRAM engine (:class:`.cycle_eval.CycleEvaluator`) on the system's first side, the
+  the DRAM engine (:class:`.timing.cycle_eval.CycleEvaluator`) on the system's first side, the
   side a serving run simulates;
 * an NPU system at ``estimate`` fidelity: the roofline of that side's chip over its
   engine-measured DRAM (:class:`h2m2sim.compute.llm_roofline.RooflineEvaluator`).
@@ -29,7 +29,7 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.model import normalize_batch, windowed_lens
 
-from .mapped_eval import first_side_evaluator
+from .timing.mapped_eval import first_side_evaluator
 
 __all__ = ["run_prefill", "check_prefill", "prefill_evaluator"]
 

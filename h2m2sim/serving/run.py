@@ -4,8 +4,8 @@ device=...)``.
 The iteration-time source is a *point evaluator* (see :mod:`.timing`). ``EVALUATORS`` (a
 :class:`~h2m2sim.registry.Registry`) maps a name to a factory ``fn(model, device, cfg,
 **options) -> PointEvaluator``: ``"cycle"`` (the NPU chip model and DRAM engine,
-:mod:`.cycle_eval`), ``"mapped"`` (a system of several NPU sides, each decode step mapped
-over them, :mod:`.mapped_eval`) and ``"analytic"`` (the labelled placeholder, for quick
+:mod:`.timing.cycle_eval`), ``"mapped"`` (a system of several NPU sides, each decode step mapped
+over them, :mod:`.timing.mapped_eval`) and ``"analytic"`` (the labelled placeholder, for quick
 tests).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from h2m2sim.predictors import PREDICTORS
 from h2m2sim.registry import Registry
 
 from .config import DeploymentConfig, ServingConfig
-from .cycle_eval import cycle_evaluator, shard_model
+from .timing.cycle_eval import cycle_evaluator, shard_model
 from .deployment import (
     DEFAULT_LAYOUT_EFFICIENCY,
     ServingDevice,
@@ -42,7 +42,7 @@ from .ellm import ActivationModel, ElasticServingLoop
 from .energy import EstimateEnergy
 from .links import TIERS, kv_link
 from .loop import ServingLoop, ServingResult
-from .mapped_eval import mapped_evaluator
+from .timing.mapped_eval import mapped_evaluator
 from .prefix_cache import LowerTier
 from .router import ROUTERS, serve_replicas
 from .speculative import Speculation, acceptance_rates, draft_model, split_kv_capacity

@@ -42,7 +42,7 @@ def test_the_decode_pool_study_prices_every_pool_alike_and_draws_its_figure():
     from h2m2sim.compute.gpu import GpuEvaluator
     from h2m2sim.model import load_model
     from h2m2sim.serving.deployment import resolve_device
-    from h2m2sim.serving.mapped_eval import MappedEvaluator
+    from h2m2sim.serving.timing.mapped_eval import MappedEvaluator
     pool = load_script("serving_h2m2_decode_pool")
     model = load_model(pool.MODEL)
     assert isinstance(pool.evaluator(model, resolve_device("h200"), None), GpuEvaluator)

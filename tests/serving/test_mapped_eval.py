@@ -12,9 +12,9 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.model import load_model
 from h2m2sim.model.shard import shard_model
-from h2m2sim.serving.cycle_eval import LINK_GBPS, LINK_US
+from h2m2sim.serving.timing.cycle_eval import LINK_GBPS, LINK_US
 from h2m2sim.serving.deployment import ServingDevice
-from h2m2sim.serving.mapped_eval import (MappedEvaluator, first_side_evaluator,
+from h2m2sim.serving.timing.mapped_eval import (MappedEvaluator, first_side_evaluator,
                                          mapped_evaluator, maps_sides)
 from h2m2sim.system import resolve_system
 

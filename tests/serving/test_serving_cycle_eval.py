@@ -1,4 +1,4 @@
-"""The cycle-level serving evaluator (h2m2sim.serving.cycle_eval) on a tiny model: layout
+"""The cycle-level serving evaluator (h2m2sim.serving.timing.cycle_eval) on a tiny model: layout
 effects on the DRAM engine, monotonicity, determinism, tables, tensor-parallel sharding,
 and the reproduction script's JSON."""
 import json
@@ -12,7 +12,7 @@ import pytest
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.model import ModelSpec, load_model
-from h2m2sim.serving.cycle_eval import CycleEvaluator, _split_groups, shard_model
+from h2m2sim.serving.timing.cycle_eval import CycleEvaluator, _split_groups, shard_model
 from h2m2sim.serving.run import EVALUATORS
 from h2m2sim.serving.timing import TableGrid, build_tables
 
@@ -80,7 +80,7 @@ def test_tables_from_the_cycle_evaluator(ev, tmp_path):
 def test_tables_do_not_depend_on_the_thread_count():
     from h2m2sim.parallel import use_threads
     grid = TableGrid(max_batch=4, max_tokens=256, token_points=3, error_samples=2)
-    from h2m2sim.serving.timing import _compute_tables
+    from h2m2sim.serving.timing.build import _compute_tables
     out = []
     for n in (1, 2):
         ev = CycleEvaluator(TINY, "mlu370-x4", cards=1, cache=False)

@@ -172,7 +172,7 @@ def test_cycle_evaluator_prices_energy_like_the_estimate():
     context and batch, and lands near the analytic estimate of the same iteration (the
     estimate leaves out the LM head and streams DRAM ideally)."""
     from h2m2sim.model import ModelSpec
-    from h2m2sim.serving.cycle_eval import CycleEvaluator
+    from h2m2sim.serving.timing.cycle_eval import CycleEvaluator
     tiny = ModelSpec(name="tiny-gqa", layers=2, hidden=512, heads=4, kv_heads=1,
                      head_dim=128, ffn_dim=1024, vocab=1024, max_context=8192, dtype="bf16")
     ev = CycleEvaluator(tiny, "mlu370-x4", cards=1, cache=False)

@@ -49,7 +49,7 @@ def test_the_cycle_tables_attention_reads_the_kv_at_its_width(kv):
     from h2m2sim.memory.kv_layout import CONTIGUOUS
     from h2m2sim.model import dtype_bytes, load_model
     from h2m2sim.model.shard import shard_model
-    from h2m2sim.serving.cycle_eval import attention_decode_ns
+    from h2m2sim.serving.timing.cycle_eval import attention_decode_ns
     from h2m2sim.system import resolve_system
     m = load_model("deepseek-r1-distill-qwen-7b")
     system = resolve_system("mlu370-x4")

@@ -53,7 +53,7 @@ from .cycle_eval import (
     CycleEvaluator,
     ring_allreduce_ns,
 )
-from .energy import EstimateEnergy
+from ..energy import EstimateEnergy
 
 __all__ = ["MappedEvaluator", "maps_sides", "mapped_evaluator", "first_side_evaluator"]
 
@@ -121,7 +121,6 @@ class MappedEvaluator(PointEvaluator):
     def cache_salt(self) -> str:
         return code_digest("dram_models", "h2m2sim.npu", "h2m2sim.memory", "h2m2sim.model",
                            "h2m2sim.decode", "h2m2sim.mapping", "h2m2sim.compute",
-                           "h2m2sim.serving.mapped_eval", "h2m2sim.serving.cycle_eval",
                            "h2m2sim.serving.energy", "h2m2sim.serving.timing")
 
     def table_grid(self, grid):

@@ -94,7 +94,7 @@ from h2m2sim.npu import run_kernels, simulate_kernel
 from h2m2sim.npu.energy import Activity, activity, result_counts
 from h2m2sim.system.config import resolve_system
 
-from .energy import allreduce_link_bytes, card_energy_j, energy_key
+from ..energy import allreduce_link_bytes, card_energy_j, energy_key
 
 __all__ = ["CycleEvaluator", "shard_model", "cycle_evaluator", "LINK_GBPS", "LINK_US",
            "PREFILL_DENSE_CAP", "PREFILL_ATTN_CAP", "attention_decode_ns"]
@@ -302,7 +302,7 @@ class CycleEvaluator(PointEvaluator):
 
     def cache_salt(self) -> str:
         return code_digest("dram_models", "h2m2sim.npu", "h2m2sim.memory", "h2m2sim.model",
-                           "h2m2sim.serving.cycle_eval", "h2m2sim.serving.timing")
+                           "h2m2sim.serving.timing")
 
     def __getstate__(self):
         state = dict(self.__dict__)
