@@ -116,7 +116,7 @@ def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT, step_overhead_s
     both 0 in the reproduction)."""
     import dataclasses
 
-    from h2m2sim.compute.llm_roofline import RooflineEvaluator
+    from h2m2sim.compute.llm_roofline import NVLINK_A100, RooflineEvaluator
     from h2m2sim.memory.kv_layout import KVLayout
     from h2m2sim.model import load_model
     from h2m2sim.serving.deployment import ServingDevice, kv_capacity_bytes, model_sizes
@@ -129,8 +129,10 @@ def setup(model=MODEL, cards=1, cache_dir=None, context=CONTEXT, step_overhead_s
         dataclasses.replace(load_system_preset(SYSTEM), cards=cards))
     sizes = model_sizes(spec, DTYPE, DTYPE)
     pool = kv_capacity_bytes(dev, sizes, MEMORY_FRACTION)
+    # the testbed's A100s joined by NVLink (the paper's), not the preset's NCCL model
     ev = RooflineEvaluator(spec, DTYPE, system=SYSTEM, cache_dir=cache_dir, cards=cards,
-                           step_overhead_s=step_overhead_s, expert_zipf=expert_zipf)
+                           link=NVLINK_A100, step_overhead_s=step_overhead_s,
+                           expert_zipf=expert_zipf)
     acts = activation_model(model, DTYPE, cards)
     bpt = sizes["kv_bytes_per_token"]
     layout = KVLayout.paged(max(1, 2 * 2**20 // bpt))

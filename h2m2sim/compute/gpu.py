@@ -88,7 +88,8 @@ def gpu_side(system: Any, key: str = "system"):
 
 class GpuEvaluator(RooflineEvaluator):
     """Point evaluator of ``model`` on the GPU side of ``system`` (module docstring);
-    ``cards`` tensor-parallel GPUs joined by ``link`` (GB/s, us per ring step)."""
+    ``cards`` tensor-parallel GPUs joined by the system's collective (or, given, a ring
+    over ``link``: GB/s, us per ring step)."""
 
     def __init__(self, model, system: SystemSpec | str, dtype: str | None = None, *,
                  cards: int = 1, link: tuple[float, float] | None = None,

@@ -33,8 +33,9 @@ Hybrid and MoE stacks (Jamba) are priced per layer kind (the model's layer patte
 
 ``cards`` > 1: each card runs the tensor-parallel share of the model
 (:func:`h2m2sim.model.shard.shard_model`) and the cards join their partial sums
-with two ring all-reduces per layer over ``link_GBps`` / ``link_us`` (the eLLM testbed's
-A100s talk over NVLink: ``NVLINK_A100``).
+with two all-reduces per layer, priced by the system's collective (``system.collective``)
+or, when ``link`` is given, as a ring over that link (the eLLM reproduction gives its
+testbed's A100 NVLink, ``NVLINK_A100``).
 
 ``kv_copy`` is a DRAM-to-DRAM copy at the engine-measured copy rate. Compute figures
 are the A100's (``A100_ROOFLINE``); memory is the ``a100-80gb`` preset's HBM2E measured
@@ -54,12 +55,14 @@ from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.model import load_model
 from h2m2sim.model.shard import shard_model
 from h2m2sim.model.spec import dtype_bytes
+from h2m2sim.system.collective import ring_allreduce_ns
 
 __all__ = ["A100_ROOFLINE", "RooflineEvaluator", "NVLINK_A100"]
 
-#: A100 SXM card-to-card link: (GB/s per direction, us per ring step). NVLink 3: 12 links
-#: x 25 GB/s per direction (NVIDIA A100 datasheet: 600 GB/s bidirectional); the per-step
-#: latency is assumed (NCCL small-message latency over NVLink, a few microseconds).
+#: The eLLM testbed's A100 SXM card-to-card link: (GB/s per direction, us per ring step).
+#: NVLink 3: 12 links x 25 GB/s per direction (NVIDIA A100 datasheet: 600 GB/s
+#: bidirectional); the per-step latency is assumed (NCCL small-message latency over
+#: NVLink, a few microseconds).
 NVLINK_A100 = (300.0, 5.0)
 
 #: FP16 roofline of an NVIDIA A100 (the eLLM testbed).
@@ -82,7 +85,8 @@ class RooflineEvaluator(PointEvaluator):
 
     ``device`` may be given (a RooflineDevice) or is built from ``system`` (default
     ``a100-80gb``) with :data:`A100_ROOFLINE` merged with ``spec``. For sensitivity
-    studies: ``step_overhead_s`` (s, default 0) is added to every prefill, decode and
+    studies: ``link`` (GB/s, us per step) replaces the system's collective by a ring over
+    that link; ``step_overhead_s`` (s, default 0) is added to every prefill, decode and
     mixed iteration (the serving engine's host time per step), ``expert_zipf`` (default 0,
     uniform) skews MoE routing (:func:`h2m2sim.model.graph.expected_experts`)."""
 
@@ -90,7 +94,7 @@ class RooflineEvaluator(PointEvaluator):
 
     def __init__(self, model, dtype: str = "fp16", *, system: str = "a100-80gb",
                  spec: dict | None = None, device=None, cache: bool = True,
-                 cache_dir=None, cards: int = 1, link: tuple[float, float] = NVLINK_A100,
+                 cache_dir=None, cards: int = 1, link: tuple[float, float] | None = None,
                  step_overhead_s: float = 0.0, expert_zipf: float = 0.0):
         if not step_overhead_s >= 0:
             raise ConfigError("step_overhead_s", f"must be >= 0 (s), got {step_overhead_s!r}")
@@ -103,7 +107,7 @@ class RooflineEvaluator(PointEvaluator):
         self.expert_zipf = float(expert_zipf)
         self.full_model = load_model(model) if isinstance(model, str) else model
         self.cards = int(cards)
-        self.link_GBps, self.link_us = float(link[0]), float(link[1])
+        self.link = None if link is None else (float(link[0]), float(link[1]))
         self.model = shard_model(self.full_model, self.cards)
         self.dtype = dtype
         self.db = dtype_bytes(dtype)
@@ -208,12 +212,14 @@ class RooflineEvaluator(PointEvaluator):
         return t
 
     def _allreduce_ns(self, rows: float) -> float:
-        """Ring all-reduce of ``rows`` x hidden activations over the cards."""
+        """All-reduce of ``rows`` x hidden activations over the cards."""
         c = self.cards
         if c <= 1:
             return 0.0
         nbytes = rows * self.hidden * self.db
-        return 2 * (c - 1) * (self.link_us * 1e3 + nbytes / c / self.link_GBps)
+        if self.link is not None:
+            return ring_allreduce_ns(nbytes, c, *self.link)
+        return self.device.system.collective.allreduce_over(nbytes, c)
 
     def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float,
                   local_ns: float | None = None) -> float:
@@ -307,8 +313,9 @@ class RooflineEvaluator(PointEvaluator):
                          + self.step_overhead_s)
 
     def cache_key(self) -> Any:
-        tp = {} if self.cards == 1 else {"cards": self.cards,
-                                         "link": [self.link_GBps, self.link_us]}
+        tp = {} if self.cards == 1 else {
+            "cards": self.cards, "link": list(self.link) if self.link is not None
+            else to_dict(self.device.system.collective)}
         # the host overhead and routing skew enter the key only when set, so the tables
         # cached before they existed stay valid
         tp.update({k: v for k, v in (("step_overhead_s", self.step_overhead_s),

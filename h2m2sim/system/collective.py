@@ -21,10 +21,12 @@ it capped at 87.7 GB/s (``llMaxBws``), LL128 at 0.92 of it.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from dram_models.schema import param
 
-__all__ = ["CollectiveProtocol", "CollectiveSpec", "NCCL_A100_NVLINK"]
+__all__ = ["CollectiveProtocol", "CollectiveSpec", "NCCL_A100_NVLINK", "NCCL_HOPPER_NVLINK",
+           "ring_allreduce_ns"]
 
 _NCCL = "NVIDIA NCCL src/graph/tuning.cc (ring, NVLink, Ampere, one node)"
 
@@ -56,10 +58,34 @@ NCCL_A100_NVLINK = (
 )
 
 
+def ring_allreduce_ns(nbytes: float, devices: int, link_GBps: float, link_us: float
+                      ) -> float:
+    """Ring all-reduce of ``nbytes`` over ``devices`` devices on a point-to-point link, ns:
+    2 (d - 1) steps of nbytes / d, each paying the link's latency (us) and bandwidth
+    (GB/s)."""
+    if devices <= 1:
+        return 0.0
+    return 2 * (devices - 1) * (link_us * 1e3 + nbytes / devices / link_GBps)
+
+
+#: NCCL's constants for NVLink on Hopper (H100 / H200 SXM: 18 fourth-generation links), in
+#: one node, by the same rules: the bus bandwidth is 18 x SM90_NVLINK_BW (20.6 GB/s per
+#: link, NCCL src/graph/topo.h) = 370.8 GB/s, LL128 at 0.92 of it, LL at half of it
+#: capped at llMaxBws' Hopper single-node 141.0 GB/s (tuning.cc); the ring latencies are
+#: the NVLink ones above. NVLink SHARP (NVLS), which NCCL also uses on NVSwitch nodes for
+#: large messages, is left out: the serving steps' all-reduces are small.
+NCCL_HOPPER_NVLINK = (
+    CollectiveProtocol(name="LL", base_us=6.6, step_us=0.6, bus_gbps=141.0),
+    CollectiveProtocol(name="LL128", base_us=14.0, step_us=1.9, bus_gbps=341.1),
+    CollectiveProtocol(name="Simple", base_us=8.4, step_us=3.4, bus_gbps=370.8),
+)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CollectiveSpec:
     """The collective that joins tensor-parallel devices (one all-reduce of a layer's
-    activations after its attention and after its FFN, Megatron-style)."""
+    activations after its attention and after its FFN, Megatron-style): the fastest of
+    its ``protocols`` (NCCL's model), or a ring over a named ``link``."""
 
     devices: int = param(1, ge=1, le=4096, doc="devices the layer is split over (1: no "
                          "collective)", source="H2M2 Sec. 5.5: 8-HBM is priced as eight "
@@ -67,9 +93,30 @@ class CollectiveSpec:
     protocols: tuple[CollectiveProtocol, ...] = param(
         default_factory=lambda: NCCL_A100_NVLINK, doc="protocols to choose from; each "
         "call takes the fastest, as NCCL's tuner does", source=_NCCL)
+    link: Optional[str] = param(
+        None, doc="a link preset (h2m2sim presets links) the all-reduce runs over as a ring "
+        "of point-to-point steps (each: the link's latency + bytes / bandwidth), for "
+        "cards on a plain link such as PCIe; null = the protocols")
+
+    def _check(self) -> None:
+        if self.link is not None:
+            from .links import LINKS
+            LINKS.get(self.link, "link")
 
     def allreduce_ns(self, nbytes: float) -> float:
-        """Time (ns) of one all-reduce of ``nbytes`` per device (0 for one device)."""
-        if self.devices <= 1 or not self.protocols:
+        """Time (ns) of one all-reduce of ``nbytes`` per device over :attr:`devices`
+        (0 for one device)."""
+        return self.allreduce_over(nbytes, self.devices)
+
+    def allreduce_over(self, nbytes: float, devices: int) -> float:
+        """Time (ns) of one all-reduce of ``nbytes`` per device over ``devices`` devices
+        (a serving replica's tensor-parallel cards; 0 for one device)."""
+        if devices <= 1:
             return 0.0
-        return min(p.allreduce_ns(nbytes, self.devices) for p in self.protocols)
+        if self.link is not None:
+            from .links import LINKS
+            link = LINKS.get(self.link, "system.collective.link")
+            return ring_allreduce_ns(nbytes, devices, link.GBps, link.latency_us)
+        if not self.protocols:
+            return 0.0
+        return min(p.allreduce_ns(nbytes, devices) for p in self.protocols)

@@ -12,11 +12,11 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
 from h2m2sim.model import load_model
 from h2m2sim.model.shard import shard_model
-from h2m2sim.serving.timing.cycle_eval import LINK_GBPS, LINK_US
 from h2m2sim.serving.deployment import ServingDevice
 from h2m2sim.serving.timing.mapped_eval import (MappedEvaluator, first_side_evaluator,
-                                         mapped_evaluator, maps_sides)
+                                                mapped_evaluator, maps_sides)
 from h2m2sim.system import resolve_system
+from h2m2sim.system.collective import NCCL_A100_NVLINK
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +65,10 @@ def test_cards_share_the_model_and_join_by_all_reduce():
                          prefill=first_side_evaluator(gpt, one, 2, "estimate"))
     step = simulate(one, shard_model(gpt, 2), 8, [1024] * 8, "greedy", fidelity="estimate")
     row = 8 * gpt.hidden * gpt.dtype_bytes()
-    ring = 2 * (2 - 1) * (LINK_US * 1e3 + row / 2 / LINK_GBPS)
-    want = step["iteration_time_ns"] + 2 * gpt.layers * ring
+    # the system's own collective: NCCL's model of A100 NVLink (h2m2 names no other)
+    allreduce = resolve_system("h2m2").collective.allreduce_over(row, 2)
+    assert allreduce == min(p.allreduce_ns(row, 2) for p in NCCL_A100_NVLINK)
+    want = step["iteration_time_ns"] + 2 * gpt.layers * allreduce
     assert ev.evaluate("decode", 8, np.full(8, 1024.0), CONTIGUOUS) == pytest.approx(
         want * 1e-9, rel=1e-12)
 

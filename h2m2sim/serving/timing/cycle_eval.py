@@ -13,7 +13,8 @@ node as *tensor parallel over
 of the KV heads (and so of every request's KV cache), of the FFN columns and of the LM
 head, and runs the same kernels on its share (:func:`shard_model`). Two all-reduces per
 layer (after the attention output projection and after the FFN) join the partial sums;
-they are priced as a ring all-reduce over the card link (``link_GBps``, ``link_us``).
+they are priced by the system's collective (``system.collective``: NCCL's model of its
+protocols, or a ring over a named link, such as the ``mlu370-x4`` cards' PCIe 4.0).
 Why tensor parallel rather than one replica per card: in bf16 the 7B model takes 15.2 GB,
 so a replica per 24 GB card would leave about 6 GB of KV per card, a regime where no
 allocator can batch much and the papers' utilization/throughput effects would be set by
@@ -92,20 +93,13 @@ from h2m2sim.model import Kernel, TensorRef, dtype_bytes, stored_bytes
 from h2m2sim.model.shard import shard_model
 from h2m2sim.npu import run_kernels, simulate_kernel
 from h2m2sim.npu.energy import Activity, activity, result_counts
+from h2m2sim.system.collective import CollectiveSpec
 from h2m2sim.system.config import resolve_system
 
 from ..energy import allreduce_link_bytes, card_energy_j, energy_key
 
-__all__ = ["CycleEvaluator", "shard_model", "cycle_evaluator", "LINK_GBPS", "LINK_US",
-           "PREFILL_DENSE_CAP", "PREFILL_ATTN_CAP", "attention_decode_ns"]
-
-#: card-to-card link (GB/s per direction): PCIe 4.0 x16, 16 GT/s x 16 lanes x 128/130.
-#: Assumed: the MLU370-X4 is a PCIe card; whether the papers' node bridged the cards with
-#: MLU-Link is not stated, so PCIe is the conservative choice.
-LINK_GBPS = 31.5
-#: latency of one ring all-reduce step (us): assumed, the order of a small PCIe
-#: peer-to-peer transfer plus a kernel launch (NCCL-over-PCIe small-message latency)
-LINK_US = 5.0
+__all__ = ["CycleEvaluator", "shard_model", "cycle_evaluator", "PREFILL_DENSE_CAP",
+           "PREFILL_ATTN_CAP", "attention_decode_ns"]
 #: prefill token count above which the dense sublayers are scaled linearly (GEMMs of more
 #: rows than this are compute-bound on the chip model; simulating them is wasted time)
 PREFILL_DENSE_CAP = 4096
@@ -248,20 +242,19 @@ class CycleEvaluator(PointEvaluator):
     ``model``: ModelSpec; ``system``: preset name, YAML path or SystemSpec; ``side``: the
     side whose DRAM holds weights and KV (default: the first); ``cards``: tensor-parallel
     degree (default: the system's ``cards``). Weights, activations and KV are in the
-    model's dtype."""
+    model's dtype. ``collective`` prices the cards' all-reduces (default: the system's
+    ``collective``)."""
 
     cycle_level = True
 
     def __init__(self, model, system, side: str | None = None, *, cards: int | None = None,
-                 fidelity: str = "sampled",
-                 link_GBps: float = LINK_GBPS, link_us: float = LINK_US,
+                 fidelity: str = "sampled", collective: CollectiveSpec | None = None,
                  translate: str | None = None, pool_factor: float = 2.0, seed: int = 0,
                  cache: bool = True, cache_dir=None):
         self.system = resolve_system(system, "system")
         self.side = side or self.system.side_names[0]
         self.system.side(self.side, "side")
-        if not link_GBps > 0 or link_us < 0:
-            raise ConfigError("link", "link_GBps must be > 0 and link_us >= 0")
+        self.collective = collective or self.system.collective
         if model.mla:
             raise ConfigError("model", f"{model.name}'s latent attention (MLA) is not in "
                               "the NPU serving tables' attention kernel (grouped K and V "
@@ -275,7 +268,6 @@ class CycleEvaluator(PointEvaluator):
         # its count (an attention-only homogeneous stack keeps the one-kind arithmetic)
         self.kinds = [] if self._plain() else layer_kinds(self.shard)
         self.fidelity, self.translate = fidelity, translate
-        self.link_GBps, self.link_us = float(link_GBps), float(link_us)
         self.pool_factor, self.seed = float(pool_factor), int(seed)
         self.cache, self.cache_dir = bool(cache), cache_dir
         self._memo: dict = {}
@@ -295,7 +287,7 @@ class CycleEvaluator(PointEvaluator):
     def cache_key(self) -> Any:
         return {"cycle": {"side": self._side_key(), "shard": to_dict(self.shard),
                           "cards": self.cards, "fidelity": self.fidelity,
-                          "link_GBps": self.link_GBps, "link_us": self.link_us,
+                          "collective": to_dict(self.collective),
                           "translate": self.translate or "default",
                           "pool_factor": self.pool_factor, "seed": self.seed,
                           "energy": energy_key(self.system, self.model, self.cards)}}
@@ -452,8 +444,8 @@ class CycleEvaluator(PointEvaluator):
         return self._as_piece(self._piece("lm_head", {"rows": int(rows)}, fn))
 
     def allreduce_ns(self, nbytes: float) -> float:
-        """Ring all-reduce of ``nbytes`` over the cards (:func:`ring_allreduce_ns`)."""
-        return ring_allreduce_ns(nbytes, self.cards, self.link_GBps, self.link_us)
+        """All-reduce of ``nbytes`` (per card) over the cards, by the collective."""
+        return self.collective.allreduce_over(nbytes, self.cards)
 
     def copy_ns(self, tokens: int) -> float:
         """Streaming copy (read + write) of the card's share of ``tokens`` KV tokens."""
@@ -538,15 +530,6 @@ class CycleEvaluator(PointEvaluator):
         e = card_energy_j(self.system, self.side, work.act, work.ns, total_ns, link_bytes,
                           batch)
         return PointCost(total_ns * 1e-9, self.cards * e)
-
-
-def ring_allreduce_ns(nbytes: float, cards: int, link_GBps: float, link_us: float
-                      ) -> float:
-    """Ring all-reduce of ``nbytes`` over ``cards`` cards, ns: 2 (c-1) steps of
-    nbytes / c, each paying the link's latency (us) and bandwidth (GB/s)."""
-    if cards <= 1:
-        return 0.0
-    return 2 * (cards - 1) * (link_us * 1e3 + nbytes / cards / link_GBps)
 
 
 def side_label(system, side: str, fidelity: str, cards: int) -> str:

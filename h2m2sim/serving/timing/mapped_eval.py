@@ -19,9 +19,9 @@ two mappings are not priced), with both sides' chips running at once.
   energy, when ``prefill`` prices none, is the first side's analytic estimate
   (:class:`.energy.EstimateEnergy`).
 * ``cards`` > 1: each card runs its tensor-parallel share (:func:`h2m2sim.model.shard.
-  shard_model`) and the cards join two ring all-reduces per layer over the serving
-  layer's card link (:func:`.cycle_eval.ring_allreduce_ns`); energy is each card's
-  iteration energy times the cards (the all-reduce's wire energy is not counted).
+  shard_model`) and the cards join two all-reduces per layer, priced by the system's
+  collective (``system.collective``); energy is each card's iteration energy times the
+  cards (the all-reduce's wire energy is not counted).
 
 Units: seconds, joules, tokens.
 """
@@ -46,13 +46,7 @@ from h2m2sim.memory.kv_layout import KVLayout
 from h2m2sim.model.shard import shard_model
 from h2m2sim.system import resolve_system
 
-from .cycle_eval import (
-    LINK_GBPS,
-    LINK_US,
-    TABLE_TOKEN_POINTS,
-    CycleEvaluator,
-    ring_allreduce_ns,
-)
+from .cycle_eval import TABLE_TOKEN_POINTS, CycleEvaluator
 from ..energy import EstimateEnergy
 
 __all__ = ["MappedEvaluator", "maps_sides", "mapped_evaluator", "first_side_evaluator"]
@@ -111,7 +105,8 @@ class MappedEvaluator(PointEvaluator):
     def cache_key(self) -> Any:
         blob = json.dumps({"sides": [to_dict(s) for s in self.system.sides],
                            "mmu": to_dict(self.system.mmu),
-                           "link": to_dict(self.system.interconnect)},
+                           "link": to_dict(self.system.interconnect),
+                           "collective": to_dict(self.system.collective)},
                           sort_keys=True, default=str)
         return {"mapped": {"system": hashlib.sha256(blob.encode()).hexdigest(),
                            "shard": to_dict(self.shard), "cards": self.cards,
@@ -155,8 +150,8 @@ class MappedEvaluator(PointEvaluator):
             raise ConfigError("batch", f"needs {batch} context lengths, got {ctx.size}")
         m = self.decode_metrics(int(batch), ctx)
         row = int(self.shard.hidden) * self.shard.dtype_bytes()
-        ar_ns = ALLREDUCES_PER_LAYER * int(self.shard.layers) * ring_allreduce_ns(
-            int(batch) * row, self.cards, LINK_GBPS, LINK_US)
+        ar_ns = ALLREDUCES_PER_LAYER * int(self.shard.layers) * \
+            self.system.collective.allreduce_over(int(batch) * row, self.cards)
         return PointCost((float(m["iteration_time_ns"]) + ar_ns) * 1e-9,
                          self.cards * float(m["energy_j"]))
 
