@@ -1,5 +1,6 @@
 """What is built in, by kind: system presets, models, DRAM standards, chips, mappers,
-allocators, predictors, routers, example configurations and request traces.
+allocators, predictors, routers, serving schedulers, preemption victims and modes,
+example configurations and request traces.
 
 Each kind is a :class:`Kind` subclass registered in :data:`KINDS`; it lists its names,
 gives one line per entry (:meth:`Kind.summary`, the same text the configuration reference
@@ -25,7 +26,8 @@ from h2m2sim.mapping.mappers import MAPPERS
 from h2m2sim.model import list_models, load_model
 from h2m2sim.predictors import PREDICTORS
 from h2m2sim.registry import Registry, first_sentence
-from h2m2sim.serving.router import ROUTERS
+from h2m2sim.serving.cluster import ROUTERS
+from h2m2sim.serving.scheduler import PREEMPTIONS, SCHEDULERS, VICTIMS
 from h2m2sim.serving.traces import load_trace
 from h2m2sim.system.chip import CHIP_PRESETS, resolve_chip
 from h2m2sim.system.config import SYSTEMS, load_system_preset, preset_data
@@ -233,6 +235,27 @@ class PredictorKind(RegistryKind):
 class RouterKind(RegistryKind):
     title = "routers"
     registry = ROUTERS
+
+
+@KINDS.register("schedulers", description="admission policies of a serving engine "
+                                          "(serving.scheduler)")
+class SchedulerKind(RegistryKind):
+    title = "schedulers"
+    registry = SCHEDULERS
+
+
+@KINDS.register("victims", description="which running request a serving engine preempts "
+                                       "(serving.preemption_victim)")
+class VictimKind(RegistryKind):
+    title = "victims"
+    registry = VICTIMS
+
+
+@KINDS.register("preemptions", description="what preemption does with the victim's KV "
+                                           "(serving.preemption)")
+class PreemptionKind(RegistryKind):
+    title = "preemptions"
+    registry = PREEMPTIONS
 
 
 def _leading_comment(path) -> str:

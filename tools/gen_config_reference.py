@@ -29,6 +29,7 @@ from h2m2sim.catalog import KINDS  # noqa: E402
 from h2m2sim.config import schema  # noqa: E402
 from h2m2sim.decode.job import IterationOptions  # noqa: E402
 from h2m2sim.model.spec import ModelSpec  # noqa: E402
+from h2m2sim.serving import features  # noqa: E402
 from h2m2sim.serving.config import ServingConfig  # noqa: E402
 from h2m2sim.sweeps import spec  # noqa: E402
 from h2m2sim.system.config import SystemSpec  # noqa: E402
@@ -179,6 +180,17 @@ def serving_section() -> str:
             + table(section_rows(ServingConfig, "workload.serving")) + "\n")
 
 
+def features_section() -> str:
+    """Which serving features combine (the table the loader and the runs check)."""
+    return ("## Which serving features combine\n\n"
+            "Serving features that are not modelled together, and features that need "
+            "another, from one table (`h2m2sim/serving/features.py`) that the "
+            "configuration loader, `h2m2sim serve`, `h2m2sim.serve` and the serving engine "
+            "all check; a refusal is one line naming both keys and why. Keys are under "
+            "`workload.serving` (`serving.`) or `policy`.\n\n"
+            + features.table_markdown() + "\n")
+
+
 def allocator_section() -> str:
     """One table per registered allocator that declares parameters."""
     intro = ("## Allocator parameters\n\n`policy.allocator_params` for the chosen "
@@ -285,6 +297,7 @@ def generate() -> str:
     parts.append(system_section())
     parts.append(model_section())
     parts.append(serving_section())
+    parts.append(features_section())
     registries = ", ".join(f"`policy.{k}` against the {v.kind} registry ({', '.join(v.names())})"
                            for k, v in schema.REGISTRIES.items())
     parts.append("## Mapper and allocator names\n\nChecked against registries: "

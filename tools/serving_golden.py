@@ -13,7 +13,6 @@ every case identical; a bug fix names the cases and keys it moves.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys

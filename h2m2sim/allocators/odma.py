@@ -447,6 +447,8 @@ class ODMAAllocator(ContiguousAllocator):
                    boundaries=list(self.buckets.boundaries),
                    large_bound=self.buckets.large,
                    n_boundary_refreshes=len(self.buckets.history) - 1,
+                   n_regular_scored=self.n_regular_scored,
+                   n_regular_covered=self.n_regular_covered,
                    gamma=self.gamma, tau=self.tau, basis=self.basis,
                    **{f"n_{k}": v for k, v in self.route_counts.items()},
                    bucket_counts={str(k): v for k, v in sorted(self.bucket_counts.items())})

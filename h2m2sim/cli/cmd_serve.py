@@ -96,9 +96,10 @@ def register(subparsers) -> None:
                     "placeholder, which the output then names.")
     p.add_argument("--trace", required=True, metavar="FILE",
                    help="trace file (.csv, .jsonl, .gz) or bundled name")
-    p.add_argument("--system", required=True, metavar="PRESET",
+    p.add_argument("--system", default=None, metavar="PRESET",
                    help="system preset or YAML file (e.g. mlu370-x4: four cards, tensor "
-                        "parallel)")
+                        "parallel); required unless the pools have their own systems "
+                        "(--prefill-system, --decode-system)")
     p.add_argument("--model", required=True, metavar="NAME",
                    help="model-zoo name (e.g. deepseek-r1-distill-qwen-7b)")
     p.add_argument("--allocator", required=True, choices=sorted(ALLOCATORS),
@@ -298,6 +299,22 @@ def _pair(text: str | None, flag: str, what: str) -> list[int] | None:
     return [int(p) for p in parts]
 
 
+def _system(args) -> str:
+    """The run's system: ``--system``, or with pools on two systems the prefill pool's
+    (the run configuration needs one; the pools run on their own)."""
+    from h2m2sim.errors import ConfigError
+    if args.system is None:
+        if args.prefill_system is None:
+            raise ConfigError("--system", "is required (a system preset or YAML file), "
+                              "unless --prefill-system and --decode-system are given")
+        return args.prefill_system
+    if args.prefill_system is not None and args.system != args.prefill_system:
+        raise ConfigError("--system", f"{args.system} is not used: the pools run on "
+                          f"--prefill-system ({args.prefill_system}) and --decode-system "
+                          f"({args.decode_system}); leave --system out")
+    return args.system
+
+
 def run_config(args) -> dict:
     """The run configuration (a raw mapping) the flags describe: ``h2m2sim run`` of it
     gives the same metrics, and ``--out`` stores it as config.yaml."""
@@ -307,7 +324,7 @@ def run_config(args) -> dict:
                           f"from {', '.join(FIDELITY)}")
     model = args.model if args.weight_dtype is None else \
         {"base": args.model, "weight_dtype": args.weight_dtype}
-    return {"system": args.system, "model": model,
+    return {"system": _system(args), "model": model,
             "policy": {"allocator": args.allocator,
                        "allocator_params": _kv(args.allocator_param, "allocator-param")},
             "workload": {"serving": _serving_data(args)},
@@ -316,8 +333,10 @@ def run_config(args) -> dict:
 
 
 def run(args) -> int:
+    where = args.system if args.prefill_system is None else \
+        f"{args.prefill_system} (prefill) + {args.decode_system} (decode)"
     log.info("h2m2sim serve: trace %s, model %s on %s, allocator %s", args.trace, args.model,
-             args.system, args.allocator)
+             where, args.allocator)
     from h2m2sim import api
     from h2m2sim.cache import plain
     from h2m2sim.cli.cmd_run import timeline_options

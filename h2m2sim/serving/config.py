@@ -9,6 +9,7 @@ from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
 from h2m2sim.model.spec import DTYPE_BITS
 
+from .features import check_config
 from .links import LINKS, TIERS, kv_link
 
 __all__ = ["ServingConfig", "DeploymentConfig", "SpeculativeConfig", "resolve_serving"]
@@ -239,34 +240,9 @@ class ServingConfig:
 
     def _check(self) -> None:
         kv_link(self.kv_link, "kv_link")
-        if (self.kv_offload is None) != (self.kv_offload_capacity_bytes is None):
-            raise ConfigError("kv_offload_capacity_bytes", "is needed exactly when "
-                              "kv_offload names a tier")
         if self.kv_offload is not None:
             TIERS.get(self.kv_offload, "kv_offload")
-            if not self.prefix_caching:
-                raise ConfigError("kv_offload", "holds evicted prefix blocks: it needs "
-                                  "prefix_caching")
-        if self.kv_offload_running and (self.kv_offload is None or self.chunked_prefill
-                                        or self.speculative is not None):
-            raise ConfigError("kv_offload_running", "needs a kv_offload tier, and is not "
-                              "modelled with chunked_prefill or speculative decoding")
-        if (self.prefill_system is None) != (self.decode_system is None):
-            raise ConfigError("decode_system" if self.decode_system is None
-                              else "prefill_system", "prefill_system and decode_system "
-                              "come together")
-        if self.prefill_system is not None and self.disaggregate is not None:
-            raise ConfigError("disaggregate", "with prefill_system and decode_system each "
-                              "pool is its whole system: leave disaggregate unset")
-        if self.pool_replicas != (1, 1) and not self.pools_apart:
-            raise ConfigError("pool_replicas", "sets the replicas of disaggregated pools: "
-                              "it needs disaggregate or prefill_system / decode_system")
-        if self.pools_apart and (self.speculative is not None or self.chunked_prefill):
-            raise ConfigError("disaggregate", "is not modelled together with speculative "
-                              "decoding or chunked prefill yet")
-        if self.speculative is not None and self.chunked_prefill:
-            raise ConfigError("speculative", "is not modelled together with "
-                              "chunked_prefill yet: use one of them")
+        check_config(self)
         if (self.output_lengths == "sampled") != (self.output_length_file is not None):
             raise ConfigError("output_length_file", "is needed exactly when output_lengths "
                               "is 'sampled'")

@@ -1,6 +1,6 @@
 """Serving side of eLLM: activation footprints from the model, the paper's scheduling
-(Algorithm 1), SLO-aware logical buffer scaling (Algorithm 2), and the serving loop that
-runs them (:class:`ElasticServingLoop`).
+(Algorithm 1), SLO-aware logical buffer scaling (Algorithm 2), and the engine's prefill
+stage that runs them (:class:`ElasticPrefills`).
 
 Activation footprint (:class:`ActivationModel`). Activations are reused layer after
 layer, so what a prefill needs is the *peak of live activation tensors inside one
@@ -22,8 +22,8 @@ activation output = 4096 + 28672 + 14336 elements) = 94 208 B per token; 2K toke
 memory": 0.3 %), 204,800 tokens 19.3 GB (30.2 %; the paper: 30.8 %). A decode
 iteration of ``B`` requests is a prefill of ``B`` tokens.
 
-The loop (:class:`ElasticServingLoop`, for allocators that manage activations: the eLLM
-pool and the vLLM static split it is compared with). The allocator starts with the
+The stage (:class:`ElasticPrefills`, plugged into the serving engine for allocators that
+manage activations: the eLLM pool and the vLLM static split it is compared with). The allocator starts with the
 activation reserve of the largest prefill (``max(max_prefill_tokens,
 max_context_tokens)`` tokens, what vLLM profiles); the static split keeps it, eLLM lends
 its idle chunks to KV and takes free KV chunks back. A prefill iteration needs the
@@ -33,7 +33,7 @@ offloaded to the CPU buffer during the prefill (the transfer overlaps the prefil
 by layer: the iteration takes the longer of the two); offloaded requests are fetched
 (one host-link transfer each, stalling the engine) before they decode, oldest first, as
 soon as the device holds them (:func:`plan_fetch`). Algorithm 2 rescales the logical CPU
-buffer after every loop turn from TTFT/TPOT SLO violations.
+buffer after every scheduling turn and decode window from TTFT/TPOT SLO violations.
 """
 from __future__ import annotations
 
@@ -42,21 +42,18 @@ from collections import deque
 from functools import lru_cache
 
 import networkx as nx
-import numpy as np
 
 from dram_models.schema import param
 from h2m2sim.allocators import ElasticAllocator
-from h2m2sim.errors import ConfigError
 from h2m2sim.model import build_layer_graph, load_model
 from h2m2sim.model.shard import shard_model
 from h2m2sim.model.spec import MAX_LAYER_PERIOD, dtype_bytes
 
-from .config import ServingConfig
-from .loop import ServingLoop
-from .timing import IterationTables
+from .prefill import PrefillStage
+from .request import Request, Status
 
 __all__ = ["ActivationModel", "activation_model", "BufferScaler", "plan_prefill",
-           "plan_fetch", "ElasticServingLoop"]
+           "plan_fetch", "ElasticPrefills"]
 
 _FLASH_EXCLUDED = ("scores", "probs")   # materialized only without FlashAttention
 
@@ -223,221 +220,193 @@ def plan_fetch(alloc, acts: ActivationModel, candidates, running: int, slots: in
     return got
 
 
-class ElasticServingLoop(ServingLoop):
-    """:class:`ServingLoop` for an allocator that also holds the activations (module
-    docstring): Algorithm 1 admission with CPU offload and fetch, the decode batch's
-    activations checked before each window, and Algorithm 2 after every turn.
+class ElasticPrefills(PrefillStage):
+    """eLLM's scheduling as an engine's prefill stage (module docstring): Algorithm 1
+    admission with CPU offload and fetch, the decode batch's activations checked before
+    each window, and Algorithm 2 after every scheduling turn and decode window. The
+    allocator (eLLM's pool or the static split) holds the activations; ``activations``
+    prices them."""
 
-    ``activations`` prices activation memory (default: from the allocator's
-    ``activation_model`` option)."""
-
-    def __init__(self, trace, cfg: ServingConfig, allocator: ElasticAllocator,
-                 tables: IterationTables, prediction=None, *, record_timeline: bool = False,
-                 activations: ActivationModel | None = None):
-        if cfg.chunked_prefill:
-            raise ConfigError("serving.chunked_prefill", f"the {allocator.name} allocator's "
-                              "loop plans whole prefills (eLLM's Algorithm 1); serve its "
-                              "chunked-prefill baseline with a paged allocator")
-        super().__init__(trace, cfg, allocator, tables, prediction,
-                         record_timeline=record_timeline)
+    def __init__(self, allocator: ElasticAllocator, activations: ActivationModel,
+                 max_prefill_tokens: int, max_context_tokens: int, max_batch: int):
         el = allocator
-        if activations is None and el.activation_model:
-            activations = activation_model(el.activation_model, el.activation_dtype)
-        if activations is None:
-            raise ConfigError("allocator_params.activation_model",
-                              f"the {allocator.name} allocator needs the model's activation "
-                              "footprint: give a zoo model name")
-        self.acts = activations
+        self.el, self.acts = el, activations
+        self.max_prefill_tokens = int(max_prefill_tokens)
         if el.activation_reserve_chunks is None:
-            res_tok = max(cfg.max_prefill_tokens, self.maxctx)
+            res_tok = max(max_prefill_tokens, max_context_tokens)
             el.set_activation_reserve(activations.iteration_bytes(
-                res_tok, min(cfg.max_batch, res_tok)))
+                res_tok, min(max_batch, res_tok)))
         self.scaler = BufferScaler(el.cpu_buffer_bytes, el.buffer_init_bytes,
                                    el.buffer_alpha) if el.scales_buffer else None
-        self.offloaded: deque[int] = deque()   # prefilled, KV in the CPU buffer (or swapped)
-        self.first_np = np.full(self.n, np.nan)
-        self.finish_np = np.full(self.n, np.nan)
+        self.offloaded: deque[Request] = deque()  # prefilled, KV in the CPU buffer
+        self.first: dict[int, float] = {}         # first tokens of this stage's prefills
+        self.seen = 0                              # the engine's finished requests read
 
-    # ------------------------------------------------------------------ hooks
-    def _idle(self) -> bool:
-        return super()._idle() and not self.offloaded
+    def budget(self, engine) -> int:
+        return self.max_prefill_tokens
 
-    def _blocked_request(self) -> int:
-        return self.waiting[0] if self.waiting else self.offloaded[0]
+    def busy(self) -> bool:
+        return bool(self.offloaded)
 
-    def schedule(self) -> bool:
+    def in_flight(self) -> int:
+        return len(self.offloaded)
+
+    def blocked_request(self, engine) -> Request:
+        return engine.waiting[0] if engine.waiting else self.offloaded[0]
+
+    def run(self, engine) -> bool:
         """One scheduling turn of Algorithm 1, then Algorithm 2 on what the turn saw."""
-        t0 = self.t
-        self.fetch_offloaded()
-        ran = self.prefill_planned()
-        self._rescale_buffer(t0)
+        t0 = engine.clock.t
+        self.fetch_offloaded(engine)
+        ran = self.prefill_planned(engine)
+        self._rescale(engine, t0)
         return ran
 
-    def make_room_for_decode(self) -> bool:
-        """The batch's decode activations must fit: preempt the latest arrivals until
-        they do."""
-        run = self.running
-        while run.m and not self.allocator.set_activation(self.acts.decode_bytes(run.m)):
-            self.preempt(self.victim())
+    def room_for_decode(self, engine) -> bool:
+        """The batch's decode activations must fit: preempt the victims until they do."""
+        run = engine.batch
+        while run.m and not self.el.set_activation(self.acts.decode_bytes(run.m)):
+            engine.preempt(engine.victims.choose(run))
         return run.m > 0
 
-    def after_decode(self, dt: float) -> None:
-        self._rescale_buffer(self.t - dt)
-
-    def finish(self, j: int) -> None:
-        self.finish_np[int(self.running.idx[j])] = self.t
-        super().finish(j)
-
-    def metrics(self, admit_t, first_t, finish_t) -> dict:
-        m = super().metrics(admit_t, first_t, finish_t)
-        self.allocator.set_activation(0)      # the engine is idle: no live activations
-        m.update(self._elastic_metrics(m["duration_s"]))
-        return m
+    def after_decode(self, engine, dt: float) -> None:
+        self._rescale(engine, engine.clock.t - dt)
 
     # ------------------------------------------------------------------ Algorithm 1
-    def fetch_offloaded(self) -> None:
+    def fetch_offloaded(self, engine) -> None:
         """Fetch offloaded (or swapped-out) requests that now fit on the device, oldest
         first; each transfer stalls the engine."""
-        el, run, st, waiting = self.allocator, self.running, self.st, self.waiting
-        prompt_l, gen, bpt = self.prompt_l, self.gen, self.bpt
+        el, run, c, waiting = self.el, engine.batch, engine.c, engine.waiting
+        bpt = el.bytes_per_token
         # swapped-out (preempted) requests are fetched like offloaded ones, first
-        while waiting and self.swapped[waiting[0]]:
+        while waiting and waiting[0].status is Status.SWAPPED:
             self.offloaded.appendleft(waiting.popleft())
         if not self.offloaded:
             return
-        cands = [(r, prompt_l[r] + gen[r] + 1) for r in self.offloaded]
-        for r in plan_fetch(el, self.acts, cands, run.m, self.cfg.max_batch):
-            need = prompt_l[r] + gen[r] + 1
-            if el.is_offloaded(r):
-                dt = el.fetch(r, need)
+        cands = [(r, r.prompt + r.generated + 1) for r in self.offloaded]
+        for r in plan_fetch(el, self.acts, cands, run.m, engine.limits.max_batch):
+            need = r.prompt + r.generated + 1
+            if el.is_offloaded(r.id):
+                dt = el.fetch(r.id, need)
                 if dt is None:
                     break
             else:                       # swapped out by a preemption (host memory)
-                if not el.reserve(r, prompt_l[r], need_tokens=need):
+                if not el.reserve(r.id, r.prompt, need_tokens=need):
                     break
-                dt = el.link.transfer_s((prompt_l[r] + gen[r]) * bpt)
-                st["swap_bytes"] += (prompt_l[r] + gen[r]) * bpt
-                self.swapped[r] = False
+                dt = el.link.transfer_s((r.prompt + r.generated) * bpt)
+                c.swap_bytes += (r.prompt + r.generated) * bpt
             self.offloaded.remove(r)
-            self._advance(dt, int(run.ctx[:run.m].sum()), "fetch", 1)
-            st["fetch_time_s"] += dt
-            run.add(r, prompt_l[r] + gen[r], self.out_l[r] - gen[r], el.capacity_of(r),
-                    self.last_tok[r])
+            engine.pass_time(dt, int(run.ctx[:run.m].sum()), "fetch", 1)
+            c.fetch_time_s += dt
+            engine.resumed(r)
+            engine.join(r)
         if run.m:
             el.set_activation(self.acts.decode_bytes(run.m))   # fits: plan_fetch checked
 
-    def prefill_planned(self) -> bool:
+    def prefill_planned(self, engine) -> bool:
         """Plan a prefill iteration (device KV or CPU offload) and run it; True if one
         ran."""
-        el, run, waiting = self.allocator, self.running, self.waiting
-        prompt_l, gen = self.prompt_l, self.gen
-        slots = self.cfg.max_batch - run.m - len(self.offloaded)
+        el, run, waiting = self.el, engine.batch, engine.waiting
+        slots = engine.limits.max_batch - run.m - len(self.offloaded)
         if not waiting or slots <= 0:
             return False
         cands = []
         for r in waiting:
             if len(cands) >= slots:
                 break
-            cands.append((r, prompt_l[r] + gen[r], prompt_l[r] + gen[r] + 1))
-        dev, off, act = plan_prefill(el, self.acts, cands, slots, self.cfg.max_prefill_tokens)
+            cands.append((r, r.prompt + r.generated, r.prompt + r.generated + 1))
+        dev, off, act = plan_prefill(el, self.acts, cands, slots, self.max_prefill_tokens)
         if not dev and not off:
             return False
         if not el.set_activation(act):
             raise RuntimeError("eLLM plan admitted activations that do not fit")
         for r in dev:
-            if not self.try_reserve(r):
+            if not engine.kv.reserve(r):
                 raise RuntimeError("eLLM plan admitted KV that does not fit")
         off_bytes = 0
         for r in off:
-            if not el.offload(r, prompt_l[r] + gen[r]):
+            if not el.offload(r.id, r.prompt + r.generated):
                 raise RuntimeError("eLLM plan offloaded beyond the logical buffer")
-            off_bytes += (prompt_l[r] + gen[r]) * self.bpt
+            off_bytes += (r.prompt + r.generated) * el.bytes_per_token
         for _ in range(len(dev) + len(off)):
             waiting.popleft()
         pre = [r for r, _, _ in cands[:len(dev) + len(off)]]
-        self._run_prefill(pre, dev, off, off_bytes)
+        self._run_prefill(engine, pre, dev, off, off_bytes)
         return True
 
-    def _run_prefill(self, pre: list[int], dev: list[int], off: list[int],
-                     off_bytes: int) -> None:
+    def _run_prefill(self, engine, pre: list[Request], dev: list[Request],
+                     off: list[Request], off_bytes: int) -> None:
         """The prefill iteration of ``pre``; the offload of ``off`` overlaps it."""
-        el, run, st = self.allocator, self.running, self.st
-        prompt_l, gen, out_l = self.prompt_l, self.gen, self.out_l
-        dt_pre, de_pre = self.tables.prefill_cost([prompt_l[r] + gen[r] for r in pre])
-        st["prefill_energy_j"] += de_pre
+        el, run, c = self.el, engine.batch, engine.c
+        dt_pre, de_pre = engine.tables.prefill_cost([r.prompt + r.generated for r in pre])
+        c.prefill_energy_j += de_pre
         dt_off = el.link.transfer_s(off_bytes)
         dt = max(dt_pre, dt_off)       # layer-wise pipelined offload
         for r in pre:
-            if self.admit_t[r] != self.admit_t[r]:
-                self.admit_t[r] = self.t
+            engine.started(r)
         held = int(run.ctx[:run.m].sum())
-        self._advance(dt, held + sum(prompt_l[r] + gen[r] for r in dev), "prefill iteration",
-                      len(pre), sum(prompt_l[r] + gen[r] for r in pre))
-        st["prefill_time_s"] += dt_pre
-        st["offload_time_s"] += dt_off
-        st["offload_exposed_s"] += dt - dt_pre
-        st["prefill_iterations"] += 1
+        engine.pass_time(dt, held + sum(r.prompt + r.generated for r in dev),
+                         "prefill iteration", len(pre),
+                         sum(r.prompt + r.generated for r in pre))
+        c.prefill_time_s += dt_pre
+        c.offload_time_s += dt_off
+        c.offload_exposed_s += dt - dt_pre
+        c.prefill_iterations += 1
         for r in pre:
-            self._prefilled(r)
-            self.first_np[r] = self.first_t[r]
+            engine.prefilled(r)
+            self.first[r.id] = r.first_s
         for r in dev:
-            run.add(r, prompt_l[r] + gen[r], out_l[r] - gen[r], el.capacity_of(r),
-                    self.last_tok[r])
+            engine.join(r)
         for r in off:
-            if out_l[r] - gen[r] == 0:     # done at its first token: never decodes
-                el.drop_offloaded(r)
-                self.finish_t[r] = self.t
-                self.finish_np[r] = self.t
-                self.done += 1
+            if r.output - r.generated == 0:     # done at its first token: never decodes
+                el.drop_offloaded(r.id)
+                engine.complete(r)
             else:
+                r.status = Status.PARKED
                 self.offloaded.append(r)
-        self.finish_done()
+        engine.finish_done()
         el.set_activation(self.acts.decode_bytes(run.m) if run.m else 0)
 
     # ------------------------------------------------------------------ Algorithm 2
-    def _rescale_buffer(self, t_start: float) -> None:
+    def _rescale(self, engine, t_start: float) -> None:
         if self.scaler is not None:
-            self.allocator.set_logical_buffer(self.scaler.observe(*self.violations(t_start)))
+            self.el.set_logical_buffer(self.scaler.observe(*self.violations(engine,
+                                                                             t_start)))
 
-    def violations(self, t_start: float) -> tuple[bool, bool]:
+    def violations(self, engine, t_start: float) -> tuple[bool, bool]:
         """(TTFT violated, TPOT violated) in the turn that began at ``t_start``, counted
         when the per-request metric is known or certain: a first token later than the
         TTFT SLO in the turn, or a waiting request already past it; a request finished
         in the turn whose TPOT exceeded the TPOT SLO, or a running or offloaded request
         already past its whole TPOT budget ((t - first token) / (output - 1) > SLO)."""
-        el, t, arr, out = self.allocator, self.t, self.arr, self.out
-        first_np, finish_np, run = self.first_np, self.finish_np, self.running
+        el, t = self.el, engine.clock.t
         ttft, tpot = el.slo_ttft_s, el.slo_tpot_s
-        v1 = bool(self.waiting) and t - self.arr_l[self.waiting[0]] > ttft
+        v1 = bool(engine.waiting) and t - engine.waiting[0].arrival_s > ttft
+        reqs = engine.reqs
         if not v1:
-            got = (first_np >= t_start) & (first_np <= t)
-            v1 = bool(np.any(first_np[got] - arr[got] > ttft))
-        fin = (finish_np >= t_start) & (finish_np <= t) & (out > 1)
-        v2 = bool(np.any((finish_np[fin] - first_np[fin]) / (out[fin] - 1) > tpot))
+            v1 = any(t_start <= f <= t and f - reqs[i].arrival_s > ttft
+                     for i, f in self.first.items())
+        self.first = {i: f for i, f in self.first.items() if f >= t_start}
+        done = engine.finished      # in the order they finished
+        while self.seen < len(done) and done[self.seen].finish_s < t_start:
+            self.seen += 1
+        v2 = any(r.output > 1 and (r.finish_s - r.first_s) / (r.output - 1) > tpot
+                 for r in done[self.seen:])
         if not v2:
-            ids = np.concatenate([run.idx[:run.m], np.fromiter(self.offloaded, np.int64,
-                                                               len(self.offloaded))])
-            o = out[ids]
-            ids, o = ids[o > 1], o[o > 1]
-            v2 = bool(np.any((t - first_np[ids]) / (o - 1) > tpot))
+            run = engine.batch
+            live = [reqs[i] for i in run.idx[:run.m].tolist()] + list(self.offloaded)
+            v2 = any(r.output > 1 and (t - r.first_s) / (r.output - 1) > tpot
+                     for r in live)
         return v1, v2
 
     # ------------------------------------------------------------------ results
-    def _elastic_metrics(self, span: float) -> dict:
-        """Extra metrics of a run with activation memory (eLLM or static split)."""
-        el, acts, st, scaler = self.allocator, self.acts, self.st, self.scaler
-        prompt, out, rejected = self.prompt, self.out, self.rejected
+    def record(self, engine) -> dict:
+        """What a run with activation memory (eLLM or static split) adds to its record."""
+        el, acts, scaler = self.el, self.acts, self.scaler
+        el.set_activation(0)      # the engine is idle: no live activations
         s = el.stats()
-        served = ~rejected
-        dec_tokens = st["decode_token_steps"]
-        dec_time = st["decode_time_s"] + st["fetch_time_s"]
-        total_tokens = int(prompt[served].sum() + out[served].sum())
         return {
             "memory_mode": s["mode"],
-            "max_decode_batch": int(st["max_decode_batch"]),
-            "decode_tokens": int(dec_tokens),
-            "decode_throughput_tps": dec_tokens / dec_time if dec_time > 0 else None,
-            "total_throughput_tps": total_tokens / span if span > 0 else None,
             "activation_bytes_per_token": acts.bytes_per_token,
             "activation_reserve_bytes": int(s["activation_reserve_chunks"]) * el.chunk_bytes,
             "pool_bytes": el.total_chunks * el.chunk_bytes,
@@ -449,8 +418,7 @@ class ElasticServingLoop(ServingLoop):
             "offloads": int(s["n_offload"]), "fetches": int(s["n_fetch"]),
             "offload_bytes": int(s["n_offload_bytes"]), "fetch_bytes": int(s["n_fetch_bytes"]),
             "peak_cpu_buffer_bytes": int(s["peak_cpu_used_bytes"]),
-            "fetch_time_s": st["fetch_time_s"], "offload_time_s": st["offload_time_s"],
-            "offload_exposed_s": st["offload_exposed_s"],
             "buffer_events": len(scaler.history) if scaler is not None else 0,
             "logical_buffer_final_bytes": int(el.logical_buffer_bytes),
         }
+

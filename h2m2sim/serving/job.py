@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from h2m2sim.allocators import ALLOCATORS
 from h2m2sim.compute.gpu import gpu_side
+from h2m2sim.errors import ConfigError
+from h2m2sim.system import resolve_system
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
+from .features import Setup, check
 from .timing.mapped_eval import maps_sides
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
 from .speculative import draft_model
@@ -17,14 +21,26 @@ __all__ = ["run_serving", "check_serving", "check_serving_fits"]
 
 def check_serving(cfg: Any) -> None:
     """What a serving run would refuse about its settings (ConfigError), found when the
-    configuration is loaded: the deployment over the system's cards, the context."""
+    configuration is loaded: the deployment over the system's cards, the context, the
+    features it combines with its allocator (:mod:`.features`), the system of pools on
+    two systems."""
     s = cfg.workload.serving
     with_model_context(s, cfg.model)
     if s.speculative is not None:
         draft_model(s.speculative, "workload.serving.speculative.draft")
+    replicas = None
     for system in (cfg.system, cfg.policy.baseline):
         if system is not None:
-            deployment(s.deployment, ServingDevice.from_system(system))
+            replicas = deployment(s.deployment, ServingDevice.from_system(system))[0]
+    check(Setup(s, ALLOCATORS.get(cfg.policy.allocator, "policy.allocator"),
+                None if s.pools_apart else replicas))
+    if s.prefill_system is not None:
+        prefill = resolve_system(s.prefill_system, "workload.serving.prefill_system")
+        if cfg.system.name != prefill.name:
+            raise ConfigError("system", f"is {cfg.system.name}, but the pools run on "
+                              f"serving.prefill_system ({prefill.name}) and "
+                              "serving.decode_system: set it to the prefill system "
+                              "(h2m2sim serve: leave --system out)")
 
 
 def _fits(cfg: Any, system: Any) -> None:
@@ -41,8 +57,12 @@ def _fits(cfg: Any, system: Any) -> None:
 
 
 def check_serving_fits(cfg: Any) -> None:
-    """The model fits each replica of the system and of the baseline."""
-    for system in (cfg.system, cfg.policy.baseline):
+    """The model fits each replica of the system and of the baseline (and of the decode
+    pool's system, for pools on two systems)."""
+    s = cfg.workload.serving
+    decode = None if s.decode_system is None else \
+        resolve_system(s.decode_system, "workload.serving.decode_system")
+    for system in (cfg.system, cfg.policy.baseline, decode):
         if system is not None:
             _fits(cfg, system)
 

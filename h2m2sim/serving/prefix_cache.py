@@ -26,21 +26,18 @@ Eviction: the allocator calls :meth:`PrefixCache.evict_one` (its ``reclaim`` cal
 whenever a reservation, a growth or a new shared block does not fit; it frees the least
 recently used unreferenced block. A referenced block is never freed (asserted).
 
-With a second tier (:class:`LowerTier`: host or CXL memory, ``serving.kv_offload``) an
-evicted block is demoted there instead of dropped (when it is full, the least recently
-placed block leaves first, or under the prefix-aware policy the one the fewest requests
-referenced; preempted requests swapped out hold their room there until they return), and a request's leading blocks found there after those found on the
-device are hits too: they are promoted (copied back over the tier's link, and moved: the
-tier keeps one copy of a block) and the prefill iteration that admits the request waits
-for the copy. Demotions run in the background; both directions' bytes are counted and
-priced in energy.
+With a second tier (:class:`~.kv_tier.TierStore`: host or CXL memory,
+``serving.kv_offload``) an evicted block is demoted there instead of dropped (its order
+of eviction there is the tier's), and a request's leading blocks found there after those
+found on the device are hits too: they are promoted (copied back over the tier's link,
+and moved: the tier keeps one copy of a block) and the prefill iteration that admits the
+request waits for the copy. Demotions run in the background; both directions' bytes are
+counted and priced in energy by the tier.
 
 Per request the work is O(its blocks) dict operations; nothing is per token.
 """
 from __future__ import annotations
 
-import dataclasses
-import heapq
 from collections import OrderedDict
 
 import numpy as np
@@ -48,10 +45,10 @@ import numpy as np
 from h2m2sim.allocators import KVAllocator, PrefixSharing
 from h2m2sim.errors import ConfigError
 
-from .links import KvLink, transfer_energy_j
+from .kv_tier import TierStore
 from .timing import IterationTables, interp2_pair
 
-__all__ = ["PrefixCache", "LowerTier", "cached_prefill_cost", "check_hash_counts"]
+__all__ = ["PrefixCache", "cached_prefill_cost", "check_hash_counts", "hash_lists"]
 
 # an entry: [allocator handle, references, tokens of the block, KV computed]
 _HANDLE, _REFS, _TOKENS, _READY = range(4)
@@ -72,28 +69,12 @@ def check_hash_counts(trace, block_tokens: int) -> None:
                           "at another block size")
 
 
-@dataclasses.dataclass
-class LowerTier:
-    """A second KV tier under the prefix cache: ``capacity_tokens`` of KV, its ``link``
-    (:class:`~.links.KvLink`), the DRAM specs of the device and of the tier (their
-    models price each copy's read and write), bytes per KV token."""
-
-    name: str
-    capacity_tokens: int
-    link: KvLink
-    device_dram: object
-    tier_dram: object
-    bytes_per_token: int
-    #: which blocks leave the full tier first: "lru" (least recently placed) or
-    #: "prefix-aware" (those the fewest requests referenced, then least recent)
-    policy: str = "lru"
-
-    def energy_j(self, nbytes: float, seconds: float) -> float:
-        """Joules of the copies between the tiers that moved ``nbytes`` in ``seconds`` of
-        the link's time in all: the link's and both memories' DRAM, priced once as one
-        stream (the DRAM and link energies are linear in bytes and time)."""
-        return transfer_energy_j(nbytes, seconds, self.link, self.device_dram,
-                                 self.tier_dram)
+def hash_lists(trace, block_tokens: int) -> list[list[int]]:
+    """Each request's prefix block hashes (Python lists) of ``trace``, checked against
+    ``block_tokens`` tokens per block."""
+    check_hash_counts(trace, block_tokens)
+    hv, off = trace.prefix_hashes.tolist(), trace.prefix_offsets.tolist()
+    return [hv[off[i]:off[i + 1]] for i in range(len(trace))]
 
 
 class PrefixCache:
@@ -103,7 +84,7 @@ class PrefixCache:
     every change (tests; slow)."""
 
     def __init__(self, allocator: KVAllocator, hashes: list, block_tokens: int, *,
-                 check: bool = False, lower: LowerTier | None = None):
+                 check: bool = False, tier: TierStore | None = None):
         if allocator.prefix_sharing is PrefixSharing.NONE:
             raise ConfigError("serving.prefix_caching", f"the {allocator.name} allocator "
                               "holds no shared prefixes")
@@ -118,19 +99,9 @@ class PrefixCache:
         #: contexts count more than once, since they hold each shared block once
         self.dup_tokens = 0
         self.stats = {"lookup_blocks": 0, "hit_blocks": 0, "hit_tokens": 0,
-                      "evictions": 0, "peak_tokens": 0, "lower_hit_tokens": 0,
-                      "demoted_tokens": 0, "promoted_tokens": 0, "lower_evictions": 0,
-                      "copy_bytes": 0.0, "copy_s": 0.0, "swapped_tokens": 0}
-        self.lower = lower
-        self.below: dict[int, int] = {}           # lower tier: hash -> tokens
-        self.below_tokens = 0
-        # the tier's eviction order: a heap of (uses, order of arrival, hash), stale
-        # entries skipped; uses stay 0 under LRU
-        self.order: list[tuple[int, int, int]] = []
-        self.arrived: dict[int, int] = {}         # hash -> its entry's order of arrival
-        self.placed = 0                           # blocks placed in the tier so far
-        self.swap_tokens = 0                      # preempted requests' KV in the tier
-        self.uses: dict[int, int] = {}            # hash -> admissions that referenced it
+                      "evictions": 0, "peak_tokens": 0, "lower_hit_tokens": 0}
+        #: the lower KV tier evicted blocks go to (None: none, they are dropped)
+        self.tier = tier
         self.stall_s = 0.0          # promotions the next prefill iteration waits for
 
     # ------------------------------------------------------------------ requests
@@ -150,12 +121,12 @@ class PrefixCache:
         # the lower tier's leading blocks after the device's: taken out of it at once,
         # so that demotions while this request's blocks are placed cannot drop them
         lifted: list[tuple[int, int]] = []
-        for h in hashes[hit:]:
-            if h in entries or h not in self.below:
-                break
-            lifted.append((h, self.below.pop(h)))
-            self.arrived.pop(h, None)
-        self.below_tokens -= sum(t for _, t in lifted)
+        tier = self.tier
+        if tier is not None:
+            for h in hashes[hit:]:
+                if h in entries or not tier.holds(h):
+                    break
+                lifted.append((h, tier.take(h)))
         up = len(lifted)
         taken: list[int] = []
         for i, h in enumerate(hashes):
@@ -176,9 +147,8 @@ class PrefixCache:
             self._put_back(lifted)
             return False
         self.held[r] = taken
-        uses = self.uses
-        for h in taken:
-            uses[h] = uses.get(h, 0) + 1
+        if tier is not None:
+            tier.note_uses(taken)
         if up:
             self._promote(lifted)
         cached = min((hit + up) * block, prefill_tokens - 1)
@@ -204,73 +174,12 @@ class PrefixCache:
         for h, t in lifted:
             self.entries[h][_READY] = True
             tokens += t
-        self.stall_s += self.copy(tokens * self.lower.bytes_per_token)
-        self.stats["promoted_tokens"] += tokens
+        self.stall_s += self.tier.promoted(tokens)
 
     def _put_back(self, lifted: list[tuple[int, int]]) -> None:
-        """Blocks taken from the lower tier for an admission that failed go back, most
-        recently used, the tier's oldest making room."""
-        if not lifted:
-            return
-        for h, t in lifted:
-            self._place_below(h, t)
-        self._trim()
-
-    def _place_below(self, h: int, tokens: int) -> None:
-        """Block ``h`` enters the lower tier, last in its eviction order among equals."""
-        self.below[h] = tokens
-        self.below_tokens += tokens
-        self.placed += 1
-        n = self.placed
-        self.arrived[h] = n
-        uses = self.uses.get(h, 0) if self.lower.policy == "prefix-aware" else 0
-        heapq.heappush(self.order, (uses, n, h))
-
-    def _trim(self) -> None:
-        """Drop the lower tier's first blocks in its eviction order until it fits: the
-        least recently placed (LRU), or the least used then least recent
-        (prefix-aware: blocks more requests shared stay)."""
-        while self.below_tokens + self.swap_tokens > self.lower.capacity_tokens and \
-                self.order:
-            _, n, h = heapq.heappop(self.order)
-            if self.arrived.get(h) != n or h not in self.below:
-                continue                  # promoted, or placed again since
-            del self.arrived[h]
-            self.below_tokens -= self.below.pop(h)
-            self.stats["lower_evictions"] += 1
-
-    def _demote(self, h: int, tokens: int) -> None:
-        """Evicted block ``h`` goes to the lower tier (in the background), whose least
-        recently used blocks make room."""
-        lower = self.lower
-        if lower is None or tokens > lower.capacity_tokens:
-            return
-        self._place_below(h, tokens)
-        self._trim()
-        self.stats["demoted_tokens"] += tokens
-        self.copy(tokens * lower.bytes_per_token)
-
-    def copy(self, nbytes: float) -> float:
-        """Seconds ``nbytes`` take between the tiers (their energy is priced with the
-        run's other copies, in :meth:`metrics`)."""
-        s = self.lower.link.transfer_s(nbytes)
-        self.stats["copy_bytes"] += nbytes
-        self.stats["copy_s"] += s
-        return s
-
-    def hold_swap(self, tokens: int) -> bool:
-        """Room in the lower tier for a preempted request's ``tokens`` of KV, cached
-        blocks leaving as they must; False (nothing changed) if it cannot hold them."""
-        if self.lower is None or self.swap_tokens + tokens > self.lower.capacity_tokens:
-            return False
-        self.swap_tokens += tokens
-        self._trim()
-        self.stats["swapped_tokens"] += tokens
-        return True
-
-    def drop_swap(self, tokens: int) -> None:
-        """A swapped-out request's ``tokens`` of KV went back to the device."""
-        self.swap_tokens -= tokens
+        """Blocks taken from the lower tier for an admission that failed go back."""
+        if lifted:
+            self.tier.put_back(lifted)
 
     def take_stall(self) -> float:
         """Seconds of promotions the iteration about to run waits for (then none)."""
@@ -331,7 +240,8 @@ class PrefixCache:
         self.allocator.drop_shared(e[_HANDLE])
         self.stats["evictions"] += 1
         self.allocator.note("evict", -1, e[_TOKENS])
-        self._demote(h, e[_TOKENS])
+        if self.tier is not None:
+            self.tier.demote(h, e[_TOKENS])
         return True
 
     def check_invariants(self) -> None:
@@ -351,25 +261,17 @@ class PrefixCache:
                                       for e in self.entries.values() if e[_REFS] > 1)
         assert len(self.lru) <= len(self.entries)
 
-    def metrics(self, bytes_per_token: int) -> dict:
-        """Counters of the run (blocks, tokens, bytes held by the cache)."""
+    def record(self, bytes_per_token: int) -> dict:
+        """The cache's counts in a run's record (blocks, bytes held by the cache, hit
+        tokens found in the lower tier)."""
         st, bpt = self.stats, bytes_per_token
         return {"prefix_hit_blocks": st["hit_blocks"],
                 "prefix_lookup_blocks": st["lookup_blocks"],
-                "prefix_hit_rate_blocks": (st["hit_blocks"] / st["lookup_blocks"]
-                                           if st["lookup_blocks"] else None),
                 "prefix_cache_evictions": st["evictions"],
                 "prefix_cache_peak_bytes": st["peak_tokens"] * bpt,
                 "prefix_cache_bytes": self.allocator.shared_tokens * bpt,
                 "prefix_cache_blocks": len(self.entries),
-                **({} if self.lower is None else {
-                    "kv_offload": self.lower.name,
-                    "offload_bytes": st["demoted_tokens"] * bpt,
-                    "promoted_bytes": st["promoted_tokens"] * bpt,
-                    "offload_evictions": st["lower_evictions"],
-                    "offload_swap_bytes": st["swapped_tokens"] * bpt,
-                    "offload_energy_j": self.lower.energy_j(st["copy_bytes"],
-                                                            st["copy_s"])})}
+                "lower_hit_tokens": st["lower_hit_tokens"]}
 
 
 def cached_prefill_cost(tables: IterationTables, tokens: list[int],

@@ -37,21 +37,17 @@ memory (eLLM). Units: seconds, joules, tokens, bytes.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
-from numba import njit
 
-from h2m2sim.compute.speculative import expected_tokens_per_step, take_tokens
-from h2m2sim.errors import ConfigError
+from h2m2sim.compute.speculative import expected_tokens_per_step
 from h2m2sim.model import load_model
 
 from .config import SpeculativeConfig
 from .prefix_cache import cached_prefill_cost
-from .timing import IterationTables, interp2_pair
+from .timing import IterationTables
 
-__all__ = ["Speculation", "draft_model", "split_kv_capacity", "acceptance_rates",
-           "speculative_window"]
+__all__ = ["Speculation", "draft_model", "split_kv_capacity", "acceptance_rates"]
 
 
 def draft_model(spec: SpeculativeConfig, key: str = "serving.speculative.draft"):
@@ -130,126 +126,3 @@ class Speculation:
                 "draft_iteration_time_model": self.draft.label,
                 "source": "Leviathan, Kalman and Matias, \"Fast Inference from "
                           "Transformers via Speculative Decoding\", ICML 2023"}
-
-
-def check_supported(cfg, allocator) -> None:
-    """Refuse what speculation is not modelled with (ConfigError)."""
-    if allocator.manages_activations:
-        raise ConfigError("serving.speculative", f"is not modelled with the "
-                          f"{allocator.name} allocator (it manages activation memory)")
-    if cfg.chunked_prefill:
-        raise ConfigError("serving.speculative", "is not modelled together with "
-                          "chunked_prefill yet: use one of them")
-
-
-def log_capacity(m: int, k: int, min_rem: int, block: int) -> int:
-    """Entries a speculative window's block log may need: each of ``m`` requests gains at
-    most k + 1 tokens per step and the window ends when the first of them finishes
-    (``min_rem`` tokens left, at least one per step), plus its lookahead."""
-    return m * ((k + 1) * min(int(min_rem), 4096) // block + math.ceil((k + 1) / block) + 2)
-
-
-@njit(cache=True)
-def _step_cost(bg, cg, vtab, vetab, dbg, dcg, dtab, detab, m, mean, k):
-    """(s, J, draft s, draft J) of one speculative step of ``m`` requests holding
-    ``mean`` KV tokens each: ``k`` draft decode steps over growing contexts, then the
-    target's verify step."""
-    dt, de = interp2_pair(bg, cg, vtab, vetab, float(m), mean)
-    ds = 0.0
-    dj = 0.0
-    for i in range(k):
-        t, e = interp2_pair(dbg, dcg, dtab, detab, float(m), mean + i)
-        ds += t
-        dj += e
-    return dt + ds, de + dj, ds, dj
-
-
-@njit(cache=True)
-def _blocks_short(ctx, rem, cap, m, k, block):
-    """Blocks the running requests need so that each holds room for its next step's
-    candidates, min(k + 1, tokens left) beyond its context; -1 when one is short and
-    the allocator does not grow in blocks (``block`` 0)."""
-    need = 0
-    for j in range(m):
-        look = min(k + 1, rem[j])
-        short = ctx[j] + look - cap[j]
-        if short > 0:
-            if block == 0:
-                return -1
-            need += (short + block - 1) // block
-    return need
-
-
-@njit(cache=True)
-def _grant_blocks(ctx, rem, cap, m, k, block, order, grow_log, n_log):
-    """Give the short requests their blocks, oldest first, logging each block's position;
-    returns the new log length."""
-    for q in range(m):
-        j = order[q]
-        look = min(k + 1, rem[j])
-        while cap[j] < ctx[j] + look:
-            cap[j] += block
-            grow_log[n_log] = j
-            n_log += 1
-    return n_log
-
-
-@njit(cache=True)
-def speculative_window(ctx, rem, cap, idx, credit, expected, m, k, order, block, free,
-                       grow_log, bg, cg, vtab, vetab, dbg, dcg, dtab, detab, t0, t_limit):
-    """A window of speculative steps over the running arrays (first ``m`` entries), in
-    place: each step prices ``k`` draft steps and a verify step and gives request ``j``
-    (request ``idx[j]``) its accepted tokens from ``expected`` and ``credit`` (per
-    request). Before each step every request needs room for min(k + 1, left) tokens
-    beyond its context: a block allocator (``block`` > 0) grants blocks inside the window
-    while ``free`` blocks and ``grow_log`` last (logged as :func:`advance_blocks` does),
-    otherwise the window stops there. It also stops after a request finishes or after
-    the step that reaches ``t_limit``. Returns (steps, elapsed s, first step s, KV
-    token-seconds held, token-seconds of blocks granted inside the window, joules, draft
-    s, draft J, tokens accepted, blocks granted, requests finished, requests short of
-    room)."""
-    total = 0
-    for j in range(m):
-        total += ctx[j]
-    steps, n_log, n_fin, tokens = 0, 0, 0, 0
-    elapsed, first, used, energy, draft_s, draft_j = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    extra, extra_int = 0.0, 0.0
-    while True:
-        need = _blocks_short(ctx, rem, cap, m, k, block)
-        if need < 0 or need > free or n_log + need > grow_log.shape[0]:
-            break
-        if need:
-            n_log = _grant_blocks(ctx, rem, cap, m, k, block, order, grow_log, n_log)
-            free -= need
-            extra += need * block
-        dt, de, ds, dj = _step_cost(bg, cg, vtab, vetab, dbg, dcg, dtab, detab, m,
-                                    total / m, k)
-        elapsed += dt
-        energy += de
-        draft_s += ds
-        draft_j += dj
-        used += total * dt
-        extra_int += extra * dt
-        got = 0
-        for j in range(m):
-            r = idx[j]
-            a, carried = take_tokens(credit[r], expected[r], min(k + 1, rem[j]))
-            credit[r] = carried
-            ctx[j] += a
-            rem[j] -= a
-            got += a
-            if rem[j] == 0:
-                n_fin += 1
-        if steps == 0:
-            first = dt
-        total += got
-        tokens += got
-        steps += 1
-        if n_fin > 0 or t0 + elapsed >= t_limit:
-            break
-    short = 0
-    for j in range(m):
-        if rem[j] > 0 and cap[j] < ctx[j] + min(k + 1, rem[j]):
-            short += 1
-    return (steps, elapsed, first, used, extra_int, energy, draft_s, draft_j, tokens,
-            n_log, n_fin, short)

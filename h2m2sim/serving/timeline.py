@@ -1,22 +1,23 @@
 """Draw a serving run on a :class:`~h2m2sim.trace_events.Timeline`, from the same
-per-request times its metrics are computed from (:class:`~h2m2sim.serving.loop.
+per-request times its metrics are computed from (:class:`~h2m2sim.serving.result.
 ServingResult`).
 
 Process ``<system>: requests``: each served request on a lane (``requests N``, as few
 lanes as keep requests from overlapping), one span ``request i`` from its arrival to its
 last token, holding ``queued`` (arrival to its first prefill), ``prefill`` (to its first
 token) and ``decode`` (to its last token), and inside those a ``preempted`` span for each
-time it gave its KV back, until it started again, and in a disaggregated run a ``kv
-transfer`` span from its first token until its KV reached the decode pool. The request
-span's arguments hold its TTFT
-and TPOT exactly as the metrics take them: TTFT = first token - arrival, TPOT = (last
-token - first token) / (output tokens - 1). Rejected requests are an instant
-``rejected`` on lane ``rejected``. Process ``<system>: server``: counters of running and
-waiting requests and of KV bytes reserved and in use (a shared prefix block once),
-sampled at each step of the serving loop; with an SLO, ``goodput``: the requests that
-met it per second, by when they finished, in 100 windows of the run; each iteration of
-the loop (prefill, decode window, mixed, swap-in, migration, fetch) as a span on lane
-``iterations`` with its requests, tokens and KV in use; and the allocator's events
+time it gave its KV back, until it started again; in a disaggregated run a ``kv
+transfer`` span from its first token until its KV reached the decode pool, then a
+``held for decode`` span until the decode pool took it (its KV held by the prefill
+pool). The request span's arguments hold its TTFT and TPOT exactly as the metrics take
+them: TTFT = first token - arrival, TPOT = (last token - first token) / (output tokens -
+1). Rejected requests are an instant ``rejected`` on lane ``rejected``. Process
+``<system>: server``: counters of running and waiting requests and of KV bytes reserved
+and in use (a shared prefix block once), sampled at each turn of its engine; with an
+SLO, ``goodput``: the requests that met it per second, by when they finished, in 100
+windows of the run; what the engine spent its time on (prefill, decode window, mixed,
+swap in and out, migration, fetch, KV moved cold, held for the decode pool) as spans on
+lane ``iterations`` with their requests, tokens and KV in use; and the allocator's events
 (reserve, grow, release, refusals, migrations, ODMA's bucket refreshes, prefix-cache hits
 and evictions) as moments on lane ``allocator``.
 """
@@ -30,7 +31,9 @@ import numpy as np
 
 from h2m2sim.trace_events import Timeline
 
-from .loop import ITERATION_KINDS, ServingResult, slo_met
+from .clock import ITERATION_KINDS
+from .latency import slo_met
+from .result import ServingResult
 
 __all__ = ["capture_serving", "draw_serving", "captured"]
 
@@ -74,6 +77,7 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
     out = np.asarray(result.output_tokens)
     # disaggregated: the KV's crossing to the decode pool, inside the decode span
     kv_at = None if result.kv_arrive_s is None else np.asarray(result.kv_arrive_s) * 1e9
+    taken = None if result.kv_taken_s is None else np.asarray(result.kv_taken_s) * 1e9
     paused: dict[int, list] = {}
     for r, p0, p1 in result.paused:
         paused.setdefault(int(r), []).append((p0, p1))
@@ -98,6 +102,8 @@ def draw_serving(tl: Timeline, result: ServingResult, system: str,
                 tl.span(pid, tid, name, a, b - a)
         if kv_at is not None and np.isfinite(kv_at[i]) and kv_at[i] > first[i]:
             tl.span(pid, tid, "kv transfer", first[i], kv_at[i] - first[i])
+            if taken is not None and taken[i] > kv_at[i]:   # the decode pool was full
+                tl.span(pid, tid, "held for decode", kv_at[i], taken[i] - kv_at[i])
         for p0, p1 in paused.get(int(i), ()):   # inside its prefill or decode
             tl.span(pid, tid, "preempted", p0 * 1e9, (p1 - p0) * 1e9)
 

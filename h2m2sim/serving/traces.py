@@ -297,62 +297,70 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
         raise ConfigError(shown, f"cannot open: {_why(err)}") from None
     with fh:
         reader = csv.reader(fh)
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise ConfigError(shown, "empty file (expected a header row with "
-                              "prompt_tokens,output_tokens[,arrival_s,prompt])") from None
-        except (csv.Error, *_UNREADABLE) as err:
-            raise ConfigError(shown, f"cannot read header: {_why(err)}") from None
-        header = [h.strip().lstrip("\ufeff") for h in header]
-        twice = sorted({h for h in header if h and header.count(h) > 1})
-        if twice:
-            raise ConfigError(shown, f"header names column(s) {', '.join(twice)} more than "
-                              "once; each column may appear once")
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise ConfigError(shown, "missing column(s) " + ", ".join(missing)
-                              + f"; header has: {', '.join(header) or '(nothing)'}; required: "
-                              "prompt_tokens, output_tokens (optional: arrival_s, prompt)")
-        col = {name: header.index(name) for name in header}
-        i_p, i_o = col["prompt_tokens"], col["output_tokens"]
-        i_a = col.get("arrival_s")
-        i_t = col.get("prompt") if keep_text else None
-        i_h = col.get(PREFIX_COLUMN)
-        need = max(i for i in (i_p, i_o, i_a, i_t, i_h) if i is not None) + 1
-        prompts, outputs, arrivals, texts, lines, hashes = [], [], [], [], [], []
-        row = 0
-        try:
-            for rec in reader:
-                if not rec or (len(rec) == 1 and not rec[0].strip()):
-                    continue  # blank line
-                row += 1
-                if len(rec) < need:
-                    raise ConfigError(f"{shown} row {row}",
-                                      f"line {reader.line_num}: {len(rec)} field(s), the "
-                                      f"header needs at least {need}")
-                lines.append(reader.line_num)
-                prompts.append(rec[i_p])
-                outputs.append(rec[i_o])
-                if i_a is not None:
-                    arrivals.append(rec[i_a])
-                if i_t is not None:
-                    texts.append(rec[i_t])
-                if i_h is not None:
-                    hashes.append(rec[i_h])
-                if max_requests is not None and row >= max_requests:
-                    break
-        except csv.Error as err:
-            raise ConfigError(f"{shown} row {row + 1}",
-                              f"line {reader.line_num}: malformed CSV: {err}") from None
-        except _UNREADABLE as err:
-            raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {_why(err)}") from None
+        cols = _csv_columns(reader, shown, keep_text)
+        fields = _csv_rows(reader, shown, cols, max_requests)
+    return _assemble(shown, p.name.split(".")[0], fields, arrival_rate, seed)
+
+
+def _csv_columns(reader, shown: str, keep_text: bool) -> dict:
+    """The index of each column a trace uses (None: the file has no such column, or
+    its text is not kept), from the header row."""
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise ConfigError(shown, "empty file (expected a header row with "
+                          "prompt_tokens,output_tokens[,arrival_s,prompt])") from None
+    except (csv.Error, *_UNREADABLE) as err:
+        raise ConfigError(shown, f"cannot read header: {_why(err)}") from None
+    header = [h.strip().lstrip("\ufeff") for h in header]
+    twice = sorted({h for h in header if h and header.count(h) > 1})
+    if twice:
+        raise ConfigError(shown, f"header names column(s) {', '.join(twice)} more than "
+                          "once; each column may appear once")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise ConfigError(shown, "missing column(s) " + ", ".join(missing)
+                          + f"; header has: {', '.join(header) or '(nothing)'}; required: "
+                          "prompt_tokens, output_tokens (optional: arrival_s, prompt)")
+    col = {name: header.index(name) for name in header}
+    return {"prompt": col["prompt_tokens"], "output": col["output_tokens"],
+            "arrival": col.get("arrival_s"), "text": col.get("prompt") if keep_text else None,
+            "hashes": col.get(PREFIX_COLUMN)}
+
+
+def _csv_rows(reader, shown: str, cols: dict, max_requests: int | None) -> "_Fields":
+    """The data rows' fields (``cols``: :func:`_csv_columns`), the first
+    ``max_requests`` of them."""
+    need = max(i for i in cols.values() if i is not None) + 1
+    got: dict[str, list] = {k: [] for k in cols}
+    lines: list[int] = []
+    row = 0
+    try:
+        for rec in reader:
+            if not rec or (len(rec) == 1 and not rec[0].strip()):
+                continue  # blank line
+            row += 1
+            if len(rec) < need:
+                raise ConfigError(f"{shown} row {row}",
+                                  f"line {reader.line_num}: {len(rec)} field(s), the "
+                                  f"header needs at least {need}")
+            lines.append(reader.line_num)
+            for k, i in cols.items():
+                if i is not None:
+                    got[k].append(rec[i])
+            if max_requests is not None and row >= max_requests:
+                break
+    except csv.Error as err:
+        raise ConfigError(f"{shown} row {row + 1}",
+                          f"line {reader.line_num}: malformed CSV: {err}") from None
+    except _UNREADABLE as err:
+        raise ConfigError(f"{shown} row {row + 1}", f"cannot read: {_why(err)}") from None
     if row == 0:
         raise ConfigError(shown, "no requests (header only)")
-    fields = _Fields(prompts, outputs, arrivals if i_a is not None else None,
-                     tuple(texts) if i_t is not None else None,
-                     hashes if i_h is not None else None, lines)
-    return _assemble(shown, p.name.split(".")[0], fields, arrival_rate, seed)
+    has = {k: cols[k] is not None for k in cols}
+    return _Fields(got["prompt"], got["output"], got["arrival"] if has["arrival"] else None,
+                   tuple(got["text"]) if has["text"] else None,
+                   got["hashes"] if has["hashes"] else None, lines)
 
 
 @dataclasses.dataclass

@@ -12,8 +12,8 @@ from h2m2sim.model import load_model
 from h2m2sim.model.shard import shard_model
 from h2m2sim.serving.config import ServingConfig
 from h2m2sim.serving.deployment import model_sizes
-from h2m2sim.serving.ellm import ActivationModel, ElasticServingLoop
-from h2m2sim.serving.loop import ServingLoop
+from h2m2sim.serving.ellm import ActivationModel
+from h2m2sim.serving.replay import Replay
 from h2m2sim.serving.timing import AnalyticEvaluator, TableGrid, build_tables
 from h2m2sim.serving.traces import RequestTrace
 
@@ -131,14 +131,10 @@ def test_jamba_serve_runs_to_completion_with_state_accounted(alloc, opts):
                        state_slots=cfg.max_batch, **opts)
     tables = _jamba_tables(a.kv_layout, cfg.max_batch, cfg.max_context_tokens)
     trace = _trace()
-    if a.manages_activations:
-        loop = ElasticServingLoop(trace, cfg, a, tables,
-                                  activations=ActivationModel(2048, 4096, "test"))
-    else:
-        loop = ServingLoop(trace, cfg, a, tables)
-    while loop.done < loop.n_mine:
-        loop.step()
-        run = loop.running
+    acts = ActivationModel(2048, 4096, "test") if a.manages_activations else None
+    loop = Replay(trace, cfg, a, tables, activations=acts)
+    while loop.step():
+        run = loop.engine.batch
         a.check_invariants()
         holders = set(a.live_requests)
         assert holders == set(run.idx[:run.m].tolist())

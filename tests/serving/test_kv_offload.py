@@ -13,8 +13,8 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.cli import main
 from h2m2sim.serving.config import ServingConfig
 from h2m2sim.serving.links import kv_link
-from h2m2sim.serving.loop import ServingLoop
-from h2m2sim.serving.prefix_cache import LowerTier
+from h2m2sim.serving.kv_tier import LowerTier
+from h2m2sim.serving.replay import Replay
 from h2m2sim.serving.traces import prefix_reuse_trace
 from tests.serving.test_prefix_cache import BLOCK, BLOCKS, BPT, CTX, _tables
 
@@ -29,8 +29,8 @@ def _serve(trace, cap_tokens, tier=None, **cfg):
     cfg = ServingConfig(max_batch=16, max_context_tokens=CTX, prefix_block_tokens=BLOCK,
                         prefix_caching=True, **cfg)
     a = make_allocator("paged", cap_tokens * BPT, BPT, max_context_tokens=CTX)
-    loop = ServingLoop(trace, cfg, a, _tables(), lower_tier=tier)
-    loop.prefix.check = True
+    loop = Replay(trace, cfg, a, _tables(), lower_tier=tier)
+    loop.engine.kv.prefix.check = True
     return loop.run().metrics
 
 
@@ -126,7 +126,7 @@ def test_mooncake_hits_climb_to_the_unbounded_ideal_with_a_host_tier(capsys):
 
 @pytest.mark.usefixtures("_cache")
 @pytest.mark.parametrize("extra, words", [
-    (["--kv-offload", "host-ddr5"], "kv_offload_capacity_bytes: is needed"),
+    (["--kv-offload", "host-ddr5"], "kv_offload: needs serving.kv_offload_capacity_bytes"),
     (["--kv-offload", "host-dd5", "--kv-offload-capacity", "1TB"], "did you mean"),
 ])
 def test_bad_tiers_are_refused(capsys, extra, words):
@@ -190,14 +190,16 @@ def test_cold_reads_cost_their_closed_form():
                         prefix_caching=True, kv_offload="host-ddr5",
                         kv_offload_capacity_bytes=10**9, kv_offload_running=True)
     a = make_allocator("paged", 10 * CTX * BPT, BPT, max_context_tokens=CTX)
-    loop = ServingLoop(tr, cfg, a, _tables(), lower_tier=_tier(100))
+    kv = Replay(tr, cfg, a, _tables(), lower_tier=_tier(100)).engine.kv
     link = kv_link("pcie5-x16")
-    s, first = loop._cold_fetch(3, 1000.0, 2)
+    s, first, got = kv.cold_fetch(3, 1000.0, 2)
     read = BPT * (3 * 1000 + 2 * 3)
     assert s == pytest.approx(3 * link.latency_us * 1e-6 + read / (link.GBps * 1e9))
     assert first == pytest.approx(link.transfer_s(1000 * BPT))
-    assert loop.st["cold_fetch_bytes"] == read
-    assert loop._cold_fetch(0, 1000.0, 2) == (0.0, 0.0)
+    assert got == read
+    # the bytes read back, and the 2 x 3 new tokens' KV written there, cross the link
+    assert kv.tier.stats["copy_bytes"] == read + 2 * 3 * BPT
+    assert kv.cold_fetch(0, 1000.0, 2) == (0.0, 0.0, 0.0)
 
 
 @pytest.mark.parametrize("extra", [{}, {"chunked_prefill": True}])

@@ -16,7 +16,7 @@ from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.serving.config import ServingConfig
-from h2m2sim.serving.loop import ServingLoop
+from h2m2sim.serving.replay import Replay
 from h2m2sim.serving.prefix_cache import cached_prefill_cost
 from h2m2sim.serving.timing import TableGrid, build_tables
 from h2m2sim.serving.traces import load_trace, prefix_reuse_trace
@@ -59,16 +59,9 @@ def _tables(max_tokens=CTX, points=14):
     return _TABLES[key]
 
 
-def _record_finishes(loop) -> list[int]:
-    """The request ids ``loop`` finishes, in order (a wrapper around its finish step)."""
-    finished: list[int] = []
-    inner = loop.finish
-
-    def finish(j):
-        finished.append(int(loop.running.idx[j]))
-        inner(j)
-    loop.finish = finish
-    return finished
+def _finished(replay) -> list[int]:
+    """The request ids ``replay``'s engine finished, in order."""
+    return [r.id for r in replay.engine.finished]
 
 
 def _loop(trace, alloc="paged", cap_tokens=10**6, check=True, **cfg):
@@ -77,18 +70,17 @@ def _loop(trace, alloc="paged", cap_tokens=10**6, check=True, **cfg):
     cfg.setdefault("prefix_block_tokens", BLOCK)
     c = ServingConfig(**cfg)
     a = make_allocator(alloc, cap_tokens * BPT, BPT, max_context_tokens=c.max_context_tokens)
-    loop = ServingLoop(trace, c, a, _tables())
-    if loop.prefix is not None:
-        loop.prefix.check = check
-    finished = _record_finishes(loop)
-    return loop, a, finished
+    loop = Replay(trace, c, a, _tables())
+    if loop.engine.kv.prefix is not None:
+        loop.engine.kv.prefix.check = check
+    return loop, a
 
 
 def _run(trace, **kw):
-    loop, a, finished = _loop(trace, **kw)
+    loop, a = _loop(trace, **kw)
     res = loop.run()
     a.check_invariants()
-    return res, a, finished, loop
+    return res, a, _finished(loop), loop
 
 
 def _ideal_hits(trace, k):
@@ -158,7 +150,7 @@ def test_tight_memory_eviction_keeps_requests_correct(alloc, preemption):
     assert np.isfinite(res.finish_s).all()
     assert m["prefix_cache_evictions"] > 0
     assert 0 < m["prefix_hit_rate"] < 0.5
-    assert not loop.prefix.held                          # every reference dropped
+    assert not loop.engine.kv.prefix.held                          # every reference dropped
     if alloc == "paged":         # static reserves the worst case: it never grows
         assert m["preemptions"] > 0
     assert m["prefix_cache_peak_bytes"] <= a.capacity_bytes
@@ -168,8 +160,8 @@ def test_tight_memory_eviction_keeps_requests_correct(alloc, preemption):
 def test_referenced_block_is_never_evicted():
     tr = prefix_reuse_trace(4, 1.0, prompt_blocks=2, block_tokens=BLOCK, prefixes=1,
                             output_tokens=4, seed=0)
-    loop, a, _ = _loop(tr, cap_tokens=4 * CTX, prefix_caching=True)
-    cache = loop.prefix
+    loop, a = _loop(tr, cap_tokens=4 * CTX, prefix_caching=True)
+    cache = loop.engine.kv.prefix
     assert cache.admit(0, 2 * BLOCK, 2 * BLOCK, lambda s: a.reserve(0, 2 * BLOCK,
                                                                      shared_tokens=s))
     assert not cache.evict_one()            # both blocks referenced: nothing to evict
@@ -208,9 +200,9 @@ def test_property_every_request_completes_once(ratio, prefixes, cap, rate, alloc
     assert m["prefill_tokens_computed"] + m["prefill_tokens_saved"] == \
         m["prefill_tokens_total"]
     assert m["prefill_tokens_total"] >= n * 4 * BLOCK
-    assert not loop.prefix.held and loop.prefix.dup_tokens == 0
+    assert not loop.engine.kv.prefix.held and loop.engine.kv.prefix.dup_tokens == 0
     assert m["time_weighted_kv_occupancy"] <= 1 + 1e-12
-    loop.prefix.check_invariants()
+    loop.engine.kv.prefix.check_invariants()
 
 
 @pytest.mark.parametrize("alloc", ["paged", "static"])
@@ -349,12 +341,11 @@ def _chunked_run(trace, alloc, cap_tokens, **cfg):
     tables = build_tables(QuadMixedEval(), [CONTIGUOUS, KVLayout.paged(16)],
                           TableGrid(16, CTX, token_points=10, chunk_tokens=CHUNK_BUDGET),
                           cache=False)
-    loop = ServingLoop(trace, c, a, tables)
-    loop.prefix.check = True
-    finished = _record_finishes(loop)
+    loop = Replay(trace, c, a, tables)
+    loop.engine.kv.prefix.check = True
     res = loop.run()
     a.check_invariants()
-    return res, loop, finished
+    return res, loop, _finished(loop)
 
 
 @pytest.mark.parametrize("alloc", ["paged", "static"])
@@ -372,7 +363,7 @@ def test_chunked_prefill_with_prefix_caching_ample_memory(alloc):
     assert m["prefix_hit_blocks"] == _ideal_hits(tr, k)
     total = n * BLOCKS * BLOCK
     assert m["prefill_tokens_total"] == total
-    assert m["prefill_tokens_computed"] == total - loop.prefix.stats["hit_tokens"] \
+    assert m["prefill_tokens_computed"] == total - loop.engine.kv.prefix.stats["hit_tokens"] \
         == total - k * BLOCK * (n - 3)
     assert m["prefix_cache_evictions"] == 0
 
@@ -396,6 +387,6 @@ def test_chunked_prefill_with_prefix_caching_tight_memory(alloc):
     assert m["prefix_cache_evictions"] > 0 and 0 < m["prefix_hit_rate"] < 0.5
     assert m["prefill_tokens_total"] >= n * BLOCKS * BLOCK
     assert m["prefill_tokens_computed"] == \
-        m["prefill_tokens_total"] - loop.prefix.stats["hit_tokens"]
-    assert not loop.prefix.held and not loop.filling
-    loop.prefix.check_invariants()
+        m["prefill_tokens_total"] - loop.engine.kv.prefix.stats["hit_tokens"]
+    assert not loop.engine.kv.prefix.held and not loop.engine.stage.filling
+    loop.engine.kv.prefix.check_invariants()

@@ -11,7 +11,7 @@ from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.predictors import make_predictor
 from h2m2sim.serving.config import ServingConfig, resolve_serving
 from h2m2sim.serving.deployment import resolve_device, resolve_model
-from h2m2sim.serving.loop import weighted_percentile
+from h2m2sim.serving.latency import weighted_percentile
 from h2m2sim.serving.run import serve, simulate
 from h2m2sim.serving.timing import AnalyticEvaluator, TableGrid, build_tables
 from h2m2sim.serving.traces import RequestTrace

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from h2m2sim.cli import main
-from h2m2sim.serving.loop import ITERATION_KINDS, percentiles
+from h2m2sim.serving.clock import ITERATION_KINDS
+from h2m2sim.serving.latency import percentiles
 from h2m2sim.trace_events import check_events, read_events
 
 SERVE = ["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4", "--model",

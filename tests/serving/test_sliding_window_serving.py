@@ -9,9 +9,9 @@ import pytest
 
 from h2m2sim.allocators import make_allocator
 from h2m2sim.serving.config import ServingConfig
-from h2m2sim.serving.loop import ServingLoop
+from h2m2sim.serving.replay import Replay
 from h2m2sim.serving.traces import RequestTrace
-from tests.serving.test_prefix_cache import BPT, CTX, QuadEval, _tables
+from tests.serving.test_prefix_cache import BPT, CTX, _tables
 
 W = 256
 
@@ -22,7 +22,7 @@ def _serve(alloc: str, window: int | None, n: int = 6):
     tr = RequestTrace(np.zeros(n), np.full(n, 100), np.full(n, 400))
     cfg = ServingConfig(max_batch=16, max_context_tokens=CTX, preemption="swap")
     a = make_allocator(alloc, 10**6 * BPT, BPT, max_context_tokens=window or CTX)
-    loop = ServingLoop(tr, cfg, a, _tables(), kv_window=window)
+    loop = Replay(tr, cfg, a, _tables(), kv_window=window)
     return loop.run(), a
 
 

@@ -38,19 +38,13 @@ block-granting or speculative, in one Numba call), :mod:`.cycle_eval` and
 :mod:`.mapped_eval` (the cycle-level evaluators).
 """
 from .analytic import AnalyticEvaluator
-from .build import (
-    CHUNK_COST_RATIO,
-    TABLES_NS,
-    build_tables,
-    default_batched_tokens,
-    fill_unreachable,
-    verify_point,
-)
+from .build import CHUNK_COST_RATIO, TABLES_NS, build_tables, default_batched_tokens
+from .build import fill_unreachable, verify_point
 from .interp import interp2, interp2_pair, interp3_pair
 from .tables import IterationTables, TableGrid
-from .windows import advance_blocks, advance_running, decode_window
+from .windows import advance_blocks, advance_running, decode_window, speculative_window
 
 __all__ = ["AnalyticEvaluator", "TableGrid", "IterationTables", "build_tables", "interp2",
            "interp2_pair", "interp3_pair", "decode_window", "advance_running",
            "advance_blocks", "default_batched_tokens", "CHUNK_COST_RATIO", "verify_point",
-           "fill_unreachable", "TABLES_NS"]
+           "fill_unreachable", "TABLES_NS", "speculative_window"]
