@@ -276,6 +276,40 @@ def _inline(value: Any) -> str:
     return str(value)
 
 
+@KINDS.register("engines", description="serving engine profiles (serve --engine NAME)")
+class EngineKind(Kind):
+    title = "serving engines"
+
+    def names(self) -> list[str]:
+        from h2m2sim.serving.engine_profile import ENGINES
+        return ENGINES.names()
+
+    def summary(self, name: str) -> str:
+        from h2m2sim.serving.engine_profile import load_engine
+        p = load_engine(name)
+        return f"{p.label}: {p.description}"
+
+    def _details(self, name: str) -> list[Detail]:
+        from h2m2sim.serving.engine_profile import load_engine
+        p = load_engine(name)
+        h, d = p.host, p.defaults
+        how = "overlapped with the kernels" if h.overlap else "added to the kernels"
+        graphs = p.cuda_graphs.sizes
+        return [("host time", f"{h.step_us:g} us per step + {h.request_us:g} us per "
+                              f"request + {h.prefill_us:g} us per prefill, {how}"),
+                ("layer launch", f"{h.layer_launch_us:g} us outside a full CUDA graph"),
+                ("CUDA graphs", f"{len(graphs)} decode sizes up to {graphs[-1]}"
+                 if graphs else "none"),
+                ("all-reduce", p.allreduce),
+                ("KV memory", f"{p.memory.rule} rule, {p.memory.reserved_bytes_per_card:.3g} "
+                              "bytes reserved per card"),
+                ("defaults", f"max_batch {d.max_batch}, chunked_prefill "
+                             f"{str(d.chunked_prefill).lower()}, max_num_batched_tokens "
+                             f"{d.max_num_batched_tokens}, memory_fraction "
+                             f"{d.memory_fraction:g}, prefix_caching "
+                             f"{str(d.prefix_caching).lower()}")]
+
+
 @KINDS.register("configs", description="example run and sweep configurations "
                                        "(workloads/configs)")
 class ConfigKind(Kind):

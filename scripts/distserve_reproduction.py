@@ -16,9 +16,12 @@ prefill-first scheduling as vLLM v0, recompute preemption), DistServe disaggrega
 ``prefill_system`` two cards tensor parallel and ``decode_system`` one card, the KV over
 NVLink 3. SLO attainment against rate, measured and simulated, gives each system's
 per-GPU goodput: the highest rate / GPUs at which 90 % of requests meet both SLOs
-(linear between the measured rates). ``OVERHEADS_MS`` adds a host overhead to every
-iteration, as a sensitivity: 0 (kernels only, the model) and vLLM v0's published 4-13 ms
-per step (vLLM "Multi-Step Scheduling" RFC, GitHub issue 6854), applied to both systems.
+(linear between the measured rates). Each run is replayed twice: with the ``ideal``
+engine (the kernels alone) and with the profile of the engine that ran it (``vllm-v0``
+for vLLM, ``distserve`` for DistServe: the host time between steps each engine's own
+per-step profiling shows, calibrated by ``scripts/calibrate_engine.py``; those profiles
+never saw these runs). The engine profile is the only difference between the two
+replays.
 
 Writes ``distserve.csv``, ``summary.json`` and ``distserve.png`` into ``--out``.
 
@@ -43,7 +46,10 @@ SLO = (0.2, 0.1)            # TTFT, TPOT (s): the DistServe simulator README's O
 ATTAINMENT = 0.9
 #: GPUs of each system: vLLM on one, DistServe 2 (prefill, TP 2) + 1 (decode)
 GPUS = {"vllm": 1, "distserve-c21d11": 3}
-OVERHEADS_MS = (0.0, 4.0, 13.0)
+#: the engine profile that ran each system's measured runs (workloads/engines/)
+ENGINE_OF = {"vllm": "vllm-v0", "distserve-c21d11": "distserve"}
+#: the replays: the kernels alone, and the engines as measured
+ENGINES = ("ideal", "measured")
 #: DistServe's prefill pool: two A100s, tensor parallel (a system file written into --out)
 PREFILL_POOL = "preset: a100-sxm\ncards: 2\n"
 
@@ -72,7 +78,7 @@ def attainment(ttft_s: np.ndarray, tpot_s: np.ndarray) -> float:
 
 def replay_point(p: dict) -> dict:
     """One measured run replayed on the simulator: system ``p['system']`` at
-    ``p['rate']``, ``p['overhead_ms']`` of host time per iteration."""
+    ``p['rate']``, with ``p['engine']`` (ideal, or measured: the system's own)."""
     from h2m2sim.compute.gpu import GpuEvaluator
     from h2m2sim.serving.config import ServingConfig
     from h2m2sim.serving.deployment import resolve_device, resolve_model
@@ -81,14 +87,14 @@ def replay_point(p: dict) -> dict:
     run = measured_runs()[(p["system"], p["rate"])]
     trace = RequestTrace(run[:, 0], run[:, 1].astype(np.int64), run[:, 2].astype(np.int64),
                          name="distserve-opt13b-sharegpt", arrival_note="measured arrivals")
-    overhead = p["overhead_ms"] * 1e-3
+    engine = "ideal" if p["engine"] == "ideal" else ENGINE_OF[p["system"]]
 
     def evaluator(model, device, cfg):
-        return GpuEvaluator(model, device.system, cards=device.devices,
-                            step_overhead_s=overhead)
+        return GpuEvaluator(model, device.system, cards=device.devices)
     split = {} if p["system"] == "vllm" else {
         "prefill_system": p["prefill"], "decode_system": "a100-sxm", "kv_link": "nvlink3"}
-    cfg = ServingConfig(slo_ttft_s=SLO[0], slo_tpot_s=SLO[1], output_lengths="trace", **split)
+    cfg = ServingConfig(slo_ttft_s=SLO[0], slo_tpot_s=SLO[1], output_lengths="trace",
+                        engine=engine, **split)
     res = serve(trace, cfg, allocator="paged", model=resolve_model(MODEL),
                 device=resolve_device("a100-sxm"), evaluator=evaluator)
     m = res.metrics
@@ -122,15 +128,14 @@ def per_gpu_goodput(rates, att, gpus: int) -> tuple[float | None, str]:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Per-GPU goodput of each system, measured and simulated per overhead, and the gain
-    (DistServe over vLLM)."""
+    """Per-GPU goodput of each system, measured and simulated per engine replay."""
     out = []
-    for o in OVERHEADS_MS:
-        entry: dict = {"overhead_ms": o}
+    for o in ENGINES:
+        entry: dict = {"engine": o}
         for source in ("measured", "simulated"):
             for system, gpus in GPUS.items():
                 rs = sorted((r for r in rows if r["system"] == system
-                             and r["overhead_ms"] == o), key=lambda r: r["rate"])
+                             and r["engine"] == o), key=lambda r: r["rate"])
                 g, how = per_gpu_goodput([r["rate"] for r in rs],
                                          [r[f"{source}_attainment"] for r in rs], gpus)
                 entry[f"{source}_{system}"] = g
@@ -140,22 +145,24 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def plot(rows: list[dict]) -> bytes:
-    """SLO attainment against rate per GPU: measured (black) and simulated at each
-    overhead, one panel per system."""
+    """SLO attainment against rate per GPU: measured (black) and simulated with each
+    engine, one panel per system."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, (system, gpus) in zip(axes, GPUS.items()):
         rs = [r for r in rows if r["system"] == system]
-        base = sorted((r for r in rs if r["overhead_ms"] == OVERHEADS_MS[0]),
+        base = sorted((r for r in rs if r["engine"] == ENGINES[0]),
                       key=lambda r: r["rate"])
         ax.plot([r["rate"] / gpus for r in base], [r["measured_attainment"] for r in base],
                 "ko-", label="measured (DistServe artifact, A100)")
-        for o in OVERHEADS_MS:
-            s = sorted((r for r in rs if r["overhead_ms"] == o), key=lambda r: r["rate"])
+        for o in ENGINES:
+            s = sorted((r for r in rs if r["engine"] == o), key=lambda r: r["rate"])
+            what = "kernels alone (ideal)" if o == "ideal" else \
+                f"engine {ENGINE_OF[system]} (calibrated host time)"
             ax.plot([r["rate"] / gpus for r in s], [r["simulated_attainment"] for r in s],
-                    "o--", label=f"simulated, {o:g} ms host time per iteration")
+                    "o--", label=f"simulated, {what}")
         ax.axhline(ATTAINMENT, color="gray", ls=":")
         ax.set(xlabel="request rate per GPU (requests/s)", title=f"{system} ({gpus} GPU"
                f"{'s' if gpus > 1 else ''})", ylim=(0, 1.02))
@@ -170,8 +177,8 @@ def main(argv=None) -> int:
     add_output_arguments(ap, workers=1)
     args = ap.parse_args(argv)
     prefill = system_file(args.out, "prefill-a100x2.yaml", PREFILL_POOL)
-    rows = point_rows(replay_point, [{"system": s, "rate": r, "overhead_ms": o}
-                                     for o in OVERHEADS_MS for s, r in sorted(measured_runs())],
+    rows = point_rows(replay_point, [{"system": s, "rate": r, "engine": o}
+                                     for o in ENGINES for s, r in sorted(measured_runs())],
                       args, "distserve",
                       None if argv is None else ["distserve_reproduction.py", *argv],
                       extra={"prefill": prefill})
@@ -182,9 +189,9 @@ def main(argv=None) -> int:
                        "rows": rows})
     atomic_write_bytes(os.path.join(args.out, "distserve.png"), plot(rows))
     for e in table:
-        print(f"host overhead {e['overhead_ms']:4.1f} ms: " + ", ".join(
+        print(f"engine {e['engine']}: " + ", ".join(
             f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in e.items()
-            if k != "overhead_ms"))
+            if k != "engine"))
     return 0
 
 

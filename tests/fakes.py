@@ -41,6 +41,7 @@ class FakeSide:
     kind: Literal["hbm", "lpddr"] = param("hbm", doc="memory technology")
     bandwidth_gbps: float = param(gt=0, unit="GB/s", doc="peak bandwidth")
     capacity_bytes: int = param(gt=0, unit="bytes", doc="capacity")
+    gpu: Optional[str] = param(None, doc="no GPU: an NPU side")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +217,7 @@ def install(setitem: Callable[[dict, str, Any], None] | None = None) -> None:
                         ("serving", resolve_serving)):
         put(schema.RESOLVERS, section, fn)
     put(schema.EXPANDERS, "system", expand_system)
+    put(schema.DEFAULTERS, "serving", lambda raw, *rest: raw)
     for kind in ("iteration", "serving"):
         put(schema.CHECKS, kind, _no_check)
         put(schema.FITS, kind, _no_check)

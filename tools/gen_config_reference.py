@@ -83,7 +83,10 @@ def pretty_type(tp: object) -> str:
         names = [pretty_type(a) for a in args if a is not type(None)]
         return " or ".join(names) + (" or null" if type(None) in args else "")
     if origin in (tuple, list):
-        return f"list of {pretty_type(args[0])}s" if args else "list"
+        if not args:
+            return "list"
+        inner = pretty_type(args[0])
+        return f"list of {inner}" if inner.startswith("list") else f"list of {inner}s"
     if origin is typing.Literal:
         return "one of " + ", ".join(map(str, args))
     if origin is dict or tp is dict or dataclasses.is_dataclass(tp):
@@ -180,6 +183,16 @@ def serving_section() -> str:
             + table(section_rows(ServingConfig, "workload.serving")) + "\n")
 
 
+def engines_section() -> str:
+    """The serving engine profile's fields (``workloads/engines/*.yaml``)."""
+    from h2m2sim.serving import engine_profile
+    return ("## Serving engine profiles\n\n`workload.serving.engine` (`h2m2sim serve "
+            "--engine`) names a profile of `workloads/engines/` (`h2m2sim presets "
+            "engines`) or a YAML file with these keys.\n\n"
+            + rst_to_md(engine_profile.__doc__) + "\n"
+            + table(section_rows(engine_profile.EngineProfile, "")) + "\n")
+
+
 def features_section() -> str:
     """Which serving features combine (the table the loader and the runs check)."""
     return ("## Which serving features combine\n\n"
@@ -222,6 +235,9 @@ SYSTEM_PARTS = (
                           "one device, the default, has none)."),
     ("system.collective.protocols[]", "One protocol of the collective library; each "
                                       "all-reduce takes the fastest."),
+    ("system.collective.engine_kernel[]", "The serving engines' own all-reduce kernel, "
+                                          "measured for one device count (used when the "
+                                          "engine profile's allreduce is engine)."),
 )
 
 
@@ -297,6 +313,7 @@ def generate() -> str:
     parts.append(system_section())
     parts.append(model_section())
     parts.append(serving_section())
+    parts.append(engines_section())
     parts.append(features_section())
     registries = ", ".join(f"`policy.{k}` against the {v.kind} registry ({', '.join(v.names())})"
                            for k, v in schema.REGISTRIES.items())

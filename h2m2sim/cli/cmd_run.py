@@ -23,6 +23,8 @@ def register(subparsers) -> None:
                                 "breakdown).")
     p.add_argument("config", help="run configuration (YAML)")
     add_set_option(p)
+    p.add_argument("--cards", type=int, default=None, metavar="N",
+                   help="identical cards of the system (--set system.cards=N)")
     p.add_argument("--out", metavar="DIR",
                    help="also write DIR/result.json, the resolved DIR/config.yaml and the "
                         "wall times DIR/timing.json; DIR must not hold a result already")
@@ -292,7 +294,8 @@ def main(args: argparse.Namespace) -> int:
     log.info("reading %s", args.config)     # a first line before the imports below
     from h2m2sim import api
     from h2m2sim.cache import config_hash
-    cfg = api.load(args.config, args.sets)
+    sets = list(args.sets) + ([] if args.cards is None else [f"system.cards={args.cards}"])
+    cfg = api.load(args.config, sets)
     log.info("config %s: %s", config_hash(cfg)[:12], _plan(cfg))
     res = api.run(cfg, out=args.out, overwrite=args.overwrite, **timeline_options(args))
     if args.json:

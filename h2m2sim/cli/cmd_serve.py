@@ -6,6 +6,7 @@ metrics (throughput, TTFT/TPOT, KV utilization, allocator events, predictor accu
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -95,11 +96,20 @@ def register(subparsers) -> None:
                     "the cycle-level NPU chip and DRAM model by default, or the analytic "
                     "placeholder, which the output then names.")
     p.add_argument("--trace", required=True, metavar="FILE",
-                   help="trace file (.csv, .jsonl, .gz) or bundled name")
+                   help="trace file (.csv, .jsonl, .gz), bundled name, or random:IN:OUT "
+                        "(--max-requests requests of IN prompt and OUT output tokens)")
     p.add_argument("--system", default=None, metavar="PRESET",
                    help="system preset or YAML file (e.g. mlu370-x4: four cards, tensor "
                         "parallel); required unless the pools have their own systems "
                         "(--prefill-system, --decode-system)")
+    p.add_argument("--cards", type=int, default=None, metavar="N",
+                   help="identical cards of the system (its cards: N; tensor parallel "
+                        "unless --replicas says otherwise)")
+    p.add_argument("--engine", default=None, metavar="NAME",
+                   help="serving engine profile: ideal, vllm, vllm-v0, sglang, trtllm, "
+                        "distserve or a profile YAML file (host time per step, CUDA "
+                        "graphs, all-reduce, defaults; default: vllm on a GPU system, "
+                        "ideal on the others)")
     p.add_argument("--model", required=True, metavar="NAME",
                    help="model-zoo name (e.g. deepseek-r1-distill-qwen-7b)")
     p.add_argument("--allocator", required=True, choices=sorted(ALLOCATORS),
@@ -112,6 +122,10 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.add_argument("--rate", type=float, metavar="REQ_PER_S", default=None,
                    help="replace arrivals with seeded Poisson arrivals at this rate")
+    p.add_argument("--max-concurrency", type=int, metavar="C", default=None,
+                   help="closed loop: C clients, each sending its next request when its "
+                        "last one finished; latencies count from the send (default: open "
+                        "loop, every request sent at its arrival)")
     p.add_argument("--seed", type=int, default=0, help="seed (arrivals, predictors)")
     p.add_argument("--max-batch", type=int, default=None, help="most running requests")
     p.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
@@ -135,16 +149,17 @@ def register(subparsers) -> None:
                         "(shortest predicted output first)")
     p.add_argument("--preemption", choices=("recompute", "swap"), default=None,
                    help="what happens to a preempted request's KV")
-    p.add_argument("--prefix-caching", action="store_true", default=None,
-                   help="cache shared prompt prefixes (the trace's prefix_block_hashes)")
+    p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="cache shared prompt prefixes (the trace's prefix_block_hashes; "
+                        "default: as the engine does)")
     p.add_argument("--prefix-block-tokens", type=int, default=None, metavar="TOKENS",
                    help="prompt tokens per hashed block of the trace (default 512)")
     p.add_argument("--preemption-victim", choices=("latest-arrived", "most-memory"),
                    default=None, help="which running request is preempted (default "
                                       "latest-arrived)")
-    p.add_argument("--chunked-prefill", action="store_true", default=None,
-                   help="vLLM's chunked prefill: decodes and prefill chunks share "
-                        "iterations")
+    p.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction,
+                   default=None, help="chunked prefill: decodes and prefill chunks share "
+                                      "iterations (default: as the engine does)")
     p.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="TOKENS",
                    help="token budget of a chunked-prefill iteration (default: from the "
                         "model's prefill and decode costs)")
@@ -235,10 +250,11 @@ FIDELITY = {"cycle": "sampled", "analytic": "estimate"}
 
 def _serving_data(args) -> dict:
     """``workload.serving`` of the run configuration the flags describe."""
-    data = {"trace": args.trace, "predictor": args.predictor,
+    data = {"trace": args.trace, "predictor": args.predictor, "engine": args.engine,
             "predictor_params": _kv(args.predictor_param, "predictor-param")}
     pools = "cards of the prefill and the decode pool"
     for key, value in (("max_requests", args.max_requests), ("arrival_rate", args.rate),
+                       ("max_concurrency", args.max_concurrency),
                        ("max_batch", args.max_batch), ("max_context_tokens", args.max_context),
                        ("max_new_tokens", args.max_new_tokens), ("scheduler", args.scheduler),
                        ("preemption", args.preemption),
@@ -324,7 +340,10 @@ def run_config(args) -> dict:
                           f"from {', '.join(FIDELITY)}")
     model = args.model if args.weight_dtype is None else \
         {"base": args.model, "weight_dtype": args.weight_dtype}
-    return {"system": _system(args), "model": model,
+    system = _system(args)
+    if args.cards is not None:
+        system = {"preset": system, "cards": args.cards}
+    return {"system": system, "model": model,
             "policy": {"allocator": args.allocator,
                        "allocator_params": _kv(args.allocator_param, "allocator-param")},
             "workload": {"serving": _serving_data(args)},

@@ -24,6 +24,11 @@ engines do). What makes it slower than bytes over bandwidth:
 * causal prefill attention computes whole ``attention_tile`` x ``attention_tile`` tiles
   (the diagonal ones included) plus ``attention_tile_overhead`` tiles of fixed work per
   query tile, at ``attention_efficiency`` of the peak (lowered with the clock in prefill).
+* FP8 or INT8 weights (W8A8 checkpoints) run the projections at that type's matrix peak,
+  with the same efficiencies (assumed: the GEMM microbenchmarks are BF16); attention stays
+  in the activations' type;
+* tensor parallelism adds two all-reduces of the step's rows per layer, priced by the
+  system's collective (the serving engine's own kernel where it is measured and asked for).
 
 Bandwidths are the DRAM engine's, per access pattern (sequential weights, the KV
 layout's pattern), measured once per DRAM configuration and cached
@@ -59,6 +64,11 @@ __all__ = ["GpuEvaluator", "gpu_side", "ELEMENTWISE_PER_LAYER", "MEASURE_BYTES"]
 #: figure is a steady state (H200 stream read: 4,394 GB/s at 64 MiB, 4,407 at 256 MiB)
 MEASURE_BYTES = 64 * 2**20
 
+#: Weight types whose checkpoints run their projections as 8-bit GEMMs (the activations
+#: quantized to the same type per token): FP8 and INT8 W8A8. Narrower weights (int4) are
+#: widened to the activations' type before the GEMM (W4A16).
+W8A8 = ("fp8", "int8")
+
 #: element-wise kernels of one decoder layer (module docstring) and what each moves, in
 #: rows x width units: (name, kind, read widths, write widths); widths: "h" hidden, "kv"
 #: one token's K or V of all KV heads, "f" FFN width; kinds: "norm" (a reduction per
@@ -93,7 +103,8 @@ class GpuEvaluator(RooflineEvaluator):
 
     def __init__(self, model, system: SystemSpec | str, dtype: str | None = None, *,
                  cards: int = 1, link: tuple[float, float] | None = None,
-                 cache: bool = True, cache_dir=None, step_overhead_s: float = 0.0):
+                 cache: bool = True, cache_dir=None, step_overhead_s: float = 0.0,
+                 engine_allreduce: bool = False):
         system = resolve_system(system, "system")
         side = gpu_side(system)
         if side is None:
@@ -115,7 +126,23 @@ class GpuEvaluator(RooflineEvaluator):
             cache=cache, cache_dir=cache_dir)
         kw = {} if link is None else {"link": link}
         super().__init__(full, dtype, device=device, cards=cards,
-                         step_overhead_s=step_overhead_s, **kw)
+                         step_overhead_s=step_overhead_s, engine_allreduce=engine_allreduce,
+                         **kw)
+        #: the projections' device: 8-bit weights whose type the GPU has a matrix peak
+        #: for run as 8-bit GEMMs (weights and activations, the activations quantized per
+        #: token: FP8 and INT8 W8A8 checkpoints), at that peak x the same efficiencies
+        wdt = full.weight_dtype
+        self.matrix_dtype = wdt if wdt in W8A8 and wdt in gpu.peak_tflops and \
+            gpu.peak(wdt) > gpu.peak(dtype) else dtype
+        self._matrix, self._sustained_matrix = self.device, self.sustained_device
+        if self.matrix_dtype != dtype:
+            mspec = {**spec, "peak_tflops": gpu.peak(self.matrix_dtype)}
+            self._matrix = RooflineDevice(system, side.name, spec=mspec, cache=cache,
+                                          cache_dir=cache_dir)
+            self._sustained_matrix = RooflineDevice(
+                system, side.name, spec={**mspec, "efficiency":
+                                         gpu.sustained_matrix_efficiency},
+                cache=cache, cache_dir=cache_dir)
         self.gpu = gpu
         self.system = system
         m = self.model
@@ -126,7 +153,9 @@ class GpuEvaluator(RooflineEvaluator):
         dram = side.dram_spec
         #: one memory round trip of a dependent kernel: on-chip path + idle DRAM read, ns
         self.round_trip_ns = gpu.l2_hit_ns + dram.idle_read_latency_ck() * dram.tck_ns
-        self.label = (f"GPU kernel model {gpu.name} ({gpu.peak(dtype):g} TFLOP/s {dtype} x "
+        gemm = "" if self.matrix_dtype == dtype else \
+            f", projections {gpu.peak(self.matrix_dtype):g} TFLOP/s {self.matrix_dtype}"
+        self.label = (f"GPU kernel model {gpu.name} ({gpu.peak(dtype):g} TFLOP/s {dtype}{gemm} x "
                       f"{gpu.matrix_efficiency:g}, {gpu.sustained_matrix_efficiency:g} "
                       f"sustained; launch {gpu.launch_ns:g} ns, streaming kernel "
                       f"{gpu.stream_kernel_ns:g} ns) over the DRAM engine's {side.kind}; "
@@ -203,10 +232,15 @@ class GpuEvaluator(RooflineEvaluator):
         return self.gpu.stream_kernel_ns + max(compute, memory)
 
     # ------------------------------------------------------------------ interface
+    @property
+    def matrix_device(self):
+        return self._matrix
+
     def _sustained(self) -> "GpuEvaluator":
         """This evaluator with tensor-core work at the sustained (power-limited) rate."""
         view = copy.copy(self)
         view.device = self.sustained_device
+        view._matrix = self._sustained_matrix
         return view
 
     def evaluate(self, phase: str, batch: int, context_tokens_per_request,
@@ -218,9 +252,22 @@ class GpuEvaluator(RooflineEvaluator):
                                           kv_layout)
 
     def mixed_cost(self, decode_context, chunks, kv_layout):
-        """A chunked-prefill step: with prefill chunks in it, at the sustained rate."""
+        """A chunked-prefill step: with prefill chunks in it, at the sustained rate; its
+        DRAM energy that of the weights, the decodes' KV and the chunks' earlier KV read,
+        and one token of KV per decode and per chunk token written."""
         ev = self._sustained() if np.size(chunks) else self
-        return RooflineEvaluator.mixed_cost(ev, decode_context, chunks, kv_layout)
+        t = RooflineEvaluator.mixed_cost(ev, decode_context, chunks, kv_layout).time_s
+        ctx = np.asarray(decode_context, dtype=np.float64).ravel()
+        ch = np.asarray(chunks, dtype=np.float64).reshape(-1, 2)
+        kv = self.kv_layer_token * self.attn_layers
+        read = self._weight_bytes() + float(ctx.sum() + ch[:, 0].sum() + ch[:, 1].sum()) * kv
+        written = float(ctx.size + ch[:, 1].sum()) * kv
+        return PointCost(t, self.dram_energy_j(read, written, t))
+
+    def _weight_bytes(self) -> float:
+        """Bytes of one card's weights: its layers' share and its share of the LM head."""
+        m = self.model
+        return (m.layers * m.params_per_layer + self.vocab * self.hidden) * self.wdb
 
     def cost(self, phase: str, batch: int, context_tokens_per_request,
              kv_layout) -> PointCost:
@@ -237,8 +284,7 @@ class GpuEvaluator(RooflineEvaluator):
         and the LM head read once, each request's KV read (decode) and the new tokens' KV
         written; activations left out (a few % of a step's bytes)."""
         ctx = np.asarray(context_tokens_per_request, dtype=np.float64)
-        m = self.model
-        weights = (m.layers * m.params_per_layer + self.vocab * self.hidden) * self.wdb
+        weights = self._weight_bytes()
         kv = self.kv_layer_token * self.attn_layers
         if phase == "decode":
             return weights + float(ctx.sum()) * kv, float(batch) * kv

@@ -86,7 +86,9 @@ class RooflineEvaluator(PointEvaluator):
     ``device`` may be given (a RooflineDevice) or is built from ``system`` (default
     ``a100-80gb``) with :data:`A100_ROOFLINE` merged with ``spec``. For sensitivity
     studies: ``link`` (GB/s, us per step) replaces the system's collective by a ring over
-    that link; ``step_overhead_s`` (s, default 0) is added to every prefill, decode and
+    that link; ``engine_allreduce`` prices the all-reduces by the serving engine's own
+    kernel where the system measured it (``collective.engine_kernel``);
+    ``step_overhead_s`` (s, default 0) is added to every prefill, decode and
     mixed iteration (the serving engine's host time per step), ``expert_zipf`` (default 0,
     uniform) skews MoE routing (:func:`h2m2sim.model.graph.expected_experts`)."""
 
@@ -95,7 +97,8 @@ class RooflineEvaluator(PointEvaluator):
     def __init__(self, model, dtype: str = "fp16", *, system: str = "a100-80gb",
                  spec: dict | None = None, device=None, cache: bool = True,
                  cache_dir=None, cards: int = 1, link: tuple[float, float] | None = None,
-                 step_overhead_s: float = 0.0, expert_zipf: float = 0.0):
+                 step_overhead_s: float = 0.0, expert_zipf: float = 0.0,
+                 engine_allreduce: bool = False):
         if not step_overhead_s >= 0:
             raise ConfigError("step_overhead_s", f"must be >= 0 (s), got {step_overhead_s!r}")
         if not expert_zipf >= 0:
@@ -105,6 +108,9 @@ class RooflineEvaluator(PointEvaluator):
         self.step_overhead_s = float(step_overhead_s)
         #: Zipf exponent of expert popularity (0: uniform routing)
         self.expert_zipf = float(expert_zipf)
+        #: the all-reduces run the serving engine's own kernel where the system has a
+        #: measurement of it (``collective.engine_kernel``), else the collective library
+        self.engine_allreduce = bool(engine_allreduce)
         self.full_model = load_model(model) if isinstance(model, str) else model
         self.cards = int(cards)
         self.link = None if link is None else (float(link[0]), float(link[1]))
@@ -158,8 +164,14 @@ class RooflineEvaluator(PointEvaluator):
         # one block of one layer's K (or V): block tokens x kv heads x head_dim x dtype
         return f"paged:{kv_layout.block_tokens * self.kv_layer_token // 2}"
 
+    @property
+    def matrix_device(self):
+        """The device the projections run on (the same as attention's, unless a
+        subclass runs them in another data type)."""
+        return self.device
+
     def _linears_ns(self, tokens: float) -> float:
-        dev, db = self.device, self.db
+        dev, db = self.matrix_device, self.db
         t = 0.0
         for _, kin, kout, params in self.linears:
             t += dev.kernel_ns(2.0 * params * tokens, params * self.wdb + tokens * kin * db,
@@ -173,8 +185,8 @@ class RooflineEvaluator(PointEvaluator):
         p = kin * kout if params is None else params
         rp = p if read_params is None else read_params
         db = self.db
-        return self.device.kernel_ns(2.0 * p * tokens, rp * self.wdb + tokens * kin * db,
-                                     tokens * kout * db)
+        return self.matrix_device.kernel_ns(2.0 * p * tokens, rp * self.wdb + tokens * kin * db,
+                                            tokens * kout * db)
 
     def _mixer_ssm_ns(self, tokens: float, requests: float, phase: str) -> float:
         """A Mamba mixer (projections, conv1d and scan) for ``tokens`` rows of
@@ -219,7 +231,8 @@ class RooflineEvaluator(PointEvaluator):
         nbytes = rows * self.hidden * self.db
         if self.link is not None:
             return ring_allreduce_ns(nbytes, c, *self.link)
-        return self.device.system.collective.allreduce_over(nbytes, c)
+        return self.device.system.collective.allreduce_over(
+            nbytes, c, engine_kernel=self.engine_allreduce)
 
     def _stack_ns(self, tokens: float, requests: float, phase: str, attn_ns: float,
                   local_ns: float | None = None) -> float:
@@ -251,7 +264,8 @@ class RooflineEvaluator(PointEvaluator):
         attention takes ``attn_ns`` per attention layer (``local_ns`` per local one):
         the layer stack, the LM head of every sequence and the host overhead."""
         if self.plain:
-            stack = self.layers * (self._linears_ns(rows) + attn_ns)
+            stack = self.layers * (self._linears_ns(rows) + attn_ns +
+                                   2 * self._allreduce_ns(rows))
         else:
             stack = self._stack_ns(rows, requests, phase, attn_ns, local_ns)
         return (stack + self._lm_head_ns(requests)) * 1e-9 + self.step_overhead_s
@@ -305,7 +319,7 @@ class RooflineEvaluator(PointEvaluator):
         ctx = np.asarray(decode_context, dtype=np.float64).ravel()
         ch = np.asarray(chunks, dtype=np.float64).reshape(-1, 2)
         b, T = float(ctx.size), float(ch[:, 1].sum())
-        layer = self._linears_ns(b + T)
+        layer = self._linears_ns(b + T) + 2 * self._allreduce_ns(b + T)
         if ctx.size:
             layer += self._decode_attention_ns(ctx, kv_layout, b)
         layer += self._chunk_attention_ns(ch[:, 0], ch[:, 1])
@@ -319,7 +333,9 @@ class RooflineEvaluator(PointEvaluator):
         # the host overhead and routing skew enter the key only when set, so the tables
         # cached before they existed stay valid
         tp.update({k: v for k, v in (("step_overhead_s", self.step_overhead_s),
-                                     ("expert_zipf", self.expert_zipf)) if v})
+                                     ("expert_zipf", self.expert_zipf),
+                                     ("engine_allreduce", self.cards > 1 and
+                                      self.engine_allreduce)) if v})
         return {"roofline_eval": {"model": to_dict(self.model), "dtype": self.dtype, **tp,
                                   "device": self.device.name,
                                   "spec": to_dict(self.device.spec),

@@ -187,12 +187,18 @@ def load_config(raw: Any, key: str = "") -> RunConfig:
     system = resolve_section("system", raw["system"], join_key(key, "system"))
     model = resolve_section("model", raw["model"], join_key(key, "model"))
     workload = load(WorkloadConfig, raw.get("workload"), join_key(key, "workload"))
-    if workload.serving is not None:
-        workload = dataclasses.replace(workload, serving=resolve_section(
-            "serving", workload.serving, join_key(key, "workload.serving")))
     policy = load(PolicyConfig, raw.get("policy"), join_key(key, "policy"))
     for field in ("mapper", "allocator"):
         policy = _check_registry(policy, field)
+    if workload.serving is not None:
+        skey = join_key(key, "workload.serving")
+        serving = workload.serving
+        if isinstance(serving, Mapping):
+            serving = schema.DEFAULTERS["serving"](
+                serving, system, schema.REGISTRIES["allocator"].get(policy.allocator),
+                model, skey)
+        workload = dataclasses.replace(workload, serving=resolve_section(
+            "serving", serving, skey))
     if policy.baseline is not None:
         policy = dataclasses.replace(policy, baseline=resolve_section(
             "system", policy.baseline, join_key(key, "policy.baseline")))

@@ -21,11 +21,12 @@ from h2m2sim.mapping import MAPPERS
 from h2m2sim.model import load_model
 from h2m2sim.registry import Registry
 from h2m2sim.serving.config import resolve_serving
+from h2m2sim.serving.engine_defaults import with_engine_defaults
 from h2m2sim.serving.job import check_serving, check_serving_fits
 from h2m2sim.serving.prefill_job import check_prefill
 from h2m2sim.system.config import expand_system, resolve_system
 
-__all__ = ["RESOLVERS", "REGISTRIES", "CHECKS", "FITS", "EXPANDERS", "SECTIONS",
+__all__ = ["RESOLVERS", "DEFAULTERS", "REGISTRIES", "CHECKS", "FITS", "EXPANDERS", "SECTIONS",
            "REQUIRED_SECTIONS", "EXAMPLE_YAML", "WorkloadConfig", "PolicyConfig",
            "SimulationConfig", "RunConfig", "job_kind"]
 
@@ -36,6 +37,13 @@ RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
     "system": resolve_system,
     "model": load_model,
     "serving": resolve_serving,
+}
+
+#: Section -> ``fn(raw, system, allocator class, model, key) -> raw mapping`` filling
+#: what a section leaves out from the rest of the configuration: ``serving`` gets its
+#: engine (the system's default when it names none) and that engine's defaults.
+DEFAULTERS: dict[str, Callable[..., Any]] = {
+    "serving": with_engine_defaults,
 }
 
 #: Policy field -> registry of names. A registered object may declare a dataclass

@@ -86,7 +86,8 @@ def _fits(system, model, batch: int, seq_lens) -> None:
     # recurrent state per request in the Mamba layers
     kv = sum(model.kv_bytes_of(s) for s in lens) + \
         model.ssm_state_bytes_per_layer() * model.ssm_layers * batch
-    have = sum(s.capacity_bytes for s in system.sides)
+    # a GPU system's cards hold tensor-parallel shards (all together)
+    have = sum(s.capacity_bytes for s in system.sides) * system.cards
     if weights + kv > have:
         raise OutOfMemoryError(f"{system.name} (all sides)", weights + kv, have,
                                f"the weights ({format_bytes(weights)}) and KV cache "
@@ -122,7 +123,9 @@ def _check_phase(w) -> None:
 
 
 def _check_cards(system, key: str) -> None:
-    if system.cards > 1:
+    """A GPU system's step is priced on all its cards, tensor parallel; an NPU system's
+    iteration simulates one card."""
+    if system.cards > 1 and gpu_side(system) is None:
         raise ConfigError(key, f"the decode-iteration job simulates one card; "
                           f"{system.name!r} has {system.cards}: set cards: 1, or serve it, "
                           "which shards the model over the cards: set workload.serving "

@@ -18,8 +18,8 @@ counting what its waiting requests' prompts will need; ties go to the lowest ind
 """
 from __future__ import annotations
 
+import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from h2m2sim.registry import Registry
@@ -59,29 +59,34 @@ class Pool:
 
     def __init__(self, name: str, engines: Sequence[Engine], router: Router):
         self.name, self.engines, self.router = name, list(engines), router
-        self.offers: deque[Request] = deque()     # offered, not yet routed (time order)
+        #: offered, not yet routed: (time, order offered, request), a heap
+        self.offers: list[tuple[float, int, Request]] = []
         self.offered = 0
         self.routed = [0] * len(self.engines)
         self.owner: dict[int, Engine] = {}
-        #: the earliest time a request not offered yet may be (inf: all are known)
-        self.unknown_after: Callable[[], float] = lambda: _INF
+        #: the earliest time a request not offered yet may be, given the engine about to
+        #: take its turn (inf: all are known)
+        self.unknown_after: Callable[[Engine | None], float] = lambda engine: _INF
+        self._seq = 0
 
     def offer(self, req: Request) -> None:
-        """``req`` reaches the pool at ``req.arrival_s`` (offered in time order)."""
-        self.offers.append(req)
+        """``req`` reaches the pool at ``req.arrival_s`` (routed in time order, then in
+        the order offered)."""
+        heapq.heappush(self.offers, (req.arrival_s, self._seq, req))
+        self._seq += 1
 
     def next_route(self) -> float:
-        return self.offers[0].arrival_s if self.offers else _INF
+        return self.offers[0][0] if self.offers else _INF
 
-    def horizon(self) -> float:
-        """Where its engines' decode windows stop: the next routing, or the earliest a
-        request not offered yet could arrive."""
-        return min(self.next_route(), self.unknown_after())
+    def horizon(self, engine: Engine | None = None) -> float:
+        """Where the decode window of ``engine`` (one of the pool's) stops: the next
+        routing, or the earliest a request not offered yet could arrive."""
+        return min(self.next_route(), self.unknown_after(engine))
 
     def route(self) -> None:
         """Give the next offered request to a replica (a rejected one too: it counts in
         the replica's requests, and round-robin's turn)."""
-        req = self.offers.popleft()
+        req = heapq.heappop(self.offers)[2]
         k = self.router(self.engines, self.offered) if len(self.engines) > 1 else 0
         self.offered += 1
         self.routed[k] += 1
@@ -112,4 +117,4 @@ def run_pools(pools: Sequence[Pool], on_advance: Callable[[], None] | None = Non
         if engine is None:
             pool.route()
         else:
-            engine.step(pool.horizon())
+            engine.step(pool.horizon(engine))

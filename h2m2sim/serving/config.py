@@ -9,6 +9,7 @@ from dram_models.schema import load, param
 from h2m2sim.errors import ConfigError
 from h2m2sim.model.spec import DTYPE_BITS
 
+from .engine_profile import load_engine
 from .features import check_config
 from .links import LINKS, TIERS, kv_link
 
@@ -67,10 +68,21 @@ class ServingConfig:
     allocator is chosen by the run configuration's ``policy.allocator`` (or ``serve
     --allocator``)."""
 
+    engine: Optional[str] = param(
+        None, doc="Serving engine profile: ideal, vllm, vllm-v0, sglang, trtllm, distserve "
+        "(workloads/engines/) or a profile YAML file: its host time per step, CUDA "
+        "graphs and all-reduce, and its defaults for the keys left out here (max_batch, "
+        "chunked_prefill, max_num_batched_tokens, max_prefill_tokens, memory_fraction, "
+        "prefix_caching). Null = vllm on a GPU system, ideal (kernels alone) on the "
+        "others.")
     trace: Optional[str] = param(None, doc="Request trace: a CSV path (.gz allowed), a "
                                            "Mooncake-format .jsonl path (.jsonl.gz "
-                                           "allowed) or a bundled name (azure2023_conv, "
-                                           "azure2023_code, alpaca, mooncake2025_conv).")
+                                           "allowed), a bundled name (azure2023_conv, "
+                                           "azure2023_code, alpaca, mooncake2025_conv), or "
+                                           "random:IN:OUT[:R], max_requests requests of "
+                                           "IN prompt and OUT output tokens (vLLM's "
+                                           "random dataset; R: lengths drawn within "
+                                           "+-R of them).")
     max_requests: Optional[int] = param(None, gt=0, unit="requests",
                                         doc="Replay only the first N requests (of those "
                                             "not held out as history).")
@@ -87,6 +99,13 @@ class ServingConfig:
         None, gt=0, unit="requests/s",
         doc="Replace the trace's arrivals by a seeded Poisson process at this rate. "
             "Null = the trace's own arrivals (all at t=0 if it has none).")
+    max_concurrency: Optional[int] = param(
+        None, ge=1, le=1 << 20, unit="requests",
+        doc="Closed loop: this many clients, each sending its next request when its last "
+            "one has finished (never before the request's own arrival, when the trace or "
+            "arrival_rate gives one); TTFT and the other latencies count from the send. "
+            "Null = open loop: every request is sent at its arrival.",
+        source="vllm bench serve --max-concurrency; aiperf / genai-perf --concurrency")
     predictor: Optional[str] = param(
         None, doc="Length predictor: oracle, noisy, s3, learned. Null = learned for "
                   "allocators that use a prediction (odma), none otherwise.")
@@ -163,11 +182,13 @@ class ServingConfig:
     deployment: DeploymentConfig = param(default_factory=DeploymentConfig,
                                          doc="Replicas and tensor parallelism over the "
                                              "system's cards, and the router.")
-    prefix_caching: bool = param(
-        False, doc="Cache the KV of prompt prefixes shared between requests (the trace's "
-                   "prefix_block_hashes column): a request's prefill computes only its "
-                   "uncached suffix; cached blocks are reference-counted and evicted LRU. "
-                   "Needs an allocator that can share KV (its prefix_sharing).")
+    prefix_caching: Optional[bool] = param(
+        None, doc="Cache the KV of prompt prefixes shared between requests (the trace's "
+                  "prefix_block_hashes column): a request's prefill computes only its "
+                  "uncached suffix; cached blocks are reference-counted and evicted LRU. "
+                  "Needs an allocator that can share KV (its prefix_sharing). Null = the "
+                  "engine's default, where the trace has prefix block hashes and the "
+                  "allocator can share KV.")
     prefix_block_tokens: int = param(
         512, ge=1, le=1 << 20, unit="tokens",
         doc="Prompt tokens per hashed block of the trace's prefix_block_hashes: the block "
@@ -239,6 +260,8 @@ class ServingConfig:
         return self.disaggregate is not None or self.prefill_system is not None
 
     def _check(self) -> None:
+        if self.engine is not None:
+            load_engine(self.engine, "engine")
         kv_link(self.kv_link, "kv_link")
         if self.kv_offload is not None:
             TIERS.get(self.kv_offload, "kv_offload")

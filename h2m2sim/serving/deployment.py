@@ -19,6 +19,7 @@ from h2m2sim.system.config import SystemSpec, load_system_preset
 from .config import ServingConfig
 
 __all__ = ["ServingDevice", "resolve_device", "resolve_model", "model_sizes",
+           "kv_shard_factor",
            "kv_capacity_bytes", "DEFAULT_LAYOUT_EFFICIENCY", "prepare_prediction",
            "build_allocator", "uses_prediction"]
 
@@ -77,7 +78,21 @@ def resolve_model(name: str) -> ModelSpec:
     return load_model(name)
 
 
-def model_sizes(model: ModelSpec, dtype: str = "fp16", weight_dtype: str | None = None) -> dict:
+def kv_shard_factor(model: ModelSpec, cards: int) -> float:
+    """KV bytes a token takes on ``cards`` tensor-parallel cards together, relative to
+    the model's: 1 while the cards split the KV heads; a card whose query heads share one
+    KV head with another card's holds a copy of it (more cards than KV heads), and a
+    latent (MLA) cache is held whole by every card."""
+    cards = int(cards)
+    if cards <= 1:
+        return 1.0
+    if model.mla:
+        return float(cards)
+    return max(1.0, cards / int(model.kv_heads))
+
+
+def model_sizes(model: ModelSpec, dtype: str = "fp16", weight_dtype: str | None = None,
+                cards: int = 1) -> dict:
     """Bytes and FLOP counts the serving layer needs from a model: ``kv_bytes_per_token``
     (K and V of the attention layers, in ``dtype``), ``state_bytes_per_request`` (the
     fixed recurrent state of the Mamba layers, in ``dtype``; 0 without them),
@@ -86,26 +101,38 @@ def model_sizes(model: ModelSpec, dtype: str = "fp16", weight_dtype: str | None 
     with: top-k experts of MoE layers; = params for a dense model) and
     ``attn_flops_per_ctx_token``: attention layers x
     :meth:`~h2m2sim.model.ModelSpec.attn_flops_per_pair` (4 x heads x head_dim: scores
-    and weighted sum, 2 FLOPs per multiply-add; MLA attends its latent)."""
+    and weighted sum, 2 FLOPs per multiply-add; MLA attends its latent). On ``cards``
+    tensor-parallel cards the KV bytes per token are those of all the cards together
+    (:func:`kv_shard_factor`)."""
     layers = int(model.layers)
     attn = int(model.attention_layers)
     wdt = weight_dtype or model.weight_type
     return {"layers": layers, "attention_layers": attn,
-            "kv_bytes_per_token": int(model.kv_bytes_per_token(dtype)),
+            "kv_bytes_per_token": int(round(model.kv_bytes_per_token(dtype)
+                                            * kv_shard_factor(model, cards))),
             "state_bytes_per_request": int(model.state_bytes_per_request(dtype)),
             "params": float(model.total_params), "active_params": float(model.active_params),
             "weight_bytes": float(model.total_weight_bytes(wdt)),
             "attn_flops_per_ctx_token": float(attn * model.attn_flops_per_pair("decode"))}
 
 
-def kv_capacity_bytes(device: ServingDevice, sizes: dict, memory_fraction: float) -> int:
-    """memory_fraction x total device memory - weights (all devices together)."""
-    cap = int(device.total_capacity_bytes * memory_fraction - sizes["weight_bytes"])
+def kv_capacity_bytes(device: ServingDevice, sizes: dict, memory_fraction: float,
+                      reserved_per_card: float = 0.0, rule: str = "total") -> int:
+    """KV memory of all the devices together: each card's ``memory_fraction`` x its memory,
+    less its share of the weights and ``reserved_per_card`` bytes (activations, library
+    buffers); with ``rule`` ``free``, the fraction of what the weights and the reserve
+    leave (TensorRT-LLM's rule)."""
+    total = device.total_capacity_bytes
+    others = sizes["weight_bytes"] + reserved_per_card * device.devices
+    cap = int(memory_fraction * (total - others) if rule == "free"
+              else total * memory_fraction - others)
     if cap <= 0:
-        raise OutOfMemoryError(device.name, int(sizes["weight_bytes"]),
+        what = "the model weights" + (" and the engine's reserve" if reserved_per_card
+                                      else "")
+        raise OutOfMemoryError(device.name, int(others),
                                int(device.total_capacity_bytes * memory_fraction),
-                               f"the model weights (in {memory_fraction:.0%} of the "
-                               "device memory; no room left for the KV cache)")
+                               f"{what} (in {memory_fraction:.0%} of the device memory; "
+                               "no room left for the KV cache)")
     return cap
 
 

@@ -50,6 +50,8 @@ from h2m2sim.compute.evaluator import PointEvaluator
 from h2m2sim.errors import ConfigError
 from h2m2sim.system import resolve_system
 
+from .clients import arrivals_note
+from .engine_profile import engine_metrics
 from .cluster import ROUTERS, Pool, run_pools
 from .config import DeploymentConfig, ServingConfig
 from .deployment import ServingDevice
@@ -58,7 +60,7 @@ from .latency import percentiles
 from .links import KvLink, kv_link, transfer_energy_j
 from .metrics import derive, merge_records
 from .prefix_cache import hash_lists
-from .replay import build_engine, prefix_hashes, served_requests
+from .replay import build_engine, prefix_hashes, send_all, served_requests
 from .request import NO_WINDOW, Request, request_limits
 from .resolve import Prepared, history_fraction, prepare, replay_requests, with_model_context
 from .result import RequestArrays, ServingResult, assemble
@@ -184,7 +186,9 @@ class Handoff:
                 self.d_hashes.append(self.src_hashes[gid])
             self.dec.offer(d)
 
-    def unknown_after(self) -> float:
+    def unknown_after(self, engine=None) -> float:
+        """The earliest a request may reach the decode pool (whichever of its engines
+        takes its turn)."""
         return min(self.link.next_ready(), self.bound())
 
     def take(self, d: Request, t: float) -> None:
@@ -268,8 +272,13 @@ class _Run:
         for e in self.dec.engines:
             e.on_take = self.handoff.take
         self.dec.unknown_after = self.handoff.unknown_after
-        for r in reqs:
-            self.pre.offer(r)
+        loop = send_all(reqs, cfg, self.pre.offer, self.pre.engines)
+        if loop is not None:       # closed loop: requests finish in either pool
+            h = self.handoff
+            loop.listen(self.dec.engines, lambda d: h.gid[d.id])
+            loop.other_bounds.append(h.link.next_ready)
+            self.pre.unknown_after = loop.bound
+            self.dec.unknown_after = lambda e: min(h.unknown_after(e), loop.bound(e))
 
     def pool_result(self, pool: Pool, reqs: list, rejected, cut, p: Prepared) -> ServingResult:
         res = assemble(RequestArrays.of(reqs, rejected, cut), pool.engines,
@@ -336,7 +345,9 @@ class _Run:
                 e / m["output_tokens"] if m["output_tokens"] else None))
         wait = h.taken[moved] - h.arrive[moved]
         return {
-            "arrivals": self.trace.arrival_note or "from trace",
+            "arrivals": arrivals_note(self.trace, self.cfg.max_concurrency),
+            "max_concurrency": self.cfg.max_concurrency,
+            **engine_metrics(self.cfg),
             "disaggregate": [devices[0].devices, devices[1].devices],
             "prefill_system": devices[0].name, "decode_system": devices[1].name,
             "kv_link": link.name, "kv_streaming": self.cfg.kv_streaming,

@@ -96,6 +96,8 @@ class Engine:
         #: called with each request whose prompt's KV came from a prefill pool, when the
         #: engine admits it (None: not a decode pool)
         self.on_take = None
+        #: called with each request finished here and the time (None: nobody waits)
+        self.on_done = None
         stage.attach(self)
 
     # ------------------------------------------------------------------ arrivals
@@ -355,6 +357,8 @@ class Engine:
         self.finished.append(req)
         if self.handoff is not None and req.status is Status.HANDOFF:
             self.handoff.send(req, self.clock.t)
+        elif self.on_done is not None:
+            self.on_done(req, self.clock.t)
 
     def finish_done(self) -> None:
         """Finish every running request with nothing left to generate (from the highest

@@ -10,6 +10,7 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.system import resolve_system
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
+from .engine_profile import engine_name, load_engine
 from .features import Setup, check
 from .timing.mapped_eval import maps_sides
 from .run import EVALUATORS, analytic_evaluator, deployment, serve, with_model_context
@@ -53,7 +54,9 @@ def _fits(cfg: Any, system: Any) -> None:
         if s.speculative is not None:
             draft = model_sizes(draft_model(s.speculative), s.kv_dtype)
             sizes = {**sizes, "weight_bytes": sizes["weight_bytes"] + draft["weight_bytes"]}
-        kv_capacity_bytes(one, sizes, s.memory_fraction)
+        memory = load_engine(engine_name(s)).memory
+        kv_capacity_bytes(one, sizes, s.memory_fraction, memory.reserved_bytes_per_card,
+                          memory.rule)
 
 
 def check_serving_fits(cfg: Any) -> None:

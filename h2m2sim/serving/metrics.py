@@ -191,7 +191,7 @@ METRIC_RULES.update({k: MetricRule(Rule.REQUESTS) for k in REQUEST_METRICS})
 #: Metrics of the run as a whole, set by :func:`~.run.serve` (what was served, how) and by
 #: a disaggregated run (the pools, and the KV that crossed between them).
 RUN_METRICS = (
-    "trace", "arrivals", "history_requests", "history_fraction", "max_context_tokens",
+    "trace", "arrivals", "max_concurrency", "engine", "engine_version", "history_requests", "history_fraction", "max_context_tokens",
     "model", "system", "kv_bytes_per_token", "weight_bytes", "predictor",
     "predictor_held_out_coverage", "predictor_notes", "replicas", "tensor_parallel",
     "router", "utilization_bound", "utilization_bound_sizes", "disaggregate",

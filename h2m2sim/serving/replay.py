@@ -14,6 +14,7 @@ from dram_models.console import progress
 from h2m2sim.allocators import KVAllocator
 from h2m2sim.errors import ConfigError
 
+from .clients import ClosedLoop
 from .config import ServingConfig
 from .ellm import ActivationModel, ElasticPrefills, activation_model
 from .engine import Engine, EngineLimits
@@ -29,7 +30,7 @@ from .speculative import Speculation
 from .timing import IterationTables, default_batched_tokens
 
 __all__ = ["build_engine", "simulate", "Replay", "chunk_budget", "served_requests",
-           "prefix_hashes", "run_engine"]
+           "prefix_hashes", "run_engine", "send_all"]
 
 
 def chunk_budget(cfg: ServingConfig, tables: IterationTables, layout) -> int:
@@ -136,8 +137,7 @@ class Replay:
             has_prediction=prediction is not None, record_timeline=record_timeline,
             activations=activations, speculation=speculation, lower_tier=lower_tier,
             kv_window=kv_window)
-        for r in self.requests:
-            self.engine.submit(r)
+        send_all(self.requests, cfg, self.engine.submit, [self.engine])
 
     def step(self) -> bool:
         """One turn of the engine; False when nothing is left."""
@@ -167,6 +167,20 @@ def simulate(trace, cfg: ServingConfig, allocator: KVAllocator, tables: Iteratio
                   record_timeline=record_timeline, activations=activations,
                   speculation=speculation, lower_tier=lower_tier,
                   kv_window=kv_window).run()
+
+
+def send_all(requests: list, cfg: ServingConfig, send, engines: list) -> ClosedLoop | None:
+    """Send ``requests`` (in trace order) through ``send``: each at its arrival, or by
+    ``cfg.max_concurrency`` closed-loop clients hearing of the requests ``engines``
+    finish (then the :class:`ClosedLoop`, started; else None)."""
+    if cfg.max_concurrency is None:
+        for r in requests:
+            send(r)
+        return None
+    loop = ClosedLoop(requests, cfg.max_concurrency, send)
+    loop.listen(engines)
+    loop.start()
+    return loop
 
 
 def run_engine(engine: Engine, n: int, rejected: int) -> None:

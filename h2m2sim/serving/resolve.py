@@ -29,12 +29,14 @@ from .deployment import (
     prepare_prediction,
 )
 from .ellm import ActivationModel
+from .engine_profile import engine_name, load_engine, prefix_caching
 from .features import Setup, check
 from .kv_tier import LowerTier
 from .links import TIERS, kv_link
 from .scheduler import SCHEDULERS
 from .speculative import Speculation, acceptance_rates, draft_model, split_kv_capacity
 from .timing import IterationTables, TableGrid, build_tables, default_batched_tokens
+from .timing.engine_steps import EngineSteps
 from .traces import load_trace, read_lengths
 
 __all__ = ["Prepared", "prepare", "deployment", "served_kv", "with_model_context",
@@ -79,6 +81,7 @@ def prepare(trace, cfg: ServingConfig, allocator: str, allocator_params, model,
     model, cfg = served_kv(cfg, model)
     replicas, replica_device = deployment(cfg.deployment, device)
     spec = ALLOCATORS.get(allocator)
+    engine = load_engine(engine_name(cfg))
     window = kv_window(cfg, model)
     check(Setup(cfg, spec, replicas, window is not None))
     need_pred = cfg.predictor is not None or spec.uses_prediction or \
@@ -88,15 +91,18 @@ def prepare(trace, cfg: ServingConfig, allocator: str, allocator_params, model,
     history, trace = replay_requests(trace, cfg, fraction, seed,
                                      keep_text=pred_name in ("learned", "s3"))
     _check_some_fit(trace, cfg.max_context_tokens)
+    cfg = dataclasses.replace(cfg, prefix_caching=prefix_caching(cfg, trace, spec))
     if cfg.prefix_caching and not trace.has_prefix_hashes:
         raise ConfigError("prefix_caching", f"trace {trace.name} has no prefix block hashes "
                           "(a prefix_block_hashes column, or Mooncake's hash_ids), so no "
                           "prefix can be found to cache")
-    sizes = model_sizes(model, cfg.kv_dtype)
+    cards = replica_device.devices
+    sizes = model_sizes(model, cfg.kv_dtype, cards=cards)
     draft = draft_model(cfg.speculative) if cfg.speculative is not None else None
-    dsizes = model_sizes(draft, cfg.kv_dtype) if draft is not None else None
+    dsizes = model_sizes(draft, cfg.kv_dtype, cards=cards) if draft is not None else None
     kv_all = cfg.kv_capacity_bytes or kv_capacity_bytes(
-        replica_device, _with_draft_weights(sizes, dsizes), cfg.memory_fraction)
+        replica_device, _with_draft_weights(sizes, dsizes), cfg.memory_fraction,
+        engine.memory.reserved_bytes_per_card, engine.memory.rule)
     kv_cap, draft_kv = (kv_all, 0) if dsizes is None else split_kv_capacity(
         kv_all, sizes["kv_bytes_per_token"], dsizes["kv_bytes_per_token"])
     allocs = _allocators(cfg, allocator, allocator_params, model, window, kv_cap, sizes,
@@ -114,6 +120,8 @@ def prepare(trace, cfg: ServingConfig, allocator: str, allocator_params, model,
     factory = factory or evaluator
     if not isinstance(evaluator, PointEvaluator):
         evaluator = evaluator(model, replica_device, cfg)
+    if not engine.ideal:
+        evaluator = EngineSteps(evaluator, engine, model.layers)
     grid = _grid(cfg, trace, kv_cap // sizes["kv_bytes_per_token"], window)
     if cfg.chunked_prefill:
         cfg = with_batched_tokens(cfg, evaluator, allocs[0].kv_layout, grid.max_tokens)
@@ -335,7 +343,7 @@ def replay_requests(trace, cfg: ServingConfig, f: float, seed: int, keep_text: b
     if trace is None:
         if cfg.trace is None:
             raise ConfigError("serving.trace", "no trace given")
-        trace = load_trace(cfg.trace, want, keep_text=keep_text)
+        trace = load_trace(cfg.trace, want, keep_text=keep_text, seed=seed)
     elif want is not None:
         trace = trace.subset(slice(0, want))
     trace = output_lengths(trace, cfg, seed)

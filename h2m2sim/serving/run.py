@@ -25,12 +25,14 @@ from h2m2sim.allocators.odma import utilization_bound
 from h2m2sim.errors import ConfigError
 from h2m2sim.registry import Registry
 
+from .clients import arrivals_note
+from .engine_profile import engine_metrics
 from .cluster import ROUTERS, Pool, run_pools
 from .config import ServingConfig
 from .deployment import DEFAULT_LAYOUT_EFFICIENCY, ServingDevice
 from .disaggregated import serve_disaggregated
 from .energy import EstimateEnergy
-from .replay import build_engine, prefix_hashes, served_requests, simulate
+from .replay import build_engine, prefix_hashes, send_all, served_requests, simulate
 from .resolve import (
     Prepared,
     deployment,
@@ -104,7 +106,9 @@ def serve(trace, cfg: ServingConfig, *, allocator: str,
              router=p.cfg.deployment.router if p.replicas > 1 else None)
     m.update(_utilization_bound(p, result))
     m.update({
-        "trace": p.trace.name, "arrivals": p.trace.arrival_note or "from trace",
+        "trace": p.trace.name, "arrivals": arrivals_note(p.trace, p.cfg.max_concurrency),
+        "max_concurrency": p.cfg.max_concurrency,
+        **engine_metrics(p.cfg),
         "history_requests": len(p.history), "history_fraction": p.fraction,
         "max_context_tokens": p.cfg.max_context_tokens,
         "model": p.model.name, "system": device.name,
@@ -144,8 +148,9 @@ def _replicated(p: Prepared) -> ServingResult:
                             else p.speculation.fresh(),
                             lower_tier=p.lower, kv_window=p.window) for a in p.allocs]
     pool = Pool("replicas", engines, ROUTERS.get(cfg.deployment.router))
-    for r in reqs:
-        pool.offer(r)
+    loop = send_all(reqs, cfg, pool.offer, engines)
+    if loop is not None:
+        pool.unknown_after = loop.bound
     with progress(len(reqs), "requests", unit="req") as bar:
         def advance():
             done = sum(len(e.finished) for e in engines) + int(rejected.sum())

@@ -42,6 +42,8 @@ import numpy as np
 
 from h2m2sim.errors import ConfigError
 
+from .random_dataset import RANDOM_ARRIVALS, is_random, random_lengths
+
 __all__ = ["RequestTrace", "load_trace", "poisson_arrivals", "bundled_trace_path",
            "read_lengths", "prefix_reuse_trace", "BUNDLED_TRACES"]
 
@@ -271,13 +273,18 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
     """Read and validate a request trace.
 
     ``path`` is a CSV file (``.gz`` for gzip), a Mooncake-format ``.jsonl`` file
-    (``.jsonl.gz`` for gzip) or the name of a bundled trace.
+    (``.jsonl.gz`` for gzip), the name of a bundled trace, or a random dataset
+    ``random:IN:OUT[:R]`` (:mod:`.random_dataset`; its lengths drawn with ``seed``).
     ``max_requests`` keeps the first N data rows. ``arrival_rate`` (requests/s) replaces the
     arrivals with a seeded Poisson process — required for realistic latency metrics on a
     dataset without an ``arrival_s`` column; without it such a dataset gets every arrival at
     t = 0 (an offline run) and ``arrival_note`` says so. ``keep_text=False`` drops the
     prompt text (saves memory when no learned predictor is used).
     """
+    if is_random(path):
+        label, prompts, outputs = random_lengths(path, max_requests, seed)
+        return RequestTrace(np.zeros(len(prompts)), prompts, outputs, None, label, False,
+                            RANDOM_ARRIVALS)
     p = Path(path)
     if not p.exists():
         bundled = bundled_trace_path(str(path))

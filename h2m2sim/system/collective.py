@@ -23,9 +23,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import numpy as np
+
 from dram_models.schema import param
 
-__all__ = ["CollectiveProtocol", "CollectiveSpec", "NCCL_A100_NVLINK", "NCCL_HOPPER_NVLINK",
+__all__ = ["CollectiveProtocol", "CollectiveSpec", "MeasuredAllReduce", "NCCL_A100_NVLINK", "NCCL_HOPPER_NVLINK",
            "ring_allreduce_ns"]
 
 _NCCL = "NVIDIA NCCL src/graph/tuning.cc (ring, NVLink, Ampere, one node)"
@@ -82,6 +84,34 @@ NCCL_HOPPER_NVLINK = (
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class MeasuredAllReduce:
+    """Measured time of one all-reduce over ``devices`` devices by message size: linear
+    between the measured sizes, the first point's time below them, the last segment's
+    slope beyond them."""
+
+    devices: int = param(ge=2, le=4096, doc="devices the measurement ran over")
+    nbytes: tuple[float, ...] = param(ge=0, le=1e12, unit="bytes", doc="message sizes "
+                                      "(per device), increasing")
+    us: tuple[float, ...] = param(ge=0, le=1e6, unit="us", doc="time of one all-reduce "
+                                  "at each size")
+
+    def _check(self) -> None:
+        from h2m2sim.errors import ConfigError
+        if len(self.nbytes) != len(self.us) or len(self.nbytes) < 2:
+            raise ConfigError("nbytes", "needs at least two sizes, one time per size")
+        if any(b <= a for a, b in zip(self.nbytes, self.nbytes[1:])):
+            raise ConfigError("nbytes", "sizes must increase")
+
+    def time_ns(self, nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` per device, ns."""
+        x, y = self.nbytes, self.us
+        if nbytes >= x[-1]:
+            slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+            return (y[-1] + max(slope, 0.0) * (nbytes - x[-1])) * 1e3
+        return float(np.interp(nbytes, x, y)) * 1e3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CollectiveSpec:
     """The collective that joins tensor-parallel devices (one all-reduce of a layer's
     activations after its attention and after its FFN, Megatron-style): the fastest of
@@ -98,21 +128,42 @@ class CollectiveSpec:
         "of point-to-point steps (each: the link's latency + bytes / bandwidth), for "
         "cards on a plain link such as PCIe; null = the protocols")
 
+    engine_kernel: tuple[MeasuredAllReduce, ...] = param(
+        default_factory=tuple, doc="the serving engines' own all-reduce kernel on these "
+        "devices (vLLM's custom all-reduce: one or two shots over the NVLink peers' "
+        "memory, used instead of NCCL for small messages), measured per device count; "
+        "empty = none measured")
+    engine_kernel_max_bytes: float = param(
+        8.0 * 2**20, gt=0, le=1e12, unit="bytes", doc="largest message the engine kernel "
+        "takes; larger ones go to the collective library",
+        source="vLLM custom_all_reduce.py: max_size = 8 MiB")
+
     def _check(self) -> None:
         if self.link is not None:
             from .links import LINKS
             LINKS.get(self.link, "link")
+        counts = [m.devices for m in self.engine_kernel]
+        if len(set(counts)) != len(counts):
+            from h2m2sim.errors import ConfigError
+            raise ConfigError("engine_kernel", "one measurement per device count")
 
     def allreduce_ns(self, nbytes: float) -> float:
         """Time (ns) of one all-reduce of ``nbytes`` per device over :attr:`devices`
         (0 for one device)."""
         return self.allreduce_over(nbytes, self.devices)
 
-    def allreduce_over(self, nbytes: float, devices: int) -> float:
+    def allreduce_over(self, nbytes: float, devices: int, engine_kernel: bool = False
+                       ) -> float:
         """Time (ns) of one all-reduce of ``nbytes`` per device over ``devices`` devices
-        (a serving replica's tensor-parallel cards; 0 for one device)."""
+        (a serving replica's tensor-parallel cards; 0 for one device). ``engine_kernel``:
+        the serving engine's own kernel where it was measured for that many devices and
+        takes messages that large, else the library's."""
         if devices <= 1:
             return 0.0
+        if engine_kernel and nbytes <= self.engine_kernel_max_bytes:
+            for m in self.engine_kernel:
+                if m.devices == devices:
+                    return m.time_ns(nbytes)
         if self.link is not None:
             from .links import LINKS
             link = LINKS.get(self.link, "system.collective.link")

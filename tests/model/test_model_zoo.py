@@ -80,6 +80,7 @@ EXPECTED = {
     "llama2-70b": 68_976_648_192,  # HF count
     "llama3-8b": 8_030_261_248,   # HF count
     "qwen2-7b": 7_615_616_512,    # HF count
+    "llama3.1-8b": 8_030_261_248,      # HF count (8.03B); the Llama 3 8B shape
     "llama3.1-70b": 70_553_706_496,    # HF count (70.6B)
     "llama3.1-405b": 405_853_388_800,  # HF count (406B); 8 KV heads, the Llama 3 paper
     "qwen2.5-7b": 7_615_616_512,       # HF count (7.61B); the Qwen2 7B shape
@@ -130,7 +131,7 @@ def test_independent_formulas_agree_with_pinned_counts():
 NOMINAL = {  # name -> (nominal parameters, allowed relative gap)
     "gpt3-175b": (175e9, 0.005), "llama2-70b": (69e9, 0.005), "llama2-7b": (6.7e9, 0.01),
     "llama2-13b": (13e9, 0.01),
-    "llama3-8b": (8.0e9, 0.01), "opt-1.3b": (1.3e9, 0.02), "opt-2.7b": (2.7e9, 0.02),
+    "llama3-8b": (8.0e9, 0.01), "llama3.1-8b": (8.03e9, 0.01), "opt-1.3b": (1.3e9, 0.02), "opt-2.7b": (2.7e9, 0.02),
     "opt-6.7b": (6.7e9, 0.01), "opt-13b": (13e9, 0.02), "opt-30b": (30e9, 0.01),
     "opt-66b": (66e9, 0.01), "qwen2-7b": (7.6e9, 0.01),
     "deepseek-r1-distill-qwen-7b": (7.6e9, 0.01),

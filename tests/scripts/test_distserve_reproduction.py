@@ -37,7 +37,7 @@ def test_the_shipped_runs_give_the_published_distserve_rate():
 def test_vllm_at_one_request_per_second_replays_near_its_measurement():
     """At light load colocated vLLM misses the TTFT SLO on the long prompts, measured and
     simulated alike (one A100 prefills 1,400 tokens in about 200 ms)."""
-    p = ds.replay_point({"system": "vllm", "rate": 1.0, "overhead_ms": 0.0,
+    p = ds.replay_point({"system": "vllm", "rate": 1.0, "engine": "measured",
                          "prefill": None})
     assert p["requests_completed"] == p["requests"] == 100
     assert p["measured_attainment"] == pytest.approx(0.68)
@@ -52,11 +52,11 @@ def _cache(tmp_path, monkeypatch):
 
 
 def test_the_summary_and_the_figure_from_stored_rows():
-    rows = [{"system": s, "rate": r, "overhead_ms": o, "measured_attainment": 1.05 - 0.1 * r,
+    rows = [{"system": s, "rate": r, "engine": o, "measured_attainment": 1.05 - 0.1 * r,
              "simulated_attainment": 1.0 - 0.05 * r}
-            for o in ds.OVERHEADS_MS for s in ds.GPUS for r in (1.0, 2.0, 3.0)]
+            for o in ds.ENGINES for s in ds.GPUS for r in (1.0, 2.0, 3.0)]
     table = ds.summary(rows)
-    assert len(table) == len(ds.OVERHEADS_MS)
+    assert len(table) == len(ds.ENGINES)
     assert table[0]["measured_vllm"] == pytest.approx(1.5)        # 0.95 -> 0.85: 1.5
     assert table[0]["simulated_vllm_found"] == "crossing"
     assert ds.plot(rows)[:4] == b"\x89PNG"

@@ -2,19 +2,41 @@
 section with nonsense is refused with one line naming the key."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from h2m2sim.errors import ConfigError
 from h2m2sim.system import load_system_preset, resolve_system
+from workloads import ROOT
+
+HARDWARE = ROOT / "hardware"
 
 
-@pytest.mark.parametrize("name,gbps,cap", [("h200", 4812.8, 141e9), ("h100-sxm", 3352.3, 80e9)])
-def test_gpu_presets(name, gbps, cap):
+def _find(obj, key):
+    """The first value of ``key`` anywhere in a JSON document."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        for v in obj:
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+@pytest.mark.parametrize("name,gbps,measured", [("h200", 4812.8, "h200-memory.json"),
+                                                 ("h100-sxm", 3352.3, "h100-memory.json")])
+def test_gpu_presets(name, gbps, measured):
     s = load_system_preset(name)
     side = s.sides[0]
     assert side.is_gpu and side.gpu.sms == 132
     assert side.bandwidth_gbps == pytest.approx(gbps, abs=0.1)
-    assert side.capacity_bytes == cap
+    # the memory the device reports, not the datasheet's rounded figure
+    query = json.loads((HARDWARE / measured).read_text())
+    assert side.capacity_bytes == _find(query, "mem_bytes")
     assert side.gpu.peak("bf16") == side.gpu.peak("fp16") and \
         side.gpu.peak("fp8") == pytest.approx(2 * side.gpu.peak("fp16"), rel=1e-3)
     assert 0 < side.gpu.sustained_ratio < 1

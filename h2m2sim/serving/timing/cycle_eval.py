@@ -548,10 +548,14 @@ def side_label(system, side: str, fidelity: str, cards: int) -> str:
 
 def cycle_evaluator(model, device, cfg, **options) -> PointEvaluator:
     """The ``"cycle"`` evaluator: the serving device's system and side, ``device.devices``
-    cards tensor parallel (a GPU system: the GPU kernel model over the same cards). The KV cache is simulated in the model's
-    type (``kv_dtype``, which a serving run's ``kv_dtype`` sets)."""
+    cards tensor parallel (a GPU system: the GPU kernel model over the same cards, its
+    all-reduces the engine's own kernel when ``cfg``'s engine runs one). The KV cache is
+    simulated in the model's type (``kv_dtype``, which a serving run's ``kv_dtype``
+    sets)."""
     if gpu_side(device.system) is not None:      # a GPU: its kernel model, not the NPU's
+        from h2m2sim.serving.engine_profile import engine_name, load_engine
+        own = load_engine(engine_name(cfg)).allreduce == "engine"
         return GpuEvaluator(model, device.system, cards=device.devices,
                             cache=options.get("cache", True),
-                            cache_dir=options.get("cache_dir"))
+                            cache_dir=options.get("cache_dir"), engine_allreduce=own)
     return CycleEvaluator(model, device.system, device.side, cards=device.devices, **options)
