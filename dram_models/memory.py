@@ -13,6 +13,7 @@ Two ways in:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -23,10 +24,10 @@ from .engine import address, reads, run, state
 from .engine.inputs import AddressMap, Config, Inputs, Paging, Rules, Traffic
 from .engine.run import Results
 from .engine.layout import C_APC, C_BA, C_BG, C_CAP, C_CH, C_CLOSED, C_LOG, C_PC, C_PERCH, \
-    C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, LAT_BINS, \
-    LOG_COMMANDS, LOG_OFF, LOG_QUEUE, NCFG, NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, \
-    TL_PREFETCH, TL_PTE, TL_SETS, TL_SHIFT, TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, \
-    T_FAW, T_REFI, T_REFIPB
+    C_REC, C_REFMODE, C_RK, C_RQ, C_SHIFT, C_SPLIT, C_WHI, C_WLO, C_WQ, C_XOR, INF, \
+    LAT_BINS, LOG_COMMANDS, LOG_FROM, LOG_HEAD, LOG_N, LOG_OFF, LOG_QUEUE, LOG_UNTIL, NCFG, \
+    NSTAT, NTIM, NTLB, S_DEADLOCK, S_END, TL_MISS, TL_PREFETCH, TL_PTE, TL_SETS, TL_SHIFT, \
+    TL_VBASE, TL_WALK, TL_WAYS, T_BL, T_CL, T_CWL, T_FAW, T_REFI, T_REFIPB
 from .errors import ConfigError
 from .mapping import AddressMapping, resolve
 from .rules import act_domain_is_pc, command_slots, compile_rules, timing_values
@@ -117,6 +118,9 @@ class RunResult:
     stream_tlb_stall: np.ndarray
     deadlock: bool
     controller: str = "engine"      # which controller ran: "engine" or "lean"
+    #: with a log: per channel, the requests in its queues when the log's window opens
+    #: (queue entries less column commands before it; with ``log_queue``), else None
+    queued_at_log_start: np.ndarray | None = None
 
 
 def _column(x, n: int, fill: int, dtype=np.int64) -> np.ndarray:
@@ -175,13 +179,15 @@ def _merge(outs: list[Results]) -> Results:
         stream_tlb_stall=np.sum([o.stream_tlb_stall for o in outs], axis=0))
 
 
-def _engine_run(inputs: Inputs, load: list[int], log_cap: int, threads: int) -> Results:
+def _engine_run(inputs: Inputs, load: list[int], log_cap: int, log_head: np.ndarray,
+                threads: int) -> Results:
     """Run the general engine on ``inputs`` and return its results; ``load`` is the number
     of descriptors of each stream. Allocates the state, then runs all channels together,
     or, for an open-loop trace (``run._perch_ok``), one channel at a time in two rounds
     (each to its own end, then the early ones to the common end). Those channels are spread
     over up to ``threads`` threads (:func:`_deal`), each with its own state; the results do
-    not depend on the thread count (:func:`_merge`)."""
+    not depend on the thread count (:func:`_merge`). ``log_cap`` rows and the header
+    ``log_head`` (layout.LOG_*) of the command log, if the run keeps one."""
     cfg = inputs.config.cfg
     compile_for(run._perch_ok, (inputs,))
     perch = bool(run._perch_ok(inputs))
@@ -189,8 +195,8 @@ def _engine_run(inputs: Inputs, load: list[int], log_cap: int, threads: int) -> 
         chans = _deal(load, threads)
     else:
         chans = [np.zeros(0, dtype=np.int64)]   # all channels together
-    compile_for(state._alloc, (inputs, log_cap))
-    states = [state._alloc(inputs, log_cap) for _ in chans]
+    compile_for(state._alloc, (inputs, log_cap, log_head))
+    states = [state._alloc(inputs, log_cap, log_head) for _ in chans]
     compile_for(run._channels, (inputs, states[0], chans[0], 0, 0))
     compile_for(run._collect, (cfg, states[0]))
 
@@ -205,7 +211,7 @@ def _engine_run(inputs: Inputs, load: list[int], log_cap: int, threads: int) -> 
 
 
 def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: list[int],
-              recorded: int, log_cap: int, threads: int) -> Results:
+              recorded: int, log_cap: int, log_head: np.ndarray, threads: int) -> Results:
     """:func:`_engine_run` on the lean controller (:mod:`dram_models.engine.reads`; the
     caller has checked its scope) for ``ms`` with the engine configuration ``cfg`` and the
     descriptor arrays of its streams: one channel at a time in the same two rounds, on up
@@ -229,8 +235,9 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     b_cnt = np.zeros(recorded, dtype=np.int64)
     stats = np.zeros((len(chans), NSTAT + reads.ROW_PAD), dtype=np.int64)
     hists = [np.zeros(LAT_BINS, dtype=np.int64) for _ in chans]
-    log = np.zeros((log_cap, 8), dtype=np.int64)
-    nlog = np.zeros(1, dtype=np.int64)
+    # (every row is written before it is read: rows the run never reaches cost no memory)
+    log = np.empty((log_cap, 8), dtype=np.int64)
+    nlog = log_head.copy()
 
     def args(i: int, floor: int) -> tuple:
         out = reads.Outputs(stats[i], cmdc, hists[i], d_left, d_done, b_done, b_cnt, log,
@@ -243,14 +250,14 @@ def _lean_run(ms: "MemorySystem", cfg, first, last, addr, nb, arrival, load: lis
     if end > 0:
         _on_threads(lambda i: reads.run_channels(*args(i, end)), len(chans))
     stat = _merge_stats([st[:NSTAT] for st in stats])
-    if nlog[0] > log_cap:
+    if nlog[LOG_N] > log_cap:
         stat[S_DEADLOCK] = 2          # the log overflowed: the caller retries
-    log = log[:min(int(nlog[0]), log_cap)]
+    log = log[:min(int(nlog[LOG_N]), log_cap)]
     log = log[np.lexsort((log[:, 2], log[:, 0]))]
     # (no groups: the engine's one slot of group times; no TLB)
     return Results(stat, cmdc[:, :NCMD].copy(), np.sum(hists, axis=0), d_done,
                    np.zeros(1, dtype=np.int64), np.full(1, -1, dtype=np.int64), b_done,
-                   b_cnt, log, np.zeros(len(first), dtype=np.int64))
+                   b_cnt, log, np.zeros(len(first), dtype=np.int64), nlog)
 
 
 class MemorySystem:
@@ -327,16 +334,65 @@ class MemorySystem:
     def ns_to_ticks(self, ns: float) -> int:
         return int(np.ceil(ns / self.tick_ns - 1e-9))
 
+    def log_header(self, window: tuple[int, int] | None = None,
+                   channels: Sequence[int] | None = None) -> np.ndarray:
+        """The command log's header (``layout.LOG_*``) that keeps the commands issued in
+        ticks ``window`` = [start, end) on ``channels`` (None: all ticks, all
+        channels)."""
+        C = self.channels
+        head = np.zeros(LOG_HEAD + 2 * C, dtype=np.int64)
+        head[LOG_FROM], head[LOG_UNTIL] = (-INF, INF) if window is None else window
+        if head[LOG_FROM] > head[LOG_UNTIL]:
+            raise ConfigError("log_window", f"start {window[0]} is after end {window[1]}")
+        if channels is None:
+            head[LOG_HEAD:LOG_HEAD + C] = 1
+            return head
+        chans = np.asarray(channels, dtype=np.int64).ravel()
+        if len(chans) == 0 or (chans < 0).any() or (chans >= C).any():
+            raise ConfigError("log_channels", f"must name channels 0 to {C - 1} of "
+                              f"{self.spec.name}, got {list(map(int, chans))}")
+        head[LOG_HEAD + chans] = 1
+        return head
+
+    def log_rows(self, bursts: int, window: tuple[int, int] | None = None,
+                 channels: Sequence[int] | None = None, queue: bool = False) -> int:
+        """Rows a command log of a run of ``bursts`` bursts needs at most, when it keeps
+        the ticks ``window`` of ``channels`` (see :meth:`log_header`) and, with
+        ``queue``, the queue entries. In a window, a channel issues at most one column
+        command per burst its data buses move, at most one ACT and one PRE per column
+        command (plus one per bank left open across the window's edges), takes at most
+        one queue entry per column command (plus its queues' room), and refreshes each
+        bank at most twice (PRE, REF) per refresh interval."""
+        whole = int(bursts * 3 + 64 + self.channels * 64 + bursts * 0.5 + 100000
+                    + (bursts if queue else 0))
+        if window is None:
+            return whole
+        o = self.spec.organization
+        ticks = max(int(window[1]) - int(window[0]), 0)
+        cols = o.pseudo_channels * (ticks // max(int(self.tim[T_BL]), 1) + 1)
+        banks = o.pseudo_channels * o.ranks * o.bank_groups * o.banks_per_group
+        refi = min(int(v) for v in (self.tim[T_REFI], self.tim[T_REFIPB], 1 << 62) if v > 0)
+        per = (3 + (1 if queue else 0)) * cols + 2 * banks + 2 * banks * (ticks // refi + 2) \
+            + (self.controller.read_queue + self.controller.write_queue if queue else 0) + 64
+        n = self.channels if channels is None else len(set(int(c) for c in channels))
+        return min(whole, n * per)
+
     # ------------------------------------------------------------------ runs
     def run(self, streams: Streams, translation: Translation | None = None,
             record: bool = False, log: bool = False, *,
             stream_per_channel: bool = False, threads: int = 1,
-            lean: bool | None = None, log_queue: bool = False) -> RunResult:
+            lean: bool | None = None, log_queue: bool = False,
+            log_window: tuple[int, int] | None = None,
+            log_channels: Sequence[int] | None = None) -> RunResult:
         """Simulate ``streams`` to completion. ``record`` keeps the completion tick of
         every burst (in issue order); ``log`` keeps the issued command log for the checker;
         ``log_queue`` (with ``log``) also logs each request entering a queue, as a row of
         pseudo-command :data:`~dram_models.commands.ENQ` (the general engine's run; not for
-        the checker).
+        the checker). ``log_window`` = (start, end) ticks keeps only the commands issued
+        in [start, end), ``log_channels`` only those of these channels: the log is sized
+        for them (:meth:`log_rows`), not for the run, and the result's
+        ``queued_at_log_start`` gives each channel's queued requests when the window
+        opens. What is logged never changes what is simulated.
         ``stream_per_channel`` promises that stream c addresses only channel c (as
         :meth:`trace_streams` builds them): an open-loop run without ``record`` or ``log``
         then simulates the channels one at a time, with identical results, and ``threads``
@@ -366,14 +422,15 @@ class MemorySystem:
         if log_queue and not log:
             raise ConfigError("log_queue", "logs queue entries into the command log: needs "
                               "log=True")
+        if not log and (log_window is not None or log_channels is not None):
+            raise ConfigError("log_window" if log_window is not None else "log_channels",
+                              "selects what the command log keeps: needs log=True")
+        log_head = self.log_header(log_window, log_channels)
         cfg[C_LOG] = LOG_QUEUE if log_queue else (LOG_COMMANDS if log else LOG_OFF)
         cfg[C_REC] = record
         cfg[C_PERCH] = stream_per_channel and S == self.channels and \
             self._bursts_stay(addr, nb, most)
-        log_cap = int(total * 3 + 64 + (self.channels * 64 if log else 0))
-        if log:
-            # room for refresh commands: one per domain per interval, generously
-            log_cap += int(total * 0.5) + 100000 + (total if log_queue else 0)
+        log_cap = self.log_rows(total, log_window, log_channels, log_queue) if log else 0
         first = np.ascontiguousarray(streams.first, dtype=np.int64)
         last = np.ascontiguousarray(streams.last, dtype=np.int64)
         load = (last - first).tolist()
@@ -391,9 +448,9 @@ class MemorySystem:
         while True:
             if use_lean:
                 out = _lean_run(self, cfg, first, last, addr, nb, arrival, load,
-                                total if record else 0, log_cap if log else 0, threads)
+                                total if record else 0, log_cap, log_head, threads)
             else:
-                out = _engine_run(inputs, load, log_cap, threads)
+                out = _engine_run(inputs, load, log_cap, log_head, threads)
             if out.stat[S_DEADLOCK] != 2:
                 break
             log_cap *= 4        # the command log overflowed: run again with more room
@@ -402,7 +459,8 @@ class MemorySystem:
         return RunResult(stats, self.tick_ns, out.desc_done, out.group_ready, out.group_end,
                          out.burst_done, out.burst_count, out.command_log,
                          out.stream_tlb_stall, bool(out.stat[S_DEADLOCK]),
-                         "lean" if use_lean else "engine")
+                         "lean" if use_lean else "engine",
+                         out.log_head[LOG_HEAD + self.channels:].copy() if log else None)
 
     def _engine_inputs(self, cfg, streams: Streams, translation: Translation | None,
                        first, last, maxout, addr, nb, is_write, arrival) -> Inputs:

@@ -106,6 +106,8 @@ def parse_size(text: str) -> int:
     if not m or m.group(2).lower() not in _SIZE_MULT:
         raise ValueError(f"not a size: {text!r} (examples: 4096, '2 MiB', '96 GB')")
     value = float(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
+    if not math.isfinite(value):    # 1e999 parses as inf, which no int can hold
+        raise ValueError(f"size {text!r} is not a finite number of bytes")
     if value != int(value):
         raise ValueError(f"size {text!r} is not a whole number of bytes")
     return int(value)

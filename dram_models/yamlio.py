@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -127,9 +126,10 @@ def parse(text: str, name: str) -> Any:
 
 def read_text(path: str | os.PathLike, what: str = "YAML file",
               limit: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of the regular file ``path``, refused with one ConfigError naming
-    it when it is missing, not a regular file (a directory, device, FIFO or socket),
-    larger than ``limit`` bytes or not UTF-8 text."""
+    """The UTF-8 text of the file ``path``, refused with one ConfigError naming it when
+    it is missing, a directory, larger than ``limit`` bytes or not UTF-8 text. A stream
+    (a pipe such as ``/dev/stdin`` or a shell's ``<(...)``, a FIFO, a device) is read
+    until its end or past ``limit`` bytes, so ``/dev/zero`` is refused by its size."""
     name = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -140,12 +140,13 @@ def read_text(path: str | os.PathLike, what: str = "YAML file",
     except OSError as err:
         raise ConfigError(name, f"cannot read: {err.strerror or err}") from None
     mode = os.fstat(fd).st_mode     # before fdopen, which refuses a directory itself
-    if not stat.S_ISREG(mode):
+    if stat.S_ISDIR(mode):
         os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise ConfigError(name, f"is a directory, expected a {what}")
-        raise ConfigError(name, f"is not a regular file (a device, FIFO or socket), "
-                                f"expected a {what}")
+        raise ConfigError(name, f"is a directory, expected a {what}")
+    if not stat.S_ISREG(mode):
+        # opened without blocking (a FIFO with no writer yet would hang the open); a
+        # stream is read blocking, up to its end or the limit
+        os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as fh:
         try:
             data = fh.read(limit + 1)

@@ -29,10 +29,11 @@ from typing import Any
 
 from h2m2sim import runner
 from h2m2sim.cache import config_hash, plain
-from h2m2sim.config import RunConfig, apply_sets, dump_yaml, load_config, load_file, set_key
+from h2m2sim.config import RunConfig, apply_sets, dump_yaml, load_config, load_file
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import (ResultStore, RunOutput, environment, flatten_metrics,
-                           git_revision, now_iso, prepare_file, shown_path, writing_to)
+                           git_revision, given_out, now_iso, prepare_file, refuse_inputs,
+                           shown_path, writing_to)
 from h2m2sim.sweeps import Sweep, SweepReport, build_sweep, read_sweep, run_sweep
 from h2m2sim.trace_events import Timeline
 from h2m2sim.version import __version__
@@ -143,7 +144,8 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
         timeline: str | os.PathLike | None = None,
         timeline_tracks: Iterable[str] | None = None,
         timeline_window: tuple[float, float] | None = None,
-        timeline_dram_window: tuple[float, float] | None = None) -> Result:
+        timeline_dram_window: tuple[float, float] | None = None,
+        timeline_dram_channels: str | Iterable[int] | None = None) -> Result:
     """Run one configuration (a YAML path, a RunConfig or a raw mapping; ``set`` as in
     :func:`load`) and return its :class:`Result`. With ``out``, also write
     ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
@@ -154,21 +156,25 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     ``timeline_tracks`` keeps some kinds of track
     (:data:`~h2m2sim.trace_events.TRACK_KINDS`), ``timeline_window`` = (start, end) ns
     keeps what happens between them, ``timeline_dram_window`` = (start, end) ns shows
-    each DRAM command issued between them (for runs small enough to log them)."""
+    each DRAM command issued between them, ``timeline_dram_channels`` (channel numbers,
+    or ``"0,1"``) only those of these channels of each side."""
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
+    refuse_overwriting(_input_files(config_or_path, cfg), out=out, timeline=timeline)
     tl = None
     if timeline is not None:
         tl = Timeline({"h2m2sim_version": __version__, "git_revision": git_revision(),
                        "config_hash": config_hash(cfg), "fidelity": cfg.simulation.fidelity},
                       tracks=timeline_tracks, window=timeline_window,
-                      dram_window=timeline_dram_window)
+                      dram_window=timeline_dram_window,
+                      dram_channels=timeline_dram_channels)
         prepare_file(timeline, "--timeline")       # before a run that may be long
     else:
         for key, value in (("--timeline-tracks", timeline_tracks),
                            ("--timeline-window", timeline_window),
-                           ("--timeline-dram-window", timeline_dram_window)):
+                           ("--timeline-dram-window", timeline_dram_window),
+                           ("--timeline-dram-channels", timeline_dram_channels)):
             if value is not None:
                 raise ConfigError(key, "only meaningful with --timeline")
     store = RunOutput(out) if out is not None else None    # an empty out is refused
@@ -186,6 +192,32 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
             store.abandon()     # unlocked: a later call in this process may use it
         raise
     return result
+
+
+def refuse_overwriting(inputs: Iterable[tuple[str, str | os.PathLike]], *,
+                       out: str | os.PathLike | None = None,
+                       timeline: str | os.PathLike | None = None) -> None:
+    """A ConfigError when a run's output (the ``timeline`` file, or a file of the ``out``
+    folder) is one of its ``inputs`` ((key, path) pairs): no output of a command may
+    overwrite what it reads."""
+    inputs = list(inputs)
+    if timeline is not None:
+        refuse_inputs(given_out(timeline, "--timeline", "file"), "--timeline", inputs)
+    if out is not None:
+        for path in RunOutput(given_out(out)).paths():
+            refuse_inputs(path, "--out", inputs)
+
+
+def _input_files(config_or_path: Any, cfg: RunConfig) -> list[tuple[str, str]]:
+    """(key, path) of the files a run reads: its configuration file, and a serving
+    trace given as a file; no output of the run may be one of them."""
+    files = []
+    if isinstance(config_or_path, (str, os.PathLike)):
+        files.append(("config", os.fspath(config_or_path)))
+    trace = cfg.workload.serving.trace if cfg.workload.serving is not None else None
+    if trace is not None and os.path.isfile(trace):
+        files.append(("--trace", trace))
+    return files
 
 
 def _run(cfg: RunConfig, timeline: Timeline | None = None) -> Result:
@@ -212,7 +244,7 @@ def serve(config_or_path: Any, trace: str | os.PathLike | None = None,
     if cfg.workload.serving is None:
         raise ConfigError("workload.serving", "serve needs a serving workload: set "
                                               "workload.serving in the configuration")
-    return run(cfg)
+    return run(cfg)     # no outputs: nothing of what it reads can be overwritten
 
 
 def sweep(spec_or_path: Any, out: str | os.PathLike, resume: bool = False,
@@ -259,6 +291,8 @@ def load_results(path: str | os.PathLike, timing: bool = False) -> ResultRows:
     """
     root = Path(path)
     try:
+        if root.name in ("results.csv", "result.json") and root.is_file():
+            root = root.parent  # a stored folder's table or record stands for the folder
         is_sweep = (root / "plan.json").exists()
         is_run = not is_sweep and (root / "result.json").exists()
     except OSError as err:      # a name or path too long, a folder we may not read

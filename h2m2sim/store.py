@@ -94,14 +94,18 @@ import importlib.metadata
 import io
 import json
 import logging
+import math
 import os
 import platform
+import stat
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 try:
     import fcntl
@@ -117,7 +121,8 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_
            "ResultStore", "RunOutput", "encode_cell", "decode_cell", "flatten_metrics",
            "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
            "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
-           "plan_digest", "now_iso", "FolderLock", "LOCK_NAME", "shown_path", "given_out"]
+           "plan_digest", "now_iso", "FolderLock", "LOCK_NAME", "shown_path", "given_out",
+           "check_regular", "refuse_inputs", "same_file", "json_safe", "path_exists"]
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +189,23 @@ def output_error(key: str, path: str | os.PathLike, err: OSError) -> ConfigError
     return ConfigError(key, f"cannot write to {shown_path(path)}: {reason}")
 
 
+def path_exists(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists; a ConfigError naming it (shortened) when the system cannot
+    tell, as for a name longer than the file system allows (``Path.exists`` raises)."""
+    try:
+        return Path(path).exists()
+    except OSError as err:
+        raise ConfigError(shown_path(path), f"cannot read: {err.strerror or err}") from None
+
+
 def given_out(path: str | os.PathLike, key: str = "--out", what: str = "folder") -> Path:
     """``path`` as a Path; an empty one (an unset shell variable) is refused, since
     ``Path("")`` would quietly mean the working folder. ``what``: what the path names,
-    for the message (``folder`` or ``file``)."""
+    for the message (``folder`` or ``file``). Anything but a str or os.PathLike (a
+    number, None where a path is required) is refused naming ``key``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(key, f"must be a path (a str or os.PathLike) naming the {what}, "
+                               f"got {type(path).__name__}")
     if not os.fspath(path):
         raise ConfigError(key, f"is empty: name the {what} to write"
                                + (" to" if what == "folder" else ""))
@@ -231,15 +249,56 @@ def prepare_dir(path: str | os.PathLike, key: str = "--out") -> Path | None:
     return top
 
 
-def prepare_file(path: str | os.PathLike, key: str) -> Path | None:
+def prepare_file(path: str | os.PathLike, key: str,
+                 inputs: Iterable[tuple[str, str | os.PathLike]] = ()) -> Path | None:
     """Make the folder of output file ``path`` writable (:func:`prepare_dir`) and check
-    that ``path`` is not a directory (nor empty). Returns what :func:`prepare_dir`
-    returns."""
+    that ``path`` is not a directory (nor empty), is a regular file or a new name
+    (:func:`check_regular`), and is none of the command's ``inputs`` ((key, path)
+    pairs: :func:`refuse_inputs`). Returns what :func:`prepare_dir` returns."""
     path = given_out(path, key, "file")
     with writing_to(path, key):
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        check_regular(path)
+    refuse_inputs(path, key, inputs)
     return prepare_dir(path.parent, key)
+
+
+def check_regular(path: str | os.PathLike) -> None:
+    """An OSError when ``path`` exists and is not a regular file (a device such as
+    /dev/null, a FIFO, a socket): an atomic writer renames its finished file over the
+    old name, which would replace the node itself instead of writing to it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        if err.errno in (errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP):
+            return      # reported by the write itself, with its own reason
+        raise
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise OSError(errno.EINVAL, "not a regular file (a device, FIFO or socket); "
+                                    "name a regular file or a new one", os.fspath(path))
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same inode when both exist, else the
+    same absolute, resolved path."""
+    with contextlib.suppress(OSError, ValueError):
+        return os.path.samefile(a, b)
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        return Path(a).resolve() == Path(b).resolve()
+    return False
+
+
+def refuse_inputs(path: str | os.PathLike, key: str,
+                  inputs: Iterable[tuple[str, str | os.PathLike]]) -> None:
+    """A ConfigError when output ``path`` (of option ``key``) is one of the command's
+    input files: writing it would destroy what the command reads."""
+    for in_key, in_path in inputs:
+        if in_path is not None and os.fspath(in_path) and same_file(path, in_path):
+            raise ConfigError(key, f"{shown_path(path)} is also the input {in_key}: "
+                                   "writing it would overwrite it; choose another name")
 
 
 def remove_empty_dirs(leaf: str | os.PathLike, top: str | os.PathLike | None) -> None:
@@ -384,6 +443,7 @@ def _staging_file(path: Path, prefix: str, suffix: str) -> tuple[int, str]:
     """(fd, name) of a new temporary file beside ``path`` with the permissions a plain
     ``open`` would give it: mkstemp makes it 0600 whatever the umask, and a result that
     only its writer can read is a surprise in a shared results folder."""
+    check_regular(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())
@@ -419,9 +479,24 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` as strict JSON can hold it: NaN and infinities (a metric a run could not
+    compute) become null, NumPy scalars Python numbers, tuples lists."""
+    if isinstance(obj, Mapping):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def json_text(obj: Any) -> str:
-    """The JSON rendering of every stored file (one key per line, key order kept)."""
-    return json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n"
+    """The JSON rendering of every stored file (one key per line, key order kept;
+    strict JSON: :func:`json_safe`)."""
+    return json.dumps(json_safe(obj), indent=1, sort_keys=False, allow_nan=False) + "\n"
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -617,6 +692,10 @@ class RunOutput:
         self._created: Path | None = None
         self._lock = FolderLock(self.root)
 
+    def paths(self) -> tuple[Path, Path, Path]:
+        """The files a stored run consists of."""
+        return self.result_path, self.config_path, self.timing_path
+
     def prepare(self, overwrite: bool = False) -> None:
         """Refuse a folder holding a sweep, or a run result unless ``overwrite``; then make
         the folder, check that it can be written and lock it (:class:`FolderLock`), all
@@ -725,6 +804,8 @@ class ResultStore:
     """The output directory of one sweep (layout in the module docstring)."""
 
     def __init__(self, root: str | os.PathLike):
+        if not isinstance(root, (str, os.PathLike)):
+            given_out(root)             # the one-line error naming --out
         self.given = os.fspath(root)  # before Path() turns "" into "."
         self.root = Path(root)
         self.points_dir = self.root / "points"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 from h2m2sim.errors import ConfigError
 from h2m2sim.store import atomic_write_text
 
-__all__ = ["Timeline", "TimelineError", "TRACK_KINDS", "read_events", "check_events"]
+__all__ = ["Timeline", "TimelineError", "TRACK_KINDS", "read_events", "check_events",
+           "checked_tracks", "checked_window"]
 
 #: Tolerance of the nesting check, in the file's microseconds: float rounding of ns / 1e3.
 _EPS_US = 1e-6
@@ -45,31 +47,31 @@ MAX_EVENTS = 1_000_000
 
 class Timeline:
     """Tracks of spans and counters, built in any order and written sorted by time.
-    ``tracks``: the kinds to keep (:data:`TRACK_KINDS`; None = all); ``window``: (start,
-    end) ns, events outside it dropped and spans cut to it; ``max_events``: beyond it the
+    ``tracks``: the kinds to keep (:data:`TRACK_KINDS`, or one string of them
+    comma-separated; None = all); ``window``: (start, end) ns or ``"START:END"``, events
+    outside it dropped and spans cut to it; ``max_events``: beyond it the
     latest events are dropped. What was dropped is written in the file's metadata
     (``otherData.dropped``)."""
 
     def __init__(self, metadata: Mapping[str, Any] | None = None, *,
-                 tracks: Iterable[str] | None = None,
-                 window: tuple[float, float] | None = None, max_events: int = MAX_EVENTS,
-                 dram_window: tuple[float, float] | None = None):
+                 tracks: str | Iterable[str] | None = None,
+                 window: tuple[float, float] | str | None = None,
+                 max_events: int = MAX_EVENTS,
+                 dram_window: tuple[float, float] | str | None = None,
+                 dram_channels: str | Iterable[int] | None = None):
         self.events: list[dict] = []
         self._detail: list[dict] = []   # moments dropped first (see instant)
         self._flows = 0                 # flow ids given so far
         self._pids: dict[str, int] = {}
         self._tids: dict[tuple[int, str], int] = {}
         self.metadata = dict(metadata or {})
-        self.tracks = frozenset(TRACK_KINDS if tracks is None else tracks)
-        unknown = sorted(self.tracks - set(TRACK_KINDS))
-        if unknown:
-            raise TimelineError(f"unknown track kind {unknown[0]!r}; choose from "
-                                f"{', '.join(TRACK_KINDS)}", "--timeline-tracks")
-        _checked_window(window, "--timeline-window")
-        self.window = window
+        self.tracks = checked_tracks(tracks)
+        self.window = checked_window(window, "--timeline-window")
         self.max_events = int(max_events)
         #: (start, end) ns in which the drawers show each DRAM command (None: none)
-        self.dram_window = _checked_window(dram_window, "--timeline-dram-window")
+        self.dram_window = checked_window(dram_window, "--timeline-dram-window")
+        #: the DRAM channels (of each side) whose commands are shown (None: all)
+        self.dram_channels = checked_channels(dram_channels, self.dram_window)
 
     def wants(self, kind: str) -> bool:
         """Whether tracks of ``kind`` (one of :data:`TRACK_KINDS`) are kept."""
@@ -202,12 +204,57 @@ def _number(v) -> int | float:
     return int(f) if f.is_integer() and abs(f) < 1e15 else f
 
 
-def _checked_window(window: tuple[float, float] | None, key: str
-                    ) -> tuple[float, float] | None:
-    if window is not None and not (math.isfinite(window[0]) and math.isfinite(window[1])
-                                   and 0 <= window[0] < window[1]):
-        raise TimelineError(f"{window[0]:g}:{window[1]:g} ns: needs 0 <= START < END", key)
-    return None if window is None else (float(window[0]), float(window[1]))
+def checked_tracks(tracks: str | Iterable[str] | None) -> frozenset[str]:
+    """The kinds of track ``tracks`` names (:data:`TRACK_KINDS`): None for all, one
+    string of kinds separated by commas (as ``--timeline-tracks`` takes them) or an
+    iterable of kinds. TimelineError (``--timeline-tracks``) for anything else, an
+    unknown kind, or no kind at all (a timeline of nothing)."""
+    if tracks is None:
+        return frozenset(TRACK_KINDS)
+    if isinstance(tracks, str):     # one string is a list, not its letters
+        tracks = [t.strip() for t in tracks.split(",") if t.strip()]
+    elif isinstance(tracks, Iterable) and not isinstance(tracks, Mapping):
+        tracks = list(tracks)
+    else:
+        raise TimelineError(f"must be kinds of track, got {type(tracks).__name__}",
+                            "--timeline-tracks")
+    bad = next((t for t in tracks if not isinstance(t, str) or t not in TRACK_KINDS), None)
+    if bad is not None or not tracks:
+        what = "names no kind of track" if bad is None else f"unknown track kind {bad!r}"
+        raise TimelineError(f"{what}; choose from {', '.join(TRACK_KINDS)}",
+                            "--timeline-tracks")
+    return frozenset(tracks)
+
+
+def checked_window(window: tuple[float, float] | str | None, key: str
+                   ) -> tuple[float, float] | None:
+    """``window`` as (start, end) ns, from a pair of numbers or a ``"START:END"``
+    string; TimelineError naming ``key`` unless 0 <= START < END, both finite."""
+    if window is None:
+        return None
+    try:
+        if isinstance(window, str):
+            start, end = (float(x) for x in window.split(":"))
+        elif isinstance(window, (tuple, list)) and len(window) == 2:
+            start, end = (_ns(x) for x in window)
+        else:
+            raise TypeError(window)
+    except (TypeError, ValueError, OverflowError):
+        shown = repr(window) if len(repr(window)) <= 40 else repr(window)[:37] + "..."
+        raise TimelineError(f"must be START:END or (START, END) in ns, got {shown}",
+                            key) from None
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+        raise TimelineError(f"{start:g}:{end:g} ns: needs 0 <= START < END, both finite",
+                            key)
+    return start, end
+
+
+def _ns(x: Any) -> float:
+    """A number as a float; TypeError for anything else, booleans and numerals
+    included (OverflowError for an integer beyond floats)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(x)
+    return float(x)
 
 
 def _in_window(events: list[dict], t0: float, t1: float) -> list[dict]:
@@ -229,10 +276,75 @@ def _in_window(events: list[dict], t0: float, t1: float) -> list[dict]:
 
 
 def read_events(path: str | os.PathLike) -> list[dict]:
-    """The trace events of a timeline file (its ``traceEvents``)."""
-    with open(path) as fh:
-        data = json.load(fh)
-    return data["traceEvents"] if isinstance(data, dict) else data
+    """The trace events of a timeline file (its ``traceEvents``, or the file's list),
+    each checked for what the readers here use; a ConfigError naming ``path`` and the
+    first thing wrong otherwise."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as err:
+        raise ConfigError(str(path), f"cannot be read: {err.strerror or err}") from None
+    except RecursionError:      # json recurses once per level of nesting
+        raise _not_a_timeline(path, "it is nested too deeply") from None
+    except ValueError as err:   # not JSON, or not UTF-8
+        raise _not_a_timeline(path, str(err)) from None
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise _not_a_timeline(path, "it holds no list of events (traceEvents)")
+    for i, e in enumerate(events):
+        problem = _event_problem(e)
+        if problem:
+            raise _not_a_timeline(path, f"event {i}: {problem}")
+    return events
+
+
+def _not_a_timeline(path: str | os.PathLike, why: str) -> ConfigError:
+    return ConfigError(str(path), f"is not a timeline file: {why}")
+
+
+#: Largest time a timeline file may hold, in its microseconds (31,700 years): beyond it
+#: the readers' sums in ns would lose all precision.
+_MAX_US = 1e18
+
+
+def _event_problem(e: Any) -> str | None:
+    """What makes ``e`` unreadable as a trace event here (None when nothing)."""
+    if not isinstance(e, dict):
+        return f"is {type(e).__name__}, not an object"
+    ph = e.get("ph")
+    if not isinstance(ph, str):
+        return "has no phase ('ph')"
+    for key in ("pid", "tid"):
+        if key in e and (isinstance(e[key], bool) or not isinstance(e[key], (int, str))):
+            return f"'{key}' is {e[key]!r}, not a number or a name"
+    if ph == "M":
+        return _metadata_problem(e)
+    if ph in ("X", "i", "I", "C", "s", "f") and not isinstance(e.get("name"), str):
+        return f"a '{ph}' event without a 'name'"
+    for key in ("ts", "dur") if ph == "X" else ("ts",):
+        if not _is_time(e.get(key)):
+            value = f"is {e[key]!r}" if key in e else "is missing"
+            return f"{e.get('name', ph)!r} ('{ph}'): '{key}' {value}, not a time in us"
+    return None
+
+
+def _metadata_problem(e: dict) -> str | None:
+    """What is wrong with the names a metadata event gives (None when nothing)."""
+    if e.get("name") not in ("process_name", "thread_name"):
+        return None
+    args = e.get("args")
+    if "pid" not in e or (e["name"] == "thread_name" and "tid" not in e):
+        return f"{e['name']} without the track it names"
+    if not isinstance(args, dict) or not isinstance(args.get("name"), str):
+        return f"{e['name']} without a name ('args': {{'name': ...}})"
+    return None
+
+
+def _is_time(v: Any) -> bool:
+    """Whether ``v`` is a time (or duration) a timeline may hold: a number in
+    [0, :data:`_MAX_US`] us."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)
+            and 0 <= v <= _MAX_US)
 
 
 def check_events(events: list[dict]) -> None:
@@ -262,3 +374,36 @@ def check_events(events: list[dict]) -> None:
             raise TimelineError(f"track {track[:2]}: span {e['name']!r} [{ts}, {end}] us "
                                 f"overlaps the span that ends at {stack[-1]} us")
         stack.append(end)
+
+
+def checked_channels(channels: str | Iterable[int] | None,
+                     dram_window: tuple[float, float] | None) -> tuple[int, ...] | None:
+    """The DRAM channel numbers ``channels`` names (``"0,1"`` as
+    ``--timeline-dram-channels`` takes them, or integers), sorted; None for None.
+    TimelineError (``--timeline-dram-channels``) for anything but channel numbers >= 0,
+    or without a DRAM window (``dram_window``) to show them in."""
+    if channels is None:
+        return None
+    key = "--timeline-dram-channels"
+    if dram_window is None:
+        raise TimelineError("only meaningful with --timeline-dram-window", key)
+    items = [c for c in channels.split(",") if c.strip()] if isinstance(channels, str) \
+        else channels
+    try:
+        chans = [_channel(c) for c in items]
+    except (TypeError, ValueError):
+        shown = repr(channels) if len(repr(channels)) <= 40 else repr(channels)[:37] + "..."
+        raise TimelineError(f"must be channel numbers >= 0, comma-separated, got {shown}",
+                            key) from None
+    if not chans:
+        raise TimelineError("names no channel", key)
+    return tuple(sorted(set(chans)))
+
+
+def _channel(c: Any) -> int:
+    """One channel number: an integer >= 0 (or its text)."""
+    if isinstance(c, str):
+        c = int(c.strip())
+    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 0:
+        raise ValueError(c)
+    return int(c)

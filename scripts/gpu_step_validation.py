@@ -18,21 +18,107 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
-import os
+import math
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from h2m2sim.compute.gpu import GpuEvaluator
+from h2m2sim.compute.gpu import GpuEvaluator, gpu_side
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.kv_layout import CONTIGUOUS
+from h2m2sim.model import load_model
+from h2m2sim.store import (atomic_write_text, prepare_file, refuse_inputs,
+                           remove_empty_dirs, writing_to)
+
+#: The time each phase is measured by (ms): decode replayed from a CUDA graph, prefill
+#: launched eagerly.
+TIME_KEY = {"decode": "graph_ms", "prefill": "eager_ms"}
 
 
-def load_steps(path: str) -> list[dict]:
-    """The ``steps`` rows of a measurement file (ConfigError naming a bad key)."""
+#: Largest batch or length taken: the largest integer a JSON writer keeps exact (2^53).
+MAX_COUNT = 2 ** 53
+
+
+def _count(val, key: str, path: str) -> int:
+    """``val`` as an integer in [1, :data:`MAX_COUNT`]: a JSON integer, or a float without
+    a fraction (bool, string and null refused)."""
+    ok = not isinstance(val, bool) and (
+        isinstance(val, int) or (isinstance(val, float) and val.is_integer()))
+    if not ok or not 0 < val <= MAX_COUNT:
+        raise ConfigError(key, f"{path}: must be an integer from 1 to 2^53, got {val!r}")
+    return int(val)
+
+
+def _time_ms(val, key: str, path: str) -> float:
+    """``val`` as a finite time > 0 (ms); bool, strings and integers too large for a float
+    refused."""
+    try:
+        ok = not isinstance(val, bool) and isinstance(val, (int, float)) and \
+            math.isfinite(float(val)) and val > 0
+    except OverflowError:     # an integer beyond any float
+        ok = False
+    if not ok:
+        raise ConfigError(key, f"{path}: must be a finite time > 0 ms, got {val!r}")
+    return float(val)
+
+
+def _model(name, key: str, path: str, models: dict):
+    """The model spec of zoo name (or YAML file) ``name``, loaded once per name."""
+    if not isinstance(name, str):
+        raise ConfigError(key, f"{path}: must be a model name, got {name!r}")
+    if name not in models:
+        try:
+            models[name] = load_model(name)
+        except ConfigError as err:
+            raise ConfigError(key, f"{path}: {err}") from None
+    return models[name]
+
+
+def _row(r, i: int, path: str, models: dict) -> dict:
+    """Row ``i`` of the ``steps`` list, checked: model, phase, batch, seq and the phase's
+    time (the other phase's time, null when not measured, is not read)."""
+    where = f"steps[{i}]"
+    if not isinstance(r, dict):
+        raise ConfigError(where, f"{path}: must be a mapping, got {type(r).__name__}")
+    for k in ("model", "phase", "batch", "seq"):
+        if k not in r:
+            raise ConfigError(f"{where}.{k}", f"{path}: missing")
+    _model(r["model"], f"{where}.model", path, models)
+    if not isinstance(r["phase"], str) or r["phase"] not in TIME_KEY:
+        raise ConfigError(f"{where}.phase", f"{path}: must be 'decode' or 'prefill', got "
+                                            f"{r['phase']!r}")
+    want = TIME_KEY[r["phase"]]
+    if want not in r:
+        raise ConfigError(f"{where}.{want}", f"{path}: missing")
+    return {"model": r["model"], "phase": r["phase"],
+            "batch": _count(r["batch"], f"{where}.batch", path),
+            "seq": _count(r["seq"], f"{where}.seq", path),
+            want: _time_ms(r[want], f"{where}.{want}", path)}
+
+
+def _check_fits(row: dict, i: int, path: str, model, side) -> None:
+    """Refuse a step whose weights and KV cache (B requests of S + 1 tokens for decode, S
+    for prefill) exceed the memory of the system's GPU: no card of that system could
+    have run it. The model's nominal context is no bound, since simulations and these
+    random-weight measurements both run past it."""
+    tokens = row["seq"] + (row["phase"] == "decode")
+    need = model.total_weight_bytes() + row["batch"] * model.kv_bytes_of(tokens)
+    if need > side.capacity_bytes:
+        raise ConfigError(
+            f"steps[{i}].seq", f"{path}: {row['batch']} x {tokens:,} tokens of "
+            f"{row['model']} need {need / 2**30:,.1f} GiB of weights and KV cache, more "
+            f"than the {side.capacity_bytes / 2**30:,.1f} GiB of the system's GPU")
+
+
+def load_steps(path: str, system=None) -> list[dict]:
+    """The ``steps`` rows of a measurement file, checked (ConfigError naming
+    ``steps[i].key`` and the file): ``batch`` and ``seq`` integers > 0, ``phase`` decode
+    or prefill, its time (``graph_ms`` / ``eager_ms``, ms) finite and > 0, ``model`` a
+    known model; with ``system`` (a preset name or spec) also that each step fits in the
+    memory of the system's GPU."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
@@ -40,14 +126,16 @@ def load_steps(path: str) -> list[dict]:
     rows = data.get("steps") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
         raise ConfigError("measured", f"{path}: no 'steps' list")
-    for i, r in enumerate(rows):
-        for k in ("model", "phase", "batch", "seq"):
-            if k not in r:
-                raise ConfigError(f"steps[{i}].{k}", f"{path}: missing")
-        want = "graph_ms" if r["phase"] == "decode" else "eager_ms"
-        if not isinstance(r.get(want), (int, float)) or not r[want] > 0:
-            raise ConfigError(f"steps[{i}].{want}", f"{path}: must be a time > 0 ms")
-    return rows
+    side = None if system is None else gpu_side(system)
+    if system is not None and side is None:
+        raise ConfigError("system", f"{system!r} has no GPU side (a side with a gpu "
+                                    "section)")
+    models: dict = {}
+    out = [_row(r, i, path, models) for i, r in enumerate(rows)]
+    if side is not None:
+        for i, row in enumerate(out):
+            _check_fits(row, i, path, models[row["model"]], side)
+    return out
 
 
 def compare(system: str, rows: list[dict]) -> list[dict]:
@@ -55,7 +143,9 @@ def compare(system: str, rows: list[dict]) -> list[dict]:
     evs: dict[str, GpuEvaluator] = {}
     out = []
     for r in rows:
-        ev = evs.setdefault(r["model"], GpuEvaluator(r["model"], system))
+        if r["model"] not in evs:
+            evs[r["model"]] = GpuEvaluator(r["model"], system)
+        ev = evs[r["model"]]
         b, s = int(r["batch"]), int(r["seq"])
         if r["phase"] == "decode":
             sim, meas = ev.evaluate("decode", b, np.full(b, s + 1.0), CONTIGUOUS), \
@@ -80,14 +170,19 @@ def summary(rows: list[dict]) -> dict:
     return by
 
 
+def csv_text(rows: list[dict]) -> str:
+    """The rows as CSV text, one header line."""
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
 def write_csv(path: str, rows: list[dict]) -> None:
-    out = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".csv")
-    with os.fdopen(fd, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, out)
+    """Write the rows to ``path`` atomically (an OSError is a ConfigError on --csv)."""
+    with writing_to(path, "--csv"):
+        atomic_write_text(path, csv_text(rows))
 
 
 def main(argv=None) -> int:
@@ -98,13 +193,19 @@ def main(argv=None) -> int:
     p.add_argument("--csv", help="also write the rows to this CSV file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
+    top = None
     try:
-        rows = compare(args.system, load_steps(args.measured))
+        if args.csv is not None:     # before the work: a bad path must not cost a run
+            refuse_inputs(args.csv, "--csv", [("--measured", args.measured)])
+            top = prepare_file(args.csv, "--csv")
+        rows = compare(args.system, load_steps(args.measured, args.system))
+        if args.csv is not None:
+            write_csv(args.csv, rows)
     except ConfigError as err:
+        if args.csv is not None:     # the folders prepare_file made for nothing
+            remove_empty_dirs(Path(args.csv).parent, top)
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.csv:
-        write_csv(args.csv, rows)
     if args.json:
         print(json.dumps({"system": args.system, "measured_file": args.measured,
                           "summary": summary(rows), "points": rows}))

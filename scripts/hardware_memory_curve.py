@@ -30,7 +30,9 @@ Usage::
 ``--requests`` sets the request count (bursts) of every run; by default 4,000,000 for the
 stream and chunk runs (2,000,000 for chunks below 128 B) and 20,000 latency probes. The
 patterns are seeded: the same inputs print the same output, bit for bit (the wall time goes
-to stderr). Exit status 0 done, 2 a bad argument, measurement file or preset.
+to stderr). Exit status 0 done, 2 a bad argument, measurement file or preset, or a
+measurement of another device than the preset's (a memory bus of another width, a stream
+bandwidth above the preset's DRAM peak).
 """
 from __future__ import annotations
 
@@ -38,9 +40,7 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +52,8 @@ from dram_models.errors import ConfigError
 from dram_models.memory import MemorySystem
 from dram_models.schema import positive_int
 from dram_models.trace import Trace
+from h2m2sim.store import (atomic_output_path, prepare_file, refuse_inputs,
+                           remove_empty_dirs, writing_to)
 
 #: Requests (bursts) of the stream and chunk runs: enough for every channel of a whole
 #: device (94 channels x 256-entry queues on the H200) to reach steady state.
@@ -105,6 +107,27 @@ def _number(val, where: str) -> float:
     return float(val)
 
 
+def _fraction(obj, key: str, where: str) -> float:
+    """``obj[key]`` checked to be a fraction in (0, 1] (bool refused)."""
+    val = _positive(obj, key, where)
+    if val > 1:
+        raise InputError(f"{where}: must be a fraction of the stream read in (0, 1], "
+                         f"got {val!r}")
+    return val
+
+
+def _bus_bits(device: dict) -> int | None:
+    """The device's memory bus width (bits) as CUDA reports it, or None when the file
+    does not say (absent, or 0: the measurement script's "unknown")."""
+    val = device.get("mem_bus_bits")
+    if val is None:
+        return None
+    if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+        raise InputError(f"device.mem_bus_bits: must be an integer >= 0 (bits), "
+                         f"got {val!r}")
+    return val or None
+
+
 def _chunks(bw: dict) -> dict[int, float]:
     """Measured fraction of stream read by chunk size (bytes), sorted by size."""
     where = "bandwidth.random_gather_by_bytes"
@@ -117,7 +140,7 @@ def _chunks(bw: dict) -> dict[int, float]:
             raise InputError(f"{where}.{key}: must be a chunk size in bytes (an integer > 0)")
         if not isinstance(row, dict):
             raise InputError(f"{where}.{key}: must be a mapping")
-        out[int(key)] = _positive(row, "frac_of_stream", f"{where}.{key}.frac_of_stream")
+        out[int(key)] = _fraction(row, "frac_of_stream", f"{where}.{key}.frac_of_stream")
     return dict(sorted(out.items()))
 
 
@@ -151,10 +174,11 @@ def _energy(data: dict) -> dict[str, float] | None:
 
 
 def load_measured(path: str) -> dict:
-    """The measurement file, checked: ``device`` (name), ``stream_read`` / ``stream_write``
-    (GB/s), ``chunks`` (bytes -> fraction of stream read), ``cold_ns`` (every cold row's
-    chase_cg_ns, ns), ``energy`` (row -> pJ/bit above idle, or None). Raises
-    :class:`InputError` naming the file and the key."""
+    """The measurement file, checked: ``device`` (name), ``bus_bits`` (memory bus width,
+    bits, or None), ``stream_read`` / ``stream_write`` (GB/s), ``chunks`` (bytes ->
+    fraction of stream read, in (0, 1]), ``cold_ns`` (every cold row's chase_cg_ns, ns),
+    ``energy`` (row -> pJ/bit above idle, or None). Raises :class:`InputError` naming
+    the file and the key."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -168,6 +192,7 @@ def load_measured(path: str) -> dict:
         device = _get(data, "device", "device")
         bw = _get(data, "bandwidth", "bandwidth")
         return {"device": str(device.get("name", "unnamed device")),
+                "bus_bits": _bus_bits(device),
                 "stream_read": _positive(bw, "stream_read_GBps",
                                          "bandwidth.stream_read_GBps"),
                 "stream_write": _positive(bw, "stream_write_GBps",
@@ -176,6 +201,32 @@ def load_measured(path: str) -> dict:
                 "energy": _energy(data)}
     except InputError as err:
         raise InputError(f"{path}: {err}") from None
+
+
+def side_bus_bits(spec) -> int:
+    """Data bus width (bits) of a DRAM configuration, as its peak bandwidth counts it."""
+    o = spec.organization
+    return o.channels * o.pseudo_channels * o.channel_width_bits
+
+
+def check_match(measured: dict, side, system_name: str, path: str) -> None:
+    """Refuse a measurement that cannot be of the side's memory: a memory bus of another
+    width (when the file gives it), or a stream bandwidth above the side's theoretical
+    peak (an efficiency above 1)."""
+    spec = side.dram_spec
+    bits, own = measured["bus_bits"], side_bus_bits(spec)
+    if bits is not None and bits != own:
+        raise InputError(f"{path}: device.mem_bus_bits: {measured['device']} has a "
+                         f"{bits}-bit memory bus, system {system_name}'s memory "
+                         f"({spec.name}) {own} bits: the file's device and the system do "
+                         "not match")
+    for kind in ("read", "write"):
+        gbps = measured[f"stream_{kind}"]
+        if gbps > spec.peak_gbps:
+            raise InputError(
+                f"{path}: bandwidth.stream_{kind}_GBps: {gbps:,.1f} GB/s is above the "
+                f"{spec.peak_gbps:,.1f} GB/s peak of system {system_name} ({spec.name}): "
+                f"the file's device ({measured['device']}) and the system do not match")
 
 
 # ---------------------------------------------------------------- simulation
@@ -369,15 +420,9 @@ def write_plot(r: dict, path: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".png")
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        with atomic_output_path(path) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
 
@@ -406,16 +451,22 @@ def _load_side(name: str):
 def main(argv=None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
+    top = None
     try:
-        # the plot's folder is checked first: a typo must not cost the whole simulation
-        if args.plot and not Path(args.plot).resolve().parent.is_dir():
-            raise InputError(f"--plot {args.plot}: its folder does not exist")
+        # the plot's path is checked first: a typo must not cost the whole simulation
+        if args.plot is not None:
+            refuse_inputs(args.plot, "--plot", [("--measured", args.measured)])
+            top = prepare_file(args.plot, "--plot")
         measured = load_measured(args.measured)
         side = _load_side(args.system)
+        check_match(measured, side, args.system, args.measured)
         result = compare(args.system, args.measured, side, measured, args.requests)
-        if args.plot:
-            write_plot(result, args.plot)
+        if args.plot is not None:
+            with writing_to(args.plot, "--plot"):
+                write_plot(result, args.plot)
     except (InputError, ConfigError) as err:
+        if args.plot is not None:     # the folders prepare_file made for nothing
+            remove_empty_dirs(Path(args.plot).parent, top)
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result) if args.json else format_table(result))

@@ -17,6 +17,11 @@ C_CH, C_PC, C_RK, C_BG, C_BA, C_RQ, C_WQ, C_WHI, C_WLO, C_CLOSED, C_CAP, C_REFMO
 NCFG = 19
 # cfg[C_LOG]: no command log, the commands, or the commands and each queue entry
 LOG_OFF, LOG_COMMANDS, LOG_QUEUE = range(3)
+# the command log's header (state.nlog): rows logged so far ([LOG_N]; beyond the log's
+# rows: it overflowed), the ticks [LOG_FROM, LOG_UNTIL) whose commands are logged, then
+# per channel c: LOG_HEAD + c is 1 if its commands are logged, LOG_HEAD + C + c counts
+# its queue entries less its column commands before LOG_FROM (requests queued then)
+LOG_N, LOG_FROM, LOG_UNTIL, LOG_HEAD = range(4)
 # tim indices (ticks)
 T_CL, T_CWL, T_BL, T_FAW, T_REFI, T_REFIPB = range(6)
 NTIM = 6

@@ -135,7 +135,7 @@ class Outputs(NamedTuple):
     b_done: np.ndarray      # per burst in enqueue order (one channel only): completion
     b_cnt: np.ndarray       # per burst: completions
     log: np.ndarray         # command log (no rows: none)
-    nlog: np.ndarray        # [0]: commands logged
+    nlog: np.ndarray        # the log's header: rows logged, window, channels (LOG_*)
 
 
 def out_of_scope(cfg: np.ndarray, per_channel: bool, writes: bool, translation: bool,

@@ -10,7 +10,7 @@ from numba import njit
 
 from ..commands import NCMD
 from .general import _loop
-from .layout import C_CH, C_LOG, C_PERCH, C_REC, INF, S_DEADLOCK, TL_WALK
+from .layout import C_CH, C_LOG, C_PERCH, C_REC, INF, LOG_N, S_DEADLOCK, TL_WALK
 from .tree import _tset
 
 
@@ -27,6 +27,7 @@ class Results(NamedTuple):
     burst_count: np.ndarray     # per burst (if recorded): completions (1 when right)
     command_log: np.ndarray     # one row per command (timing._log_cmd), if kept
     stream_tlb_stall: np.ndarray    # per stream: ticks stalled on address translation
+    log_head: np.ndarray        # the command log's header (layout.LOG_*)
 
 
 @njit(cache=True, nogil=True)
@@ -92,8 +93,9 @@ def _collect(cfg, st):
     stat = st.stat
     log = st.log
     nlog = st.nlog
-    nl = min(nlog[0], log.shape[0])
-    if cfg[C_LOG] and nlog[0] > log.shape[0]:
+    nl = min(nlog[LOG_N], log.shape[0])
+    if cfg[C_LOG] and nlog[LOG_N] > log.shape[0]:
         stat[S_DEADLOCK] = 2   # command log overflow: caller must retry with more room
     return Results(stat, st.cmdc.reshape((cfg[C_CH], NCMD)), st.lat_hist, st.d_done,
-                   st.g_ready, st.g_end, st.b_done, st.b_cnt, log[:nl], st.s_tlbstall)
+                   st.g_ready, st.g_end, st.b_done, st.b_cnt, log[:nl], st.s_tlbstall,
+                   nlog)

@@ -48,7 +48,7 @@ class State(NamedTuple):
     stat: np.ndarray        # layout.S_* statistics
     lat_hist: np.ndarray    # read latencies, ticks (the last bin holds the longer ones)
     log: np.ndarray         # command log, one row per command (timing._log_cmd)
-    nlog: np.ndarray        # [0]: commands logged (beyond the log's rows: it overflowed)
+    nlog: np.ndarray        # the log's header: rows logged, window, channels (LOG_*)
     # streams
     s_cur: np.ndarray       # per stream: current descriptor
     s_k: np.ndarray         # per stream: next burst of it
@@ -96,10 +96,11 @@ class State(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
-def _alloc(inp, log_cap):
+def _alloc(inp, log_cap, log_head):
     """Allocate and initialize the :class:`State` of a run of the
     :class:`~dram_models.engine.inputs.Inputs` ``inp``, with room for ``log_cap``
-    commands in the log if the run keeps one."""
+    commands in the log if the run keeps one, and the log's header ``log_head`` (copied:
+    its window and channels, layout.LOG_*)."""
     cfg, tim = inp.config.cfg, inp.config.tim
     tlbc = inp.paging.tlbc
     s_first, s_last = inp.traffic.s_first, inp.traffic.s_last
@@ -161,8 +162,9 @@ def _alloc(inp, log_cap):
     cmdc = np.zeros(C * NCMD, dtype=np.int64)
     stat = np.zeros(NSTAT, dtype=np.int64)
     lat_hist = np.zeros(LAT_BINS, dtype=np.int64)
-    log = np.zeros((log_cap if cfg[C_LOG] else 0, 8), dtype=np.int64)
-    nlog = np.zeros(1, dtype=np.int64)
+    # (every row is written before it is read: rows the run never reaches cost no memory)
+    log = np.empty((log_cap if cfg[C_LOG] else 0, 8), dtype=np.int64)
+    nlog = log_head.copy()
 
     S = s_first.shape[0]
     D = d_nb.shape[0]

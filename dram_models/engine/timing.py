@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from ..commands import ACT, L_BG, L_BK, L_CH, L_K, L_SIB, NCMD, PRE, PREA, RD, REF, REFPB
-from .layout import INF, T_REFI, T_REFIPB
+from ..commands import ACT, ENQ, L_BG, L_BK, L_CH, L_K, L_SIB, NCMD, PRE, PREA, RD, REF, \
+    REFPB, WRA
+from .layout import INF, LOG_FROM, LOG_HEAD, LOG_N, LOG_UNTIL, T_REFI, T_REFIPB
 
 
 @njit(inline="always", _nrt=False)
@@ -106,10 +107,22 @@ def _raise(cmd, ref, bank, grp, rkn, pcn, rk0, NBANK, B, R, NLR, apc, rules, bp,
 
 @njit(inline="always", _nrt=False)
 def _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row):
-    """Append one command to the command log (columns: tick, command, channel,
-    pseudo-channel, rank, bank group and bank node, row); ``nlog[0]`` counts past the
-    end when the log is full, so the caller can retry with more room."""
-    n = nlog[0]
+    """Append one command issued at tick ``t`` to the command log (columns: tick,
+    command, channel, pseudo-channel, rank, bank group and bank node, row) if the log's
+    header ``nlog`` (layout.LOG_*) asks for its channel and tick; ``nlog[LOG_N]`` counts
+    past the end when the log is full, so the caller can retry with more room. Before the
+    window, a logged channel's queue entries and column commands are only counted, so
+    that its queue is known when the window opens."""
+    C = (nlog.shape[0] - LOG_HEAD) // 2
+    if nlog[LOG_HEAD + ch] == 0 or t >= nlog[LOG_UNTIL]:
+        return
+    if t < nlog[LOG_FROM]:
+        if cmd == ENQ:
+            nlog[LOG_HEAD + C + ch] += 1
+        elif RD <= cmd <= WRA:
+            nlog[LOG_HEAD + C + ch] -= 1
+        return
+    n = nlog[LOG_N]
     if n < log.shape[0]:
         log[n, 0] = t
         log[n, 1] = cmd
@@ -119,7 +132,7 @@ def _log_cmd(log, nlog, t, cmd, ch, pcn, rkn, bgn, bank, row):
         log[n, 5] = bgn
         log[n, 6] = bank
         log[n, 7] = row
-    nlog[0] = n + 1
+    nlog[LOG_N] = n + 1
 
 
 

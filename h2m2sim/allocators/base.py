@@ -290,10 +290,12 @@ class KVAllocator(abc.ABC):
         self._add_reserved(-r.cap)
         if completed:
             self.counts["release"] += 1
-            # utilization sees the request's whole context, shared prefix included
+            # utilization sees the request's whole context, shared prefix included, as
+            # far as its KV goes: past a sliding window (the allocator's context) a
+            # request holds the window's tokens, each new one replacing its oldest
             actual = r.shared + r.prompt + (int(generated_tokens) if generated_tokens
                                             is not None else r.used - r.prompt)
-            self.util_actual_tokens += actual
+            self.util_actual_tokens += min(actual, self.max_context_tokens)
             self.util_reserved_tokens += r.peak_cap + r.shared
         else:
             self.counts["preempted_release"] += 1

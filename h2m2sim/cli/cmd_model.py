@@ -138,6 +138,8 @@ def run(args) -> int:
         "kv_lora_rank": model.kv_lora_rank, "qk_rope_head_dim": model.qk_rope_head_dim,
         "ffn_type": model.ffn_type,
         "params_per_layer": model.params_per_layer, "total_params": model.total_params,
+        "decoder_params": model.total_params - model.embedding_params,
+        "embedding_params": model.embedding_params,
         "weight_bytes_per_layer": ub["weight"], "kv_bytes_per_layer": ub["kv"] - st,
         "ssm_state_bytes_per_layer": st,
         "activation_bytes_per_layer": ub["activation"],
@@ -218,8 +220,9 @@ def _attention_kind(model, layer: int) -> str:
 
 
 def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:
-    """Per (mixer, ffn) kind of the stack: its layer count and one layer's bytes (KV
-    cache and Mamba recurrent state apart) and FLOPs. ``G`` is layer 0's graph. The
+    """Per (mixer, ffn) kind of the stack: its layer count, one layer's parameters (all,
+    and those one token uses) and bytes (weights this batch reads, KV cache and Mamba
+    recurrent state apart) and FLOPs. ``G`` is layer 0's graph. The
     per-layer fields at the top of the output describe layer 0; totals add the kinds."""
     out = []
     for (mixer, ffn), n in model.layer_groups().items():
@@ -228,6 +231,8 @@ def _layer_kinds(model, G, batch, seqs, phase, dtype) -> list[dict]:
             layer=next(i for i in range(model.layers) if model.layer_kind(i) == (mixer, ffn)))
         ub, st = unique_bytes(Gk), state_bytes(Gk)
         out.append({"mixer": mixer, "ffn": ffn, "layers": n,
+                    "params_per_layer": model.params_of_kind((mixer, ffn)),
+                    "active_params_per_layer": model.params_of_kind((mixer, ffn), True),
                     "weight_bytes_per_layer": ub["weight"],
                     "kv_bytes_per_layer": ub["kv"] - st, "ssm_state_bytes_per_layer": st,
                     "activation_bytes_per_layer": ub["activation"],
@@ -250,6 +255,61 @@ def _fmt_bytes(n: int) -> str:
     return f"{n:,} B"
 
 
+def _short_bytes(n: float) -> str:
+    """Bytes in the largest decimal unit that keeps the figure >= 1 (B, kB, MB, GB)."""
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n / div:.3f} {unit}"
+    return f"{int(n)} B"
+
+
+def _short_count(n: float) -> str:
+    """A parameter count in B (1e9), M (1e6) or k (1e3)."""
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.3f}{unit}"
+    return f"{int(n)}"
+
+
+#: readable names of the layer kinds' mixers and FFNs
+MIXER_NAMES = {"attention": "attention", "local": "local attention", "ssm": "mamba"}
+FFN_NAMES = {"dense": "dense FFN", "moe": "MoE FFN"}
+
+
+def _kind_name(k: dict) -> str:
+    return f"{MIXER_NAMES.get(k['mixer'], k['mixer'])} + {FFN_NAMES.get(k['ffn'], k['ffn'])}"
+
+
+def _print_params(o: dict) -> None:
+    """Total and active parameters, and how the layers and embeddings add up to them."""
+    print(f"parameters: {o['total_params']:,} ({_short_count(o['total_params'])}) total, "
+          f"{o['active_params']:,} ({_short_count(o['active_params'])}) active per token")
+    print(f"  = {o['layers']} decoder layers {_short_count(o['decoder_params'])} + "
+          f"embeddings and LM head {_short_count(o['embedding_params'])}")
+
+
+def _print_kinds(o: dict) -> None:
+    """One row per layer kind: count, parameters and one layer's bytes and FLOPs."""
+    moe = any(k["ffn"] == "moe" for k in o["layer_kinds"])
+    note = f"; MoE weights: the experts batch {o['batch']} routes to" if moe else ""
+    print(f"layer kinds (one layer of each kind{note}):")
+    print(f"  {'kind':<26} {'layers':>6} {'params':>10} {'active':>10} {'weights':>12} "
+          f"{'KV':>12} {'ssm state':>12} {'GFLOP':>10}")
+    for k in o["layer_kinds"]:
+        print(f"  {_kind_name(k):<26} {k['layers']:>6} "
+              f"{_short_count(k['params_per_layer']):>10} "
+              f"{_short_count(k['active_params_per_layer']):>10} "
+              f"{_short_bytes(k['weight_bytes_per_layer']):>12} "
+              f"{_short_bytes(k['kv_bytes_per_layer']):>12} "
+              f"{_short_bytes(k['ssm_state_bytes_per_layer']):>12} "
+              f"{k['flops_per_layer'] / 1e9:>10.3f}")
+
+
+#: rows of one layer: shown for a stack of one kind (a mixed stack has the kinds table)
+PER_LAYER = ("weight_bytes_per_layer", "kv_bytes_per_layer", "ssm_state_bytes_per_layer",
+             "activation_bytes_per_layer")
+
+
 def _print_text(o: dict) -> None:
     kv = (f"latent {o['kv_lora_rank']} + rotary {o['qk_rope_head_dim']}" if o["kv_lora_rank"]
           else f"{o['kv_heads']} KV heads")
@@ -258,31 +318,29 @@ def _print_text(o: dict) -> None:
     seq = (str(o["seq_max"]) if o["seq_min"] == o["seq_max"]
            else f"{o['seq_min']}..{o['seq_max']} (sum {o['seq_sum']})")
     print(f"workload: {o['phase']}, batch {o['batch']}, seq {seq}, dtype {o['dtype']}")
-    rows = [("layers", f"{o['layers']}"),
-            ("params_per_layer", f"{o['params_per_layer']:,}"),
-            ("total_params", f"{o['total_params']:,} ({o['total_params'] / 1e9:.3f}B)")]
+    _print_params(o)
+    _print_kinds(o)
+    one_kind = len(o["layer_kinds"]) == 1
+    rows = [("layers", f"{o['layers']}")]
+    if one_kind:
+        rows += [("params_per_layer", f"{o['params_per_layer']:,}")]
+    rows += [("total_params", f"{o['total_params']:,} ({o['total_params'] / 1e9:.3f}B)")]
+    rows += [(k, _fmt_bytes(o[k])) for k in (PER_LAYER if one_kind else ())]
     rows += [(k, _fmt_bytes(o[k])) for k in (
-        "weight_bytes_per_layer", "kv_bytes_per_layer", "ssm_state_bytes_per_layer",
-        "activation_bytes_per_layer", "kv_bytes_per_token_per_layer", "total_weight_bytes",
+        "kv_bytes_per_token_per_layer", "total_weight_bytes",
         "decoder_weight_bytes", "total_kv_bytes", "total_ssm_state_bytes")]
     gf = o["flops_per_layer"] / 1e9
-    rows += [("flops_per_layer", f"{o['flops_per_layer']:,} ({gf:.3f} GFLOP)"),
-             ("kernels_per_layer", f"{o['kernels_per_layer']}"),
+    rows += [("flops_per_layer", f"{o['flops_per_layer']:,} ({gf:.3f} GFLOP)")] \
+        if one_kind else []
+    rows += [("kernels_per_layer", f"{o['kernels_per_layer']}"),
              ("split_units", ", ".join(f"{k}={v}" for k, v in o["split_units"].items()))]
     for k, v in o.get("timing", {}).items():
         rows.append((f"{k} (wall)", f"{v:.4f}"))
     w = max(len(r[0]) for r in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
-    if len(o["layer_kinds"]) > 1:
-        print("layer kinds (bytes and FLOPs of one layer):")
-        print(f"  {'kind':<16} {'layers':>6} {'weight':>15} {'kv':>15} {'ssm state':>13} "
-              f"{'flops':>17}")
-        for k in o["layer_kinds"]:
-            print(f"  {k['mixer'] + '+' + k['ffn']:<16} {k['layers']:>6} "
-                  f"{k['weight_bytes_per_layer']:>15,} {k['kv_bytes_per_layer']:>15,} "
-                  f"{k['ssm_state_bytes_per_layer']:>13,} {k['flops_per_layer']:>17,}")
-    print("footprint per layer (bytes):")
+    first = "" if len(o["layer_kinds"]) == 1 else f", layer 0: {_kind_name(o['layer_kinds'][0])}"
+    print(f"footprint per layer (bytes{first}):")
     state = o["ssm_state_bytes_per_layer"] > 0     # a column only where a layer has state
     print(f"  {'sublayer':<10} {'weight':>15} {'kv':>15} {'activation':>13}"
           + (f" {'ssm state':>13}" if state else ""))

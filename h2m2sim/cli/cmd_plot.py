@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 HELP = "plot sweep results (lines or grouped bars, optionally as speedup over a baseline)"
@@ -77,7 +78,8 @@ def main(args: argparse.Namespace) -> int:
                   logx=args.logx, logy=args.logy, size=size)
     print(f"{yaxis.label} by {xaxis.label}:")
     print(plotting.format_pivot(xs, hues, data, x))
-    print(f"wrote {out}")
+    sys.stdout.flush()
+    print(f"wrote {out}", file=sys.stderr)      # information: stderr (docs/cli.md)
     return 0
 
 

@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 import math
+import sys
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,28 +57,36 @@ def add_timeline_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--timeline-dram-window", metavar="START:END",
                    help="with --timeline: show each DRAM command issued between START and "
                         "END ns, and per channel bandwidth and row hits in 100 windows of "
-                        "it (runs of up to a few million commands)")
+                        "it (up to a few million commands in the window)")
+    p.add_argument("--timeline-dram-channels", metavar="C,C,...",
+                   help="with --timeline-dram-window: show the commands of these DRAM "
+                        "channels of each side only (default all)")
 
 
 def parse_window(text: str | None, key: str) -> tuple[float, float] | None:
-    from h2m2sim.errors import ConfigError
-    if text is None:
-        return None
-    try:
-        start, end = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise ConfigError(key, f"must be START:END in ns, got {text!r}") from None
-    return start, end
+    """``START:END`` (ns) as a pair, by the rules every window follows (finite,
+    0 <= START < END; :func:`h2m2sim.trace_events.checked_window`); None for None."""
+    from h2m2sim.trace_events import checked_window
+    return checked_window(text, key)
 
 
 def timeline_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Keyword arguments of :func:`h2m2sim.api.run` for the timeline options."""
-    tracks = None if args.timeline_tracks is None else \
-        [t.strip() for t in args.timeline_tracks.split(",") if t.strip()]
-    return {"timeline": args.timeline, "timeline_tracks": tracks,
+    """Keyword arguments of :func:`h2m2sim.api.run` for the timeline options (the
+    kinds of track as given: the timeline reads a comma-separated string)."""
+    return {"timeline": args.timeline, "timeline_tracks": args.timeline_tracks,
             "timeline_window": parse_window(args.timeline_window, "--timeline-window"),
             "timeline_dram_window": parse_window(args.timeline_dram_window,
-                                            "--timeline-dram-window")}
+                                            "--timeline-dram-window"),
+            "timeline_dram_channels": args.timeline_dram_channels}
+
+
+def say_timeline_written(args: argparse.Namespace) -> None:
+    """Say where ``--timeline`` wrote its file, on stderr as everything but results
+    is, so that ``--json`` output stays one JSON object."""
+    if args.timeline:
+        sys.stdout.flush()      # the results first where both streams share one pipe
+        print(f"wrote the timeline {args.timeline} (open it in ui.perfetto.dev)",
+              file=sys.stderr)
 
 
 def _is_number(v: Any) -> bool:
@@ -201,6 +210,16 @@ def _blocks(rows: Mapping[str, Mapping[str, Any]], cols: list[str], units: Mappi
     return out
 
 
+def _row_label(key: str, name: str) -> str:
+    """A row of a one-column table without the unit suffix it shares with the table's
+    ``name`` (``wall_s`` in ``times_s`` -> 'wall'): the column states the unit it is
+    shown in, which may differ (ms), and a row named in seconds must not contradict it."""
+    stem, q = _unit_of(key)
+    nq = _unit_of(name)[1]
+    same = q.dimension is not None and q.dimension == nq.dimension and q.stored == nq.stored
+    return stem if same and stem else key
+
+
 def table(data: Mapping[str, Any], name: str = "") -> list[str]:
     """Lines of a text table, at most :data:`WIDTH` characters: a mapping of scalars
     becomes one column whose unit is the suffix of ``name`` (``boundary_ns``), a mapping
@@ -210,7 +229,7 @@ def table(data: Mapping[str, Any], name: str = "") -> list[str]:
     from h2m2sim.store import flatten_metrics
     if all(not isinstance(v, Mapping) for v in data.values()):
         value = "value" + name[len(_unit_of(name)[0]):]
-        rows = {k: {value: v} for k, v in data.items()}
+        rows = {_row_label(k, name): {value: v} for k, v in data.items()}
     else:
         rows = {k: flatten_metrics(v) if isinstance(v, Mapping) else {"value": v}
                 for k, v in data.items()}
@@ -297,13 +316,17 @@ def main(args: argparse.Namespace) -> int:
     sets = list(args.sets) + ([] if args.cards is None else [f"system.cards={args.cards}"])
     cfg = api.load(args.config, sets)
     log.info("config %s: %s", config_hash(cfg)[:12], _plan(cfg))
+    # the file is read once (it may be a pipe); its outputs must not overwrite it
+    api.refuse_overwriting([("config", args.config)], out=args.out, timeline=args.timeline)
     res = api.run(cfg, out=args.out, overwrite=args.overwrite, **timeline_options(args))
     if args.json:
-        print(json.dumps({**res.result_record(), "timing": res.timing}, allow_nan=True))
+        from h2m2sim.store import json_safe     # a metric not computed is null, not NaN
+        print(json.dumps(json_safe({**res.result_record(), "timing": res.timing})))
     else:
         print(summary(res.config, res.metrics, res.config_hash, res.timing))
-        if args.out:
-            print(f"\nwrote {Path(args.out) / 'result.json'}, config.yaml and timing.json")
-        if args.timeline:
-            print(f"wrote the timeline {args.timeline} (open it in ui.perfetto.dev)")
+    if args.out:    # where results went is information: stderr (docs/cli.md)
+        sys.stdout.flush()
+        print(f"wrote {Path(args.out) / 'result.json'}, config.yaml and timing.json",
+              file=sys.stderr)
+    say_timeline_written(args)
     return 0

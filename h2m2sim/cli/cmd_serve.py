@@ -9,10 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 
-import numpy as np
 
 __all__ = ["register", "run"]
 log = logging.getLogger(__name__)
@@ -233,15 +231,8 @@ def register(subparsers) -> None:
 
 def _clean(obj):
     """JSON-safe copy: NaN/inf -> null, NumPy scalars -> Python numbers."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+    from h2m2sim.store import json_safe
+    return json_safe(obj)
 
 
 #: The run configuration's simulation.fidelity that each --evaluator stands for.
@@ -283,6 +274,10 @@ def _serving_data(args) -> dict:
                         else _speculative(args.speculative))):
         if value is not None:
             data[key] = value
+    if args.kv_offload is not None and args.kv_offload_capacity is None:
+        from h2m2sim.errors import ConfigError
+        raise ConfigError("--kv-offload-capacity", f"is needed with --kv-offload "
+                          f"{args.kv_offload} (the tier's size, e.g. 1TB)")
     dep = {k: v for k, v in (("replicas", args.replicas),
                              ("tensor_parallel", args.tensor_parallel),
                              ("router", args.router)) if v is not None}
@@ -298,9 +293,31 @@ def _size(text: str | None, flag: str) -> int | None:
     if text is None:
         return None
     try:
-        return parse_size(text)
+        n = parse_size(text)
     except ValueError as err:
-        raise ConfigError(flag, str(err)) from None
+        raise ConfigError(flag, str(err) + _unit_hint(text, flag)) from None
+    if n < MIN_BARE_BYTES and _is_bare_number(text):
+        # a capacity of a few bytes is a forgotten unit, not a request
+        raise ConfigError(flag, f"{text} is {n} bytes: give a unit, e.g. {flag} '{text} GB'")
+    return n
+
+
+#: a capacity flag given as a bare number below this many bytes (1 MB) lacks its unit
+MIN_BARE_BYTES = 10**6
+
+
+def _is_bare_number(text: str) -> bool:
+    """Whether ``text`` is a number without a unit ('20', '1.5')."""
+    try:
+        float(str(text).strip())
+    except ValueError:
+        return False
+    return True
+
+
+def _unit_hint(text: str, flag: str) -> str:
+    """A hint to add a unit when ``text`` is a bare number, else ''."""
+    return f"; give a unit, e.g. {flag} '{text} GB'" if _is_bare_number(text) else ""
 
 
 def _pair(text: str | None, flag: str, what: str) -> list[int] | None:
@@ -358,9 +375,10 @@ def run(args) -> int:
              where, args.allocator)
     from h2m2sim import api
     from h2m2sim.cache import plain
-    from h2m2sim.cli.cmd_run import timeline_options
+    from h2m2sim.cli.cmd_run import say_timeline_written, timeline_options
     res = api.run(run_config(args), out=args.out, overwrite=args.overwrite,
                   **timeline_options(args))
+    say_timeline_written(args)
     m = _clean(res.metrics)
     for key in JSON_KEYS:
         m.setdefault(key, None)
@@ -369,6 +387,7 @@ def run(args) -> int:
         notes.append(f"arrivals: {m['arrivals']}")
     if not m.get("cycle_level") or len(res.config.system.sides) > 1:   # a placeholder,
         notes.append(f"iteration times: {m['iteration_time_model']}")   # or one side of several
+    notes += _draft_notes(m)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:   # the metrics at the top level, beside where they came from
@@ -377,15 +396,24 @@ def run(args) -> int:
                           "h2m2sim_version": record["h2m2sim_version"],
                           "git_revision": record["git_revision"],
                           "config": _clean(plain(res.config))}, sort_keys=True))
+        _say_stored(args)
         return 0
     _print_table(m)
-    if args.out:
-        print(f"\nwrote {args.out}/result.json, config.yaml (rerun with h2m2sim run) and "
-              "timing.json")
+    _say_stored(args)
     return 0
 
 
+def _say_stored(args) -> None:
+    """Where ``--out`` stored the run, on stderr (information, not a result)."""
+    if args.out:
+        sys.stdout.flush()
+        print(f"wrote {args.out}/result.json, config.yaml (rerun with h2m2sim run) and "
+              "timing.json", file=sys.stderr)
+
+
 def _fmt(v, unit=""):
+    """A number to four significant digits with ``unit``; '-' for None. Times and
+    energies go through :mod:`h2m2sim.cli.fmt`, which picks their unit."""
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -396,30 +424,62 @@ def _fmt(v, unit=""):
 def _speculative_rows(m) -> list[tuple[str, str]]:
     """Measured tokens per verify step against the formula's, and the draft's share;
     no row when not speculating."""
+    from h2m2sim.cli.fmt import seconds
     sp = m.get("speculative")
     if not sp:
         return []
     return [("speculative: tokens/step",
              f"{_fmt(m['tokens_per_step'])} (expected {_fmt(sp['expected_tokens_per_step'])}; "
-             f"draft {sp['draft']}, k={sp['k']}, draft time {_fmt(sp['draft_time_s'], ' s')})")]
+             f"draft {sp['draft']}, k={sp['k']}, draft time {seconds(sp['draft_time_s'])})")]
+
+
+def _draft_notes(m) -> list[str]:
+    """Where a draft model's memory came from: the target's KV capacity shrinks by the
+    draft's weights and by its KV cache (which holds the same tokens); none otherwise."""
+    sp = m.get("speculative")
+    if not sp or m.get("kv_capacity_bytes") is None:
+        return []
+    gb = 1e9
+    return [f"speculative decoding: the target's KV cache gets "
+            f"{m['kv_capacity_bytes'] / gb:.4g} GB; the draft {sp['draft']} takes the rest: "
+            f"its weights ({sp['draft_weight_bytes'] / gb:.4g} GB) and its KV cache "
+            f"({sp['draft_kv_capacity_bytes'] / gb:.4g} GB, as many tokens at "
+            f"{sp['draft_kv_bytes_per_token']:,} B each)"]
+
+
+def _itl(m) -> str:
+    """ITL p50 / p99; a zero gap under speculation is tokens one verify step emits."""
+    from h2m2sim.cli.fmt import seconds
+    p50, p99 = m["itl_p50_s"], m["itl_p99_s"]
+    same = " (tokens of one verify step arrive together)" if m.get("speculative") and \
+        p50 == 0 else ""
+    return f"{seconds(p50)} / {seconds(p99)}{same}"
 
 
 def _disaggregated_rows(m) -> list[tuple[str, str]]:
     """The pools and the KV transfers of a disaggregated run; no row otherwise."""
+    from h2m2sim.cli.fmt import joules, seconds
     pools = m.get("disaggregate")
     if not pools:
         return []
-    return [("prefill : decode cards", f"{pools[0]} {m['prefill_system']} : {pools[1]} "
-                                       f"{m['decode_system']} (KV over {m['kv_link']})"),
-            ("KV transfer p50 / p99", f"{_fmt(m['kv_transfer_s_p50'], ' s')} / "
-                                      f"{_fmt(m['kv_transfer_s_p99'], ' s')}, "
+    return [("prefill / decode pool", f"{_cards(pools[0], m['prefill_system'])} / "
+                                      f"{_cards(pools[1], m['decode_system'])}, KV over "
+                                      f"{m['kv_link']}"),
+            ("KV transfer p50 / p99", f"{seconds(m['kv_transfer_s_p50'])} / "
+                                      f"{seconds(m['kv_transfer_s_p99'])}, "
                                       f"{_fmt(m['kv_transfer_bytes'] / 1e9, ' GB')}, "
-                                      f"{_fmt(m['kv_transfer_energy_j'], ' J')}")]
+                                      f"{joules(m['kv_transfer_energy_j'])}")]
+
+
+def _cards(n: int, system: str) -> str:
+    """'2 cards of mlu370-x4'."""
+    return f"{n} card{'' if n == 1 else 's'} of {system}"
 
 
 def _tier_rows(m) -> list[tuple[str, str]]:
     """Where the prefix hits came from and what crossed to the KV tier; no row without
     one."""
+    from h2m2sim.cli.fmt import joules
     tier = m.get("kv_offload")
     if not tier:
         return []
@@ -428,25 +488,26 @@ def _tier_rows(m) -> list[tuple[str, str]]:
     return [("prefix hit rate by tier", rates),
             (f"KV tier {tier}", f"{_fmt(m['offload_bytes'] / 1e9, ' GB')} demoted, "
                                 f"{_fmt(m['promoted_bytes'] / 1e9, ' GB')} promoted, "
-                                f"{_fmt(m['offload_energy_j'], ' J')}")]
+                                f"{joules(m['offload_energy_j'])}")]
 
 
 def _print_table(m) -> None:
+    from h2m2sim.cli.fmt import joules, seconds
     rows = [
         ("trace / model / system", f"{m['trace']} / {m['model']} / {m['system']}"),
         ("allocator (layout)", f"{m['allocator']} ({m['kv_layout']}), scheduler "
-                               f"{m['scheduler']}, predictor {m['predictor'] or '-'}"),
+                               f"{m.get('scheduler') or '-'}, predictor {m.get('predictor') or '-'}"),
         ("requests completed", f"{m['requests_completed']} of {m['requests']} replayed "
                                f"({m['requests_rejected']} rejected, {m['requests_cut']} cut; "
-                               f"{m['history_requests']} held out as history)"),
+                               f"{m.get('history_requests') or 0} held out as history)"),
         ("output tokens/s", _fmt(m["tokens_per_s"])),
-        ("TTFT p50 / p90 / p99", " / ".join(_fmt(m[f"ttft_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
-        ("TPOT p50 / p90 / p99", " / ".join(_fmt(m[f"tpot_{q}_s"], " s") for q in ("p50", "p90", "p99"))),
-        ("ITL p50 / p99", f"{_fmt(m['itl_p50_s'], ' s')} / {_fmt(m['itl_p99_s'], ' s')}"),
+        ("TTFT p50 / p90 / p99", " / ".join(seconds(m[f"ttft_{q}_s"]) for q in ("p50", "p90", "p99"))),
+        ("TPOT p50 / p90 / p99", " / ".join(seconds(m[f"tpot_{q}_s"]) for q in ("p50", "p90", "p99"))),
+        ("ITL p50 / p99", _itl(m)),
         ("SLO attainment / goodput", f"{_fmt(m['slo_attainment'])} / "
                                      f"{_fmt(m['goodput_rps'], ' req/s')}"),
-        ("queueing delay p50 / p99", f"{_fmt(m['queue_delay_p50_s'], ' s')} / "
-                                     f"{_fmt(m['queue_delay_p99_s'], ' s')}"),
+        ("queueing delay p50 / p99", f"{seconds(m['queue_delay_p50_s'])} / "
+                                     f"{seconds(m['queue_delay_p99_s'])}"),
         ("KV utilization", _fmt(m["kv_utilization"])),
         ("reserved KV peak / mean", f"{_fmt(m['peak_reserved_bytes'] / 1e9, ' GB')} / "
                                     f"{_fmt((m['mean_reserved_bytes'] or 0) / 1e9, ' GB')} of "
@@ -461,8 +522,8 @@ def _print_table(m) -> None:
         *_tier_rows(m),
         ("migrations (rate)", f"{m['migrations']} ({_fmt(m['migration_rate'])})"),
         ("predictor accuracy", _fmt(m["predictor_accuracy"])),
-        ("energy (per output token)", f"{_fmt(m['energy_j'], ' J')} "
-                                      f"({_fmt(m['energy_per_output_token_j'], ' J')})"),
+        ("energy total / per output token", f"{joules(m['energy_j'])} / "
+                                            f"{joules(m['energy_per_output_token_j'])}"),
         ("iteration times", m["iteration_time_model"]),
     ]
     width = max(len(r[0]) for r in rows)

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from dram_models.schema import positive_int
-from h2m2sim.cli.cmd_run import add_timeline_options, timeline_options
+from h2m2sim.cli.cmd_run import add_timeline_options, say_timeline_written, timeline_options
 from h2m2sim.cli.cmd_validate import add_set_option
 from h2m2sim.errors import ConfigError
 
@@ -71,6 +71,5 @@ def _one_point(args: argparse.Namespace) -> int:
     res = api.run(point.config, **timeline_options(args))
     print(f"point {point.index}: " + ", ".join(f"{k}={v}" for k, v in point.params.items()))
     print(summary(res.config, res.metrics, res.config_hash, res.timing))
-    if args.timeline:
-        print(f"wrote the timeline {args.timeline} (open it in ui.perfetto.dev)")
+    say_timeline_written(args)
     return 0

@@ -53,11 +53,11 @@ from h2m2sim.compute.evaluator import PointCost
 from h2m2sim.compute.llm_roofline import RooflineEvaluator
 from h2m2sim.compute.roofline import RooflineDevice
 from h2m2sim.errors import ConfigError
-from h2m2sim.model import load_model
+from h2m2sim.model import dtype_bytes, load_model
 from h2m2sim.npu.energy import stream_energy
 from h2m2sim.system import SystemSpec, resolve_system
 
-__all__ = ["GpuEvaluator", "gpu_side", "ELEMENTWISE_PER_LAYER", "MEASURE_BYTES"]
+__all__ = ["GpuEvaluator", "gpu_side", "gpu_kernel", "ELEMENTWISE_PER_LAYER", "MEASURE_BYTES"]
 
 #: bytes of each engine run that measures a bandwidth: far more than the whole device's
 #: controller queues hold (an H200: 94 channels x 256 bursts of 32 B = 770 KB), so the
@@ -96,6 +96,80 @@ def gpu_side(system: Any, key: str = "system"):
     return sides[0] if sides else None
 
 
+def _device_spec(gpu, dtype: str, key: str) -> dict:
+    """Roofline fields of ``gpu`` running tensor-core work in ``dtype`` (short runs)."""
+    return {"peak_tflops": gpu.peak(dtype, key),
+            "efficiency": gpu.matrix_efficiency, "vector_efficiency": 1.0,
+            "kernel_overhead_ns": gpu.stream_kernel_ns, "measure_bytes": MEASURE_BYTES,
+            "description": gpu.name, "sources": dict(gpu.sources)}
+
+
+#: element-wise ops of a lone kernel and their kind in :data:`ELEMENTWISE_PER_LAYER`
+#: terms, with the operands each reads (a residual add reads two)
+VECTOR_KINDS = {"softmax": ("norm", 1), "layernorm": ("norm", 1),
+                "residual": ("plain", 2), "activation": ("plain", 1),
+                "elementwise": ("plain", 1)}
+
+
+def gpu_kernel(system: Any, op: str, m: int, k: int, n: int, *, batch: int = 1,
+               dtype: str = "bf16", key: str = "dtype") -> dict:
+    """One kernel on the GPU side of ``system``, priced as :class:`GpuEvaluator` prices
+    the kernels of a decode step (short-run clock, sequential DRAM reads):
+
+    * ``gemm`` / ``gemv`` (``batch`` products ``[m x k] @ [k x n]``), ``attn_score`` /
+      ``attn_value`` (``batch`` KV heads, ``m`` queries, head_dim ``k``, ``n`` tokens):
+      ``max(FLOPs / (peak x efficiency), bytes / bandwidth) + stream_kernel_ns``;
+    * ``attention``: the decode attention kernel, the larger of that and the waves of
+      its ``batch x m`` (KV head, query) blocks, ``sms`` at a time;
+    * a vector op (``batch*m`` rows of ``n`` elements): a fixed cost (a norm's, else the
+      launch and one memory round trip) plus its DRAM time.
+
+    Returns time_ns, fixed_ns, compute_ns, memory_ns (ns), flops, bytes, peak_gbps,
+    achieved_gbps (GB/s), compute_bound and label. ``key`` names the dtype in errors."""
+    side = gpu_side(system)
+    if side is None:
+        raise ConfigError("system", f"system {resolve_system(system).name!r} has no GPU "
+                          "side (a side with a gpu section)")
+    gpu = side.gpu
+    dev = RooflineDevice(system, side.name, spec=_device_spec(gpu, dtype, key))
+    db = dtype_bytes(dtype)
+    if op in VECTOR_KINDS:
+        kind, reads = VECTOR_KINDS[op]
+        dram = side.dram_spec
+        fixed = gpu.norm_kernel_ns if kind == "norm" else \
+            gpu.launch_ns + gpu.l2_hit_ns + dram.idle_read_latency_ck() * dram.tck_ns
+        flops, read, write = 0.0, reads * batch * m * n * db, batch * m * n * db
+    else:
+        flops, read, write = _matrix_operands(op, m, k, n, batch, db)
+        fixed = gpu.stream_kernel_ns
+    compute = float(dev.compute_ns(flops))
+    memory = float(dev.memory_ns(read, write))
+    time = fixed + max(compute, memory)
+    if op == "attention":       # one block per (KV head, query), sms at a time
+        time = max(time, gpu.stream_kernel_ns +
+                   math.ceil(batch * m / gpu.sms) * gpu.attention_cta_ns)
+    return {"time_ns": time, "fixed_ns": fixed, "compute_ns": compute, "memory_ns": memory,
+            "flops": int(flops), "bytes": int(read + write),
+            "peak_gbps": dev.peak_gbps, "achieved_gbps": (read + write) / time,
+            "compute_bound": compute > memory,
+            "label": f"GPU kernel model {gpu.name} ({gpu.peak(dtype):g} TFLOP/s {dtype} x "
+                     f"{gpu.matrix_efficiency:g}; DRAM bandwidth measured by the engine)"}
+
+
+def _matrix_operands(op: str, m: int, k: int, n: int, batch: int, db: int
+                     ) -> tuple[float, float, float]:
+    """(FLOPs, bytes read, bytes written) of a matrix op (:func:`gpu_kernel`)."""
+    if op in ("gemm", "gemv"):
+        return 2.0 * batch * m * k * n, batch * (k * n + m * k) * db, batch * m * n * db
+    if op == "attn_score":      # Q [m x k] against K [n x k]: scores [m x n]
+        return 2.0 * batch * m * k * n, batch * (n * k + m * k) * db, batch * m * n * db
+    if op == "attn_value":      # P [m x n] times V [n x k]
+        return 2.0 * batch * m * k * n, batch * (n * k + m * n) * db, batch * m * k * db
+    if op == "attention":       # scores stay on chip: Q, K, V in, O out
+        return 4.0 * batch * m * k * n, batch * (2 * n * k + m * k) * db, batch * m * k * db
+    raise ConfigError("op", f"the GPU kernel model has no pricing for {op!r}")
+
+
 class GpuEvaluator(RooflineEvaluator):
     """Point evaluator of ``model`` on the GPU side of ``system`` (module docstring);
     ``cards`` tensor-parallel GPUs joined by the system's collective (or, given, a ring
@@ -113,10 +187,7 @@ class GpuEvaluator(RooflineEvaluator):
         full = load_model(model) if isinstance(model, str) else model
         dtype = dtype or full.dtype
         gpu = side.gpu
-        spec = {"peak_tflops": gpu.peak(dtype, "model.dtype"),
-                "efficiency": gpu.matrix_efficiency, "vector_efficiency": 1.0,
-                "kernel_overhead_ns": gpu.stream_kernel_ns, "measure_bytes": MEASURE_BYTES,
-                "description": gpu.name, "sources": dict(gpu.sources)}
+        spec = _device_spec(gpu, dtype, "model.dtype")
         device = RooflineDevice(system, side.name, spec=spec, cache=cache,
                                 cache_dir=cache_dir)
         #: the same device as tensor-core work runs at the power-limited clock of a

@@ -10,7 +10,6 @@ import dataclasses
 import datetime
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml

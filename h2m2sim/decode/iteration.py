@@ -100,9 +100,12 @@ class PieceRun:
     stall_tlb_ns: float
     #: DRAM energy of the whole piece run (all ``times``), nJ by component
     dram_nj: dict = dataclasses.field(default_factory=dict)
-    #: the engine's command log of the run (see :class:`~h2m2sim.npu.KernelResult`'s
-    #: ``commands``) when asked for, and ns per tick
-    commands: object = None
+    #: with DRAM commands asked for, ``relog(window, channels)`` simulates the run again
+    #: (the same run, so the same numbers) and returns its
+    #: :class:`~h2m2sim.npu.KernelResult` with the command log (``commands``, ``queued``)
+    #: of what was issued ``window`` = (start, end) ns after the run starts on
+    #: ``channels`` (None: all): the log of a window, not of the whole run; ns per tick
+    relog: object = None
     tick_ns: float = 0.0
     #: (producer, consumer) kernel names: the consumer reads what the producer wrote
     deps: tuple = ()
@@ -137,10 +140,10 @@ _CAPTURE: contextvars.ContextVar[_Capture | None] = contextvars.ContextVar(
 def capture_layers(into: list[LayerTrace] | None, dram_commands: bool = False
                    ) -> Iterator[None]:
     """Layers simulated inside the block (:func:`run_layer`) append a LayerTrace to
-    ``into``: their pieces run with per-tile timelines (and with ``dram_commands`` the
-    engine's command logs), simulated afresh rather than read from the result cache
-    (the same deterministic runs, so the same times). None captures nothing inside the
-    block."""
+    ``into``: their pieces run with per-tile timelines (and with ``dram_commands`` a
+    way to run each again logging its DRAM commands in a window, :class:`PieceRun`'s
+    ``relog``), simulated afresh rather than read from the result cache (the same
+    deterministic runs, so the same times). None captures nothing inside the block."""
     token = _CAPTURE.set(None if into is None else _Capture(into, dram_commands))
     try:
         yield
@@ -339,7 +342,7 @@ def _fields(r, times: float = 1, timeline: bool = False) -> dict:
     d = {**{f: float(getattr(r, f)) for f in PIECE_FIELDS}, "counts": result_counts(r),
          "dram": r.dram.as_dict(), "times": times}
     if timeline:
-        d.update(timeline=r.timeline, commands=r.commands, tick_ns=r.tick_ns)
+        d.update(timeline=r.timeline, tick_ns=r.tick_ns)
     return d
 
 
@@ -347,7 +350,8 @@ def _piece_run(d: dict, piece: Piece, dram_spec) -> PieceRun:
     """The timeline's view of one simulated group (``d``: its fields with rows)."""
     e = piece.activity.dram
     pj, bg_w = (), 0.0
-    if d["commands"] is not None and (per := energy_per_command_pj(dram_spec)) is not None:
+    relog = d.get("relog")
+    if relog is not None and (per := energy_per_command_pj(dram_spec)) is not None:
         stats = DramStats(**d["dram"])
         pj = tuple(per)
         if stats.sim_ns > 0:
@@ -355,7 +359,7 @@ def _piece_run(d: dict, piece: Piece, dram_spec) -> PieceRun:
     return PieceRun(tuple(d["timeline"]), d["time_ns"], piece.time_ns, d["times"],
                     d["dram"], piece.tlb_hits, piece.tlb_misses, piece.stall_tlb_ns,
                     {f.name[:-3]: getattr(e, f.name) for f in dataclasses.fields(e)},
-                    d["commands"], d["tick_ns"], d.get("deps", ()), pj, bg_w)
+                    relog, d["tick_ns"], d.get("deps", ()), pj, bg_w)
 
 
 def _simulate_groups(system, side: str, group: Sequence, count: int, members: Sequence,
@@ -368,13 +372,15 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
     counts that run count / W times. Groups of long kernels (which
     ``sampled`` extrapolates) run once and count ``count`` times. ``others``: the
     piece's other kernels (:func:`touched_before`); ``attention_unit``: see
-    :func:`~h2m2sim.npu.simulate.plan_graph_kernel`."""
+    :func:`~h2m2sim.npu.simulate.plan_graph_kernel`. ``dram_commands`` (with
+    ``timeline``): the fields hold ``relog`` (see :class:`PieceRun`), which runs the
+    simulation again logging a window of its DRAM commands."""
     def one(ks, times=1):
         ids = {id(k) for k in ks}
         rest = list(others) + [k for m in members for k in m if id(k) not in ids]
-        r = run_kernels(system, side, ks, fidelity=fidelity, translate=translate,
-                        warm=touched_before(ks, rest), attention_unit=attention_unit,
-                        timeline=timeline, dram_commands=dram_commands)
+        args = dict(fidelity=fidelity, translate=translate, warm=touched_before(ks, rest),
+                    attention_unit=attention_unit, timeline=timeline)
+        r = run_kernels(system, side, ks, **args)
         if r.deadlock:
             raise ConfigError("system", f"the simulation of {ks[0].name} on side {side} "
                               "deadlocked")
@@ -382,6 +388,13 @@ def _simulate_groups(system, side: str, group: Sequence, count: int, members: Se
         if timeline:
             d["deps"] = tuple((ks[i].name, ks[j].name)
                               for j, ds in enumerate(kernel_dependencies(ks)) for i in ds)
+        if timeline and dram_commands:
+            # a timeline shows the commands of a short window: only the runs it overlaps,
+            # once their place on it is known, log them (the command log of a whole run
+            # can be hundreds of millions of rows)
+            d["relog"] = lambda window, channels: run_kernels(
+                system, side, ks, dram_commands=True, dram_window=window,
+                dram_channels=channels, **args)
         return d
 
     flat = lambda ms: [k for m in ms for k in m]  # noqa: E731

@@ -27,6 +27,10 @@ DRAM command the engine issued inside it is a moment on lane ``channel C command
 channel's bandwidth and the share of its column commands that needed no activation (row
 hit %), ``channel C queue`` the requests waiting in its queues (time average), and
 ``channel C power`` its DRAM power (its commands' energy and its background power).
+``Timeline(dram_channels=...)`` (``--timeline-dram-channels``) keeps only those
+channels of each side. Only the engine runs the window overlaps are simulated again,
+logging just the commands inside it on those channels (:class:`PieceRun`'s ``relog``):
+a window of a run of any length costs what its own commands cost.
 
 ``Timeline(tracks=...)`` keeps some of these: ``layers`` (layer, sublayers, pieces),
 ``kernels``, ``units``, ``dma``, ``tlb``, ``dram``, ``energy``.
@@ -43,6 +47,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from dram_models.commands import CMDS, ENQ
+from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS
 from h2m2sim.trace_events import Timeline
 
@@ -60,6 +65,7 @@ def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
     ``iteration_ns``) one after another from 0; returns where the last one ends (ns)."""
     t0 = 0.0
     commands: dict[int, list] = {}
+    _check_channels(tl, layers)
     for i, lay in enumerate(layers):
         _draw_layer(tl, lay, system, t0, {"simulated layer": f"{i + 1} of {len(layers)}",
                                           "layers in the iteration": layer_count,
@@ -68,6 +74,19 @@ def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
     for pid, parts in commands.items():
         _draw_channel_counters(tl, pid, parts, tl.dram_window)
     return t0
+
+
+def _check_channels(tl: Timeline, layers: Sequence[LayerTrace]) -> None:
+    """Refuse DRAM channels (``tl.dram_channels``) that no side of ``layers`` has."""
+    chosen = tl.dram_channels
+    if chosen is None or tl.dram_window is None:
+        return
+    most = max((int(r.dram.get("channels", 0)) for lay in layers for runs in lay.runs.values()
+                for r in runs), default=0)
+    bad = [c for c in chosen if c >= most]
+    if bad:
+        raise ConfigError("--timeline-dram-channels", f"channel {bad[0]}: the sides have "
+                          f"channels 0 to {most - 1} at most")
 
 
 def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dict,
@@ -113,8 +132,9 @@ def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceR
         if tl.wants("units"):
             _draw_units(tl, pid, run.rows, t)
         _draw_counters(tl, pid, run, t)
-        if tl.dram_window is not None and tl.wants("dram") and run.commands is not None:
-            commands.setdefault(pid, []).append(_draw_commands(tl, pid, run, t,
+        logged = _relogged(tl, run, t)
+        if logged is not None:
+            commands.setdefault(pid, []).append(_draw_commands(tl, pid, run, logged, t,
                                                                tl.dram_window))
         t += run.reported_ns
 
@@ -202,12 +222,16 @@ DRAM_BINS = 100
 
 @dataclasses.dataclass(frozen=True)
 class _LoggedRun:
-    """One engine run's command log placed on the timeline: each row's time (ns), the
-    rows (queue entries included), the bytes one column command moves, the pJ of each
-    command code and one channel's background power (W) from ``start`` to ``end`` ns."""
+    """One engine run's command log in the DRAM window, placed on the timeline: each
+    row's time (ns), the rows (queue entries included), the channels logged and the
+    requests queued in each when the log starts, the bytes one column command moves,
+    the pJ of each command code and one channel's background power (W) from ``start``
+    to ``end`` ns."""
 
     t: np.ndarray
     log: np.ndarray
+    channels: tuple
+    queued: np.ndarray
     burst_bytes: float
     command_pj: tuple
     background_w: float
@@ -215,11 +239,29 @@ class _LoggedRun:
     end: float
 
 
-def _draw_commands(tl: Timeline, pid: int, run: PieceRun, t0: float,
+def _relogged(tl: Timeline, run: PieceRun, t0: float):
+    """``run`` (placed at ``t0`` ns) simulated again with its command log of the DRAM
+    window and channels of ``tl``: its KernelResult, or None if the window misses the
+    run or the side has none of the channels (or no DRAM window is drawn)."""
+    window = tl.dram_window
+    if window is None or not tl.wants("dram") or run.relog is None:
+        return None
+    if t0 + max(run.engine_ns, run.reported_ns) < window[0] or t0 > window[1]:
+        return None
+    n = int(run.dram.get("channels", 0))
+    chosen = tl.dram_channels
+    channels = None if chosen is None else [c for c in chosen if c < n]
+    if channels == []:
+        return None
+    return run.relog((window[0] - t0, window[1] - t0), channels)
+
+
+def _draw_commands(tl: Timeline, pid: int, run: PieceRun, logged, t0: float,
                    window: tuple[float, float]) -> _LoggedRun:
-    """Each DRAM command of ``run`` (placed at ``t0``) inside ``window`` (ns) as a
-    moment on its channel's lane, with its bank and row; returns the run's whole log."""
-    log = np.asarray(run.commands)
+    """Each DRAM command of ``logged`` (``run`` simulated again with its command log,
+    :func:`_relogged`; placed at ``t0``) inside ``window`` (ns) as a moment on its
+    channel's lane, with its bank and row; returns the log."""
+    log = np.asarray(logged.commands)
     t = t0 + log[:, 0] * run.tick_ns
     sel = (t >= window[0]) & (t < window[1]) & (log[:, 1] != ENQ)
     for (tick_ns, (_, cmd, ch, _, _, _, bank, row)) in zip(t[sel], log[sel]):
@@ -229,7 +271,12 @@ def _draw_commands(tl: Timeline, pid: int, run: PieceRun, t0: float,
                    {"bank": int(bank), "row": int(row)})
     dram = run.dram
     bursts = dram.get("reads", 0) + dram.get("writes", 0)
-    return _LoggedRun(t, log, dram.get("bytes", 0) / bursts if bursts else 0.0,
+    queued = np.asarray(logged.queued)
+    chosen = tl.dram_channels
+    channels = tuple(range(len(queued))) if chosen is None else \
+        tuple(c for c in chosen if c < len(queued))
+    return _LoggedRun(t, log, channels, queued,
+                      dram.get("bytes", 0) / bursts if bursts else 0.0,
                       run.command_pj, run.background_w, t0, t0 + run.engine_ns)
 
 
@@ -238,8 +285,9 @@ def _draw_channel_counters(tl: Timeline, pid: int, parts: list[_LoggedRun],
     """Per channel of a side, in DRAM_BINS windows of ``window``: ``channel C`` its
     bandwidth (its column commands' bytes) and the share of column commands that needed
     no activation; ``channel C queue`` the requests in its read and write queues (time
-    average: entries less column commands since the run began); ``channel C power`` its
-    commands' energy and its background power over each window."""
+    average: the requests queued when its log starts, plus entries less column commands
+    since); ``channel C power`` its commands' energy and its background power over each
+    window."""
     t = np.concatenate([p.t for p in parts])
     log = np.concatenate([p.log for p in parts])
     nbytes = np.concatenate([np.full(len(p.t), p.burst_bytes) for p in parts])
@@ -251,13 +299,14 @@ def _draw_channel_counters(tl: Timeline, pid: int, parts: list[_LoggedRun],
     act = log[:, 1] == CMDS.index("ACT")
     pj = np.concatenate([np.asarray(p.command_pj)[p.log[:, 1]] if p.command_pj
                          else np.zeros(len(p.t)) for p in parts])
-    for ch in np.unique(log[:, 2]):
+    for ch in sorted({c for p in parts for c in p.channels}):
         on = (log[:, 2] == ch) & inside
         moved = np.bincount(b[on & col], weights=nbytes[on & col], minlength=DRAM_BINS)
         cols = np.bincount(b[on & col], minlength=DRAM_BINS)
         acts = np.bincount(b[on & act], minlength=DRAM_BINS)
         step = np.where(log[:, 1] == ENQ, 1, np.where(col, -1, 0))[log[:, 2] == ch]
-        queue = _time_average(t[log[:, 2] == ch], step, edges)
+        queue = _time_average(t[log[:, 2] == ch], step, edges,
+                              sum(int(p.queued[ch]) for p in parts))
         nj = np.bincount(b[on], weights=pj[on], minlength=DRAM_BINS) / 1e3
         bg_nj = sum(p.background_w * np.clip(np.minimum(edges[1:], p.end)
                                              - np.maximum(edges[:-1], p.start), 0, None)
@@ -272,15 +321,17 @@ def _draw_channel_counters(tl: Timeline, pid: int, parts: list[_LoggedRun],
                            {"W": (nj[k] + bg_nj[k]) / width})
 
 
-def _time_average(t: np.ndarray, step: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The time average over each window between ``edges`` of a level that starts at 0
-    and moves by ``step[i]`` at time ``t[i]`` (ns)."""
+def _time_average(t: np.ndarray, step: np.ndarray, edges: np.ndarray,
+                  start: float = 0.0) -> np.ndarray:
+    """The time average over each window between ``edges`` of a level that is ``start``
+    before the first event and moves by ``step[i]`` at time ``t[i]`` (ns)."""
     if not len(t):
-        return np.zeros(len(edges) - 1)
+        return np.full(len(edges) - 1, float(start))
     order = np.argsort(t, kind="stable")
-    t, level = t[order], np.cumsum(step[order])
+    t, level = t[order], start + np.cumsum(step[order])
     area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])  # up to each t[i]
     j = np.searchsorted(t, edges, side="right") - 1          # last event at or before
     k = np.maximum(j, 0)
-    upto = np.where(j >= 0, area[k] + level[k] * (edges - t[k]), 0.0)
+    # (areas from t[0]; before it the level is ``start``)
+    upto = np.where(j >= 0, area[k] + level[k] * (edges - t[k]), start * (edges - t[0]))
     return np.diff(upto) / np.diff(edges)

@@ -111,9 +111,12 @@ class KernelResult:
     sync_bytes: int = 0
     #: with ``dram_commands``: the engine's command log of the run (rows of tick, command,
     #: channel, pseudo-channel, rank, bank group, bank, row; ``tick_ns`` ns per tick),
-    #: with a row of pseudo-command ``ENQ`` for each request entering a queue
+    #: with a row of pseudo-command ``ENQ`` for each request entering a queue, in the
+    #: ``dram_window`` and ``dram_channels`` asked for
     commands: Any = None
     tick_ns: float = 0.0
+    #: with ``dram_commands``: per channel, the requests in its queues when the log starts
+    queued: Any = None
 
     def as_dict(self, dram: bool = True) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -149,6 +152,8 @@ class _Ctx:
         self.ideal = mode == "ideal"
         self.tick_ns = self.ms.tick_ns
         self.log_commands = False       # keep the engine's command log (timelines)
+        self.log_window: tuple[float, float] | None = None   # ns from the run's start
+        self.log_channels: tuple[int, ...] | None = None      # None: all channels
         self.bw_gbps = 0.9 * self.side.bandwidth_gbps
         q, chunk, _ = dma_params(self.chip, self.ms, self.memory.page_size)
         # bytes the cores' buffers must hold in flight to keep every channel streaming
@@ -192,21 +197,38 @@ class _Run:
     wdone: np.ndarray        # last write (or barrier flag) issued after the tile done
 
 
-#: Most rows (DRAM commands and queue entries) a run logs for a timeline (rows of 8
-#: int64: 256 MB, 1 GB at most while the engine retries a log that overflowed).
-MAX_LOGGED_COMMANDS = 4_000_000
+#: Most rows (DRAM commands and queue entries) a run may need to log for a timeline
+#: (rows of 8 int64, 512 MB; only the rows written take memory, about half of the
+#: bound for streaming traffic).
+MAX_LOGGED_COMMANDS = 8_000_000
 
 
-def _check_log_size(ctx: _Ctx, lay: DmaLayout) -> None:
-    """Refuse a command log too large to hold: about 3.5 commands and one queue entry
-    per burst."""
-    bursts = float(lay.streams.nbytes.sum()) / ctx.ms.spec.burst_bytes
-    if 4.5 * bursts > MAX_LOGGED_COMMANDS:
-        raise ConfigError("--timeline-dram-window", f"side {ctx.side.name}: a run of "
-                          f"{bursts / 1e6:.1f} M DRAM bursts would log about "
-                          f"{4.5 * bursts / 1e6:.1f} M commands and queue entries, more "
-                          f"than the {MAX_LOGGED_COMMANDS / 1e6:.0f} M a timeline holds; "
-                          "draw a smaller batch or context")
+def _log_selection(ctx: _Ctx) -> dict[str, Any]:
+    """The engine's command-log arguments of a run of ``ctx``: its window in ticks (a
+    tick wider on each side than the ns asked for: the drawer cuts it exactly) and its
+    channels."""
+    if not ctx.log_commands:
+        return {}
+    w = ctx.log_window
+    ticks = None if w is None else (math.floor(w[0] / ctx.tick_ns) - 1,
+                                    math.ceil(w[1] / ctx.tick_ns) + 1)
+    return {"log": True, "log_queue": True, "log_window": ticks,
+            "log_channels": ctx.log_channels}
+
+
+def _check_log_size(ctx: _Ctx, lay: DmaLayout, sel: Mapping[str, Any]) -> None:
+    """Refuse a command log too large to hold: the most rows the engine may log in the
+    window and channels asked for (:meth:`~dram_models.memory.MemorySystem.log_rows`)."""
+    bursts = int(np.ceil(lay.streams.nbytes / ctx.ms.spec.burst_bytes).sum())
+    rows = ctx.ms.log_rows(bursts, sel["log_window"], sel["log_channels"], queue=True)
+    if rows > MAX_LOGGED_COMMANDS:
+        n = ctx.ms.channels if sel["log_channels"] is None else len(sel["log_channels"])
+        raise ConfigError("--timeline-dram-window", f"side {ctx.side.name}: this window "
+                          f"of a run of {bursts / 1e6:.1f} M DRAM bursts may log up to "
+                          f"{rows / 1e6:.1f} M commands and queue entries on {n} channels, "
+                          f"more than the {MAX_LOGGED_COMMANDS / 1e6:.0f} M a timeline "
+                          "holds; draw a shorter window, or fewer channels with "
+                          "--timeline-dram-channels")
 
 
 def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray,
@@ -216,10 +238,10 @@ def _engine_run(ctx: _Ctx, plan: TilePlan, ticks: np.ndarray, subset: np.ndarray
                             kern, ctx.ideal, SHARED_QUEUES)
     if not ctx.ideal:
         lay = translation_for(lay, ctx.memory, ctx.side.name, ctx.tick_ns, ctx.warm)
-    if ctx.log_commands:
-        _check_log_size(ctx, lay)
-    res = ctx.ms.run(lay.streams, lay.translation, log=ctx.log_commands,
-                     log_queue=ctx.log_commands)
+    sel = _log_selection(ctx)
+    if sel:
+        _check_log_size(ctx, lay, sel)
+    res = ctx.ms.run(lay.streams, lay.translation, **sel)
     if res.deadlock:
         raise RuntimeError(f"engine deadlock simulating {plan.op} on side {ctx.side.name} "
                            "(a bug in the DMA gating)")
@@ -639,7 +661,8 @@ def _result(ctx: _Ctx, plans: list[TilePlan], names: list[str], fidelity: str,
         timeline=_timeline(ctx, [p.unit for p in plans], plan, kidx, run, names,
                            ctx.ticks(plan.cycles)) if timeline else (),
         sync_bytes=int(round(sync)),
-        commands=run.res.command_log if ctx.log_commands else None, tick_ns=tn)
+        commands=run.res.command_log if ctx.log_commands else None, tick_ns=tn,
+        queued=run.res.queued_at_log_start if ctx.log_commands else None)
 
 
 # ------------------------------------------------------------------------- kernel plans
@@ -880,7 +903,9 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
                 addresses: Mapping[str, int] | None = None, fidelity: str = "cycle", *,
                 translate: str | None = None, dependencies: bool = True,
                 warm: Sequence[Any] = (), timeline: bool = False,
-                attention_unit: str = "auto", dram_commands: bool = False) -> KernelResult:
+                attention_unit: str = "auto", dram_commands: bool = False,
+                dram_window: tuple[float, float] | None = None,
+                dram_channels: Sequence[int] | None = None) -> KernelResult:
     """Simulate graph kernels of one side back to back (in the given order, each
     starting after all earlier ones finished: one barrier between consecutive kernels),
     all cores of the chip, in one engine run. With ``sampled`` fidelity the run holds
@@ -899,7 +924,10 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
     (``result.timeline``: kernel, unit, core, DMA start, reads back, compute start,
     compute end, ns). ``attention_unit``: see
     :func:`plan_graph_kernel`. ``dram_commands``: also return the engine's command log
-    (``result.commands``; at most :data:`MAX_LOGGED_COMMANDS`, else a ConfigError)."""
+    (``result.commands``; at most :data:`MAX_LOGGED_COMMANDS` rows, else a ConfigError)
+    of the commands issued ``dram_window`` = (start, end) ns after the run starts (None:
+    all) on the channels ``dram_channels`` (None: all); what is logged changes no
+    simulated number."""
     _check_fidelity(fidelity)
     if attention_unit not in ("auto", "mm", "mv"):
         raise ConfigError("attention_unit", f"must be auto, mm or mv, got {attention_unit!r}")
@@ -911,6 +939,8 @@ def run_kernels(system: Any, side: str, kernels: Sequence[Any],
     else:
         ctx = _Ctx(system, side, memory, None, "contiguous", 0, translate)
     ctx.log_commands = bool(dram_commands)
+    ctx.log_window = dram_window
+    ctx.log_channels = None if dram_channels is None else tuple(int(c) for c in dram_channels)
     if warm:
         known = lambda b: b in addresses if addresses is not None else \
             b in ctx.memory.tensors  # noqa: E731

@@ -31,6 +31,10 @@ class DeploymentConfig:
                         "replica with the least KV memory taken.")
 
 
+#: The link between disaggregated pools when ``kv_link`` is not given: NVLink 4, as
+#: between the GPUs of one HGX node.
+DEFAULT_KV_LINK = "nvlink4"
+
 #: Where the expected-acceptance formula of speculative decoding comes from.
 SPECULATIVE_SOURCE = ("Leviathan, Kalman and Matias, \"Fast Inference from Transformers "
                       "via Speculative Decoding\", ICML 2023")
@@ -204,8 +208,9 @@ class ServingConfig:
         "prefill pool and a decode pool; each request's prompt is prefilled on the first, "
         "its KV crosses kv_link, and the second decodes it. Null = colocated.",
         source="DistServe (Zhong et al., OSDI 2024); Splitwise (Patel et al., ISCA 2024)")
-    kv_link: str = param("nvlink4", doc="Link the KV crosses from the prefill to the decode "
-                         f"pool (a preset: {', '.join(LINKS.names())}).")
+    kv_link: Optional[str] = param(
+        None, doc="Link the KV crosses from the prefill to the decode pool (a preset: "
+        f"{', '.join(LINKS.names())}). Null = {DEFAULT_KV_LINK}.")
     pool_replicas: tuple[int, int] = param(
         (1, 1), ge=1, le=4096, doc="Disaggregated: replicas of the model in the prefill and "
         "the decode pool, each over its pool's cards / replicas, requests given to them by "
@@ -227,8 +232,8 @@ class ServingConfig:
         "arXiv:2504.14893, 2025)")
     kv_offload_capacity_bytes: Optional[int] = param(
         None, gt=0, le=2**50, unit="bytes", doc="KV capacity of the kv_offload tier.")
-    kv_offload_policy: Literal["lru", "prefix-aware"] = param(
-        "lru", doc="Which blocks leave the full kv_offload tier first: lru (least "
+    kv_offload_policy: Optional[Literal["lru", "prefix-aware"]] = param(
+        None, doc="Which blocks leave the full kv_offload tier first (null = lru): lru (least "
         "recently placed there) or prefix-aware (those the fewest requests referenced, "
         "then the least recent: shared prefixes stay, a request's own tail goes).")
     kv_offload_running: bool = param(
@@ -255,6 +260,16 @@ class ServingConfig:
                   "to sample from (output_lengths: sampled).")
 
     @property
+    def link(self) -> str:
+        """The KV link between disaggregated pools (``kv_link``, or its default)."""
+        return self.kv_link or DEFAULT_KV_LINK
+
+    @property
+    def tier_policy(self) -> str:
+        """How the lower KV tier evicts (``kv_offload_policy``, or lru)."""
+        return self.kv_offload_policy or "lru"
+
+    @property
     def pools_apart(self) -> bool:
         """Prefill and decode run on pools of their own (disaggregated serving)."""
         return self.disaggregate is not None or self.prefill_system is not None
@@ -262,7 +277,8 @@ class ServingConfig:
     def _check(self) -> None:
         if self.engine is not None:
             load_engine(self.engine, "engine")
-        kv_link(self.kv_link, "kv_link")
+        if self.kv_link is not None:
+            kv_link(self.kv_link, "kv_link")
         if self.kv_offload is not None:
             TIERS.get(self.kv_offload, "kv_offload")
         check_config(self)

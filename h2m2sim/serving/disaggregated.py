@@ -135,7 +135,7 @@ def _pool_cfg(cfg: ServingConfig, replicas: int) -> ServingConfig:
     """A pool's configuration: colocated over its cards, the requests chosen already."""
     return dataclasses.replace(
         cfg, disaggregate=None, prefill_system=None, decode_system=None,
-        pool_replicas=(1, 1), kv_streaming=False, history_fraction=0.0, arrival_rate=None,
+        pool_replicas=(1, 1), kv_streaming=False, kv_link=None, history_fraction=0.0, arrival_rate=None,
         max_requests=None, trace=None, output_lengths="trace",
         deployment=DeploymentConfig(replicas=replicas, router=cfg.deployment.router))
 
@@ -227,7 +227,7 @@ def serve_disaggregated(trace, cfg: ServingConfig, allocator: str, allocator_par
     D = prepare(replay.subset(go), _pool_cfg(cfg, cfg.pool_replicas[1]), *args, dec_dev,
                 evaluator, seed, cache, cache_dir) if go.any() else None
     run = _Run(replay, cfg, P, D, out, go, record_timeline,
-               KvLinkQueue(kv_link(cfg.kv_link), model.attention_layers, cfg.kv_streaming))
+               KvLinkQueue(kv_link(cfg.link), model.attention_layers, cfg.kv_streaming))
     run_pools([run.dec, run.pre], run.handoff.advance)
     result = run.joined(rejected, cut, (pre_dev, dec_dev))
     system = device.name if cfg.prefill_system is None else \

@@ -168,6 +168,8 @@ class Engine:
             self.blocked = True
             return False
         req = self.stage.blocked_request(self)
+        if self.kv.serve_uncached(req):
+            return True         # tried again at once, without its cached prefix
         tokens = req.prompt + req.generated + 1
         a = self.kv.allocator
         raise OutOfMemoryError(

@@ -79,8 +79,13 @@ FEATURES: dict[str, Feature] = {
                     lambda s: _given(s, "tier", s.cfg.kv_offload is not None)),
     "tier_capacity": Feature("serving.kv_offload_capacity_bytes", "its capacity",
                              lambda s: s.cfg.kv_offload_capacity_bytes is not None),
-    "tier_policy": Feature("serving.kv_offload_policy", "prefix-aware tier eviction",
-                           lambda s: s.cfg.kv_offload_policy != "lru"),
+    "tier_policy": Feature("serving.kv_offload_policy", "the tier's eviction order",
+                           lambda s: s.cfg.kv_offload_policy is not None),
+    "link": Feature("serving.kv_link", "the link between the pools",
+                    lambda s: s.cfg.kv_link is not None),
+    "deployment": Feature("serving.deployment", "replicas or tensor_parallel of the whole "
+                          "system", lambda s: s.cfg.deployment.replicas is not None
+                          or s.cfg.deployment.tensor_parallel is not None),
     "cold": Feature("serving.kv_offload_running", "cold KV of running requests",
                     lambda s: bool(s.cfg.kv_offload_running)),
     "recompute": Feature("serving.preemption", "recompute preemption",
@@ -128,12 +133,16 @@ RULES: tuple[Rule, ...] = (
     Rule("pool_replicas", "pools", "it sets the replicas of disaggregated pools", True),
     Rule("streaming", "pools", "it streams the KV from the prefill to the decode pool",
          True),
+    Rule("link", "pools", "the KV crosses it from the prefill to the decode pool", True),
+    Rule("deployment", "pools", "each pool's replicas are pool_replicas, each over its "
+         "pool's cards / replicas: leave deployment.replicas and tensor_parallel unset"),
     Rule("pools", "speculative", _NOT_YET),
     Rule("pools", "chunked", _NOT_YET),
     Rule("speculative", "chunked", _NOT_YET + ": use one of them"),
     Rule("pools", "history", "a decode pool's requests bring no length history: use an "
          "allocator that needs none (paged, static)"),
-    Rule("pools", "predictor", "a decode pool's requests bring no length history"),
+    Rule("pools", "predictor", "the pools are modelled without predicted lengths: leave "
+         "the predictor unset, with an allocator and scheduler that need none"),
     Rule("pools", "ellm", "eLLM's scheduling prefills and decodes in one engine"),
     Rule("ellm", "chunked", "eLLM's Algorithm 1 plans whole prefills; serve its "
          "chunked-prefill baseline with a paged allocator"),

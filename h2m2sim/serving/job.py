@@ -6,7 +6,7 @@ from typing import Any
 
 from h2m2sim.allocators import ALLOCATORS
 from h2m2sim.compute.gpu import gpu_side
-from h2m2sim.errors import ConfigError
+from h2m2sim.errors import ConfigError, format_bytes
 from h2m2sim.system import resolve_system
 
 from .deployment import ServingDevice, kv_capacity_bytes, model_sizes
@@ -46,17 +46,39 @@ def check_serving(cfg: Any) -> None:
 
 def _fits(cfg: Any, system: Any) -> None:
     """Each replica's memory on ``system`` must hold the weights (a draft model's too)
-    with room for KV cache (raises OutOfMemoryError)."""
+    with room for KV cache (raises OutOfMemoryError); a given ``kv_capacity_bytes``
+    must fit beside them where the evaluator places the KV in the DRAM
+    (:func:`_check_given_kv`)."""
     s = cfg.workload.serving
-    if s.kv_capacity_bytes is None:
-        one = deployment(s.deployment, ServingDevice.from_system(system))[1]
-        sizes = model_sizes(cfg.model, s.kv_dtype)
-        if s.speculative is not None:
-            draft = model_sizes(draft_model(s.speculative), s.kv_dtype)
-            sizes = {**sizes, "weight_bytes": sizes["weight_bytes"] + draft["weight_bytes"]}
-        memory = load_engine(engine_name(s)).memory
-        kv_capacity_bytes(one, sizes, s.memory_fraction, memory.reserved_bytes_per_card,
-                          memory.rule)
+    one = deployment(s.deployment, ServingDevice.from_system(system))[1]
+    sizes = model_sizes(cfg.model, s.kv_dtype)
+    if s.speculative is not None:
+        draft = model_sizes(draft_model(s.speculative), s.kv_dtype)
+        sizes = {**sizes, "weight_bytes": sizes["weight_bytes"] + draft["weight_bytes"]}
+    if s.kv_capacity_bytes is not None:
+        _check_given_kv(cfg, system, one, sizes["weight_bytes"])
+        return
+    memory = load_engine(engine_name(s)).memory
+    kv_capacity_bytes(one, sizes, s.memory_fraction, memory.reserved_bytes_per_card,
+                      memory.rule)
+
+
+def _check_given_kv(cfg: Any, system: Any, one: ServingDevice, weights: float) -> None:
+    """A ``kv_capacity_bytes`` larger than a replica's memory less its weights is a
+    what-if that the analytic evaluator and the GPU kernel model price as device memory
+    (they place nothing); the cycle-level and mapped evaluators place the KV in the
+    DRAM, where it cannot fit: refused before a run that would fail minutes in."""
+    cap = cfg.workload.serving.kv_capacity_bytes
+    room = one.total_capacity_bytes - weights
+    places = maps_sides(system) or cfg.simulation.fidelity in ("cycle", "sampled")
+    if cap <= room or gpu_side(system) is not None or not places:
+        return
+    raise ConfigError("workload.serving.kv_capacity_bytes", f"{format_bytes(cap)} does not "
+                      f"fit in {system.name}'s {format_bytes(one.total_capacity_bytes)} per "
+                      f"replica beside {format_bytes(weights)} of weights (at most "
+                      f"{format_bytes(max(room, 0))}), where the {cfg.simulation.fidelity} "
+                      "evaluator places it; a larger KV runs as a what-if at fidelity "
+                      "estimate (serve --evaluator analytic)")
 
 
 def check_serving_fits(cfg: Any) -> None:

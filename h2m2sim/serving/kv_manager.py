@@ -44,6 +44,8 @@ class KVManager:
         self.host_bps = host_GBps * 1e9
         self.tier = TierStore(lower) if lower is not None else None
         self.prefix: PrefixCache | None = None
+        #: requests admitted without the prefix cache (:meth:`serve_uncached`)
+        self.uncached: set[int] = set()
 
     def cache_prefixes(self, hashes: list, block_tokens: int) -> None:
         """Cache the prompts' prefix blocks (``hashes[r]``: request ``r``'s block hashes,
@@ -63,7 +65,8 @@ class KVManager:
         """KV for ``req`` to be admitted (its context and one more token); with the
         prefix cache its cached prompt blocks are shared (not for a swapped-out
         request, whose own KV comes back). False if it does not fit."""
-        if self.prefix is not None and req.status is not Status.SWAPPED:
+        if self.prefix is not None and req.status is not Status.SWAPPED and \
+                req.id not in self.uncached:
             return self.prefix.admit(req.id, req.prompt, req.prompt + req.generated,
                                      lambda shared: self._reserve(req, shared))
         return self._reserve(req, 0)
@@ -92,8 +95,20 @@ class KVManager:
 
     def computed(self, req: Request) -> None:
         """``req``'s prefill ran: its referenced blocks hold KV."""
-        if self.prefix is not None:
+        if self.prefix is not None and req.id not in self.uncached:
             self.prefix.computed(req.id)
+
+    def serve_uncached(self, req: Request) -> bool:
+        """Admit ``req`` from now on without the prefix cache (no hit, its blocks not
+        cached), when it could not be admitted with it and nothing else runs: an
+        allocator of contiguous regions may find no extent for its private KV between
+        the cached blocks it would share, while without them (their references
+        dropped, unreferenced blocks evicted) it fits. False if that was tried
+        already, or there is no cache."""
+        if self.prefix is None or req.id in self.uncached:
+            return False
+        self.uncached.add(req.id)
+        return True
 
     def take_stall(self) -> float:
         """Seconds the iteration about to run waits for promoted blocks (then none)."""

@@ -167,7 +167,7 @@ def _lower_tier(cfg: ServingConfig, device: ServingDevice, sizes: dict,
     side = device.system.side(device.side or device.system.side_names[0])
     return LowerTier(tier.name, int(cfg.kv_offload_capacity_bytes // replicas // bpt),
                      kv_link(tier.link), side.dram_spec, load_standard(tier.dram), bpt,
-                     cfg.kv_offload_policy)
+                     cfg.tier_policy)
 
 
 def _with_draft_weights(sizes: dict, draft_sizes: dict | None) -> dict:

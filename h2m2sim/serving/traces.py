@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from h2m2sim.errors import ConfigError
+from h2m2sim.store import path_exists, shown_path
 
 from .random_dataset import RANDOM_ARRIVALS, is_random, random_lengths
 
@@ -286,10 +287,10 @@ def load_trace(path, max_requests: int | None = None, *, arrival_rate: float | N
         return RequestTrace(np.zeros(len(prompts)), prompts, outputs, None, label, False,
                             RANDOM_ARRIVALS)
     p = Path(path)
-    if not p.exists():
+    if not path_exists(p):
         bundled = bundled_trace_path(str(path))
         if bundled is None:
-            raise ConfigError(str(path), "no such trace file (bundled traces: "
+            raise ConfigError(shown_path(path), "no such trace file (bundled traces: "
                               + ", ".join(BUNDLED_TRACES) + ")")
         p = bundled
     shown = str(path)

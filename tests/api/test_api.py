@@ -127,3 +127,19 @@ def test_import_is_light_and_sweep_stays_callable():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                        text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
+
+
+# None means "no output" for run's optional paths, and is no path for a sweep's
+@pytest.mark.parametrize("call, bad", [(c, b) for c in ("run-out", "run-timeline", "sweep-out")
+                                       for b in (5, 1.5, ["o"])] + [("sweep-out", None)])
+def test_a_path_argument_of_the_wrong_type_is_the_apis_error_naming_it(tmp_path, call, bad):
+    spec = {"base": {"system": "h2m2", "model": "gpt3-175b",
+                     "simulation": {"fidelity": "estimate"}},
+            "grid": {"workload.seq": [64]}}
+    with pytest.raises(ConfigError, match=r"must be a path .* got "):
+        if call == "run-out":
+            h2m2sim.run(spec["base"], out=bad)
+        elif call == "run-timeline":
+            h2m2sim.run(spec["base"], timeline=bad)
+        else:
+            h2m2sim.sweep(spec, bad)

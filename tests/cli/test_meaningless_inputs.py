@@ -4,12 +4,16 @@ may have, a number of sweep workers that is not a whole number >= 1, allocator o
 of the wrong type or out of bounds, prefix caching on a trace without prefix hashes."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from h2m2sim import api
 from h2m2sim.cli import main
 from h2m2sim.errors import ConfigError
 
+ROOT = Path(__file__).resolve().parents[2]
 SERVE = ["serve", "--trace", "alpaca", "--system", "mlu370-x4", "--model",
          "deepseek-r1-distill-qwen-7b", "--allocator", "static", "--evaluator", "analytic",
          "--max-requests", "20", "--no-cache"]
@@ -55,3 +59,49 @@ def test_prefix_caching_on_a_trace_without_hashes_is_refused(capsys):
     assert main([*SERVE, "--prefix-caching"]) == 2
     err = capsys.readouterr().err.strip()
     assert "prefix_caching: trace alpaca has no prefix block hashes" in err, err
+
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["--kv-link", "nvlink4"], "kv_link: needs serving.disaggregate"),
+    (["--kv-offload-policy", "lru"], "kv_offload_policy: needs serving.kv_offload"),
+    (["--disaggregate", "1:3", "--replicas", "2"],
+     "deployment: replicas or tensor_parallel of the whole system is not modelled with "
+     "serving.disaggregate"),
+    (["--disaggregate", "1:3", "--tensor-parallel", "2"], "deployment: replicas or "
+     "tensor_parallel"),
+])
+def test_serve_refuses_options_the_run_would_ignore(capsys, extra, fragment):
+    # each is refused even at its default value: given, it would be silently unused
+    assert main([*SERVE, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and fragment in err, err
+
+
+def test_disaggregated_predictor_refusal_gives_one_consistent_reason(capsys):
+    assert main([*SERVE[:-7], "--allocator", "paged", "--evaluator", "analytic",
+                 "--max-requests", "20", "--no-cache", "--disaggregate", "2:2",
+                 "--predictor", "oracle"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not modelled with serving.predictor" in err and "paged" not in err, err
+
+
+def test_run_json_is_strict_json_when_a_metric_is_not_computed(capsys, tmp_path):
+    # a prefill at estimate fidelity computes no energy: null, never the NaN token
+    cfg = ["run", str(ROOT / "workloads/configs/default.yaml"), "--set",
+           "workload.phase=prefill", "--set", "simulation.fidelity=estimate", "--json",
+           "--out", str(tmp_path / "o")]
+    assert main(cfg) == 0
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    printed = strict(capsys.readouterr().out)
+    assert printed["metrics"]["energy_j"] is None
+    assert strict((tmp_path / "o" / "result.json").read_text())["metrics"]["energy_j"] is None
+
+
+def test_a_trace_name_longer_than_the_file_system_allows_is_one_line(tmp_path, capsys):
+    name = str(tmp_path / ("t" * 300 + ".csv"))
+    assert main(["serve", "--trace", name, *SERVE[3:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "(" in err, err
+    assert "characters)" in err and ("too long" in err or "no such" in err), err

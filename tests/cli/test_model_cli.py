@@ -138,7 +138,7 @@ def test_hybrid_footprint_separates_ssm_state_from_kv(capsys):
     assert sum(v["kv"] for v in fp.values()) == o2["kv_bytes_per_layer"] == 0
     main(["model", "jamba-mini", "--batch", "1", "--seq", "8192"])
     out = capsys.readouterr().out
-    assert "ssm+moe" in out and "ssm state" in out.split("footprint per layer")[1]
+    assert "mamba + MoE FFN" in out and "ssm state" in out.split("footprint per layer")[1]
 
 
 def test_json_has_the_sizes_serving_studies_start_from(capsys):

@@ -72,3 +72,39 @@ def test_bad_system(capsys):
     assert main(["kernel", "--system", "h2m3", "--side", "hbm", "--op", "gemv", "--m", "1",
                  "--k", "64", "--n", "64"]) == 2
     assert "did you mean 'h2m2'" in capsys.readouterr().err
+
+
+def _kernel_json(capsys, system, *extra, k="4096", n="4096"):
+    assert main(["kernel", "--system", system, "--side", "hbm", "--op", "gemv", "--m", "1",
+                 "--k", k, "--n", n, "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_gpu_side_uses_the_gpu_kernel_model(capsys):
+    d = _kernel_json(capsys, "h200")
+    assert d["model"].startswith("GPU kernel model NVIDIA H200") and d["dtype"] == "bf16"
+    weights = 4096 * 4096 * 2                       # bf16 bytes
+    assert d["time_ns"] >= weights / d["peak_gbps"]  # bytes / (GB/s) = ns
+    assert d["memory_ns"] >= weights / d["peak_gbps"]
+    npu = _kernel_json(capsys, "h2m2", "--dtype", "bf16")
+    assert npu["model"].startswith("NPU chip model")
+    # the H200's DRAM streams the weights faster than the h2m2 HBM side runs the kernel
+    assert d["memory_ns"] < npu["time_ns"]
+
+
+def test_gpu_beats_the_npu_once_the_fixed_kernel_cost_is_amortized(capsys):
+    gpu = _kernel_json(capsys, "h200", k="8192", n="8192")
+    npu = _kernel_json(capsys, "h2m2", "--dtype", "bf16", "--fidelity", "sampled",
+                       k="8192", n="8192")
+    assert gpu["time_ns"] < npu["time_ns"]
+
+
+def test_gpu_side_text_names_the_model_and_refuses_npu_options(capsys):
+    base = ["kernel", "--system", "h200", "--side", "hbm", "--op", "gemv", "--m", "1",
+            "--k", "512", "--n", "512"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "bf16 on h200/hbm" in out and "model       GPU kernel model" in out
+    assert main(base + ["--unit", "mm"]) == 2
+    err = capsys.readouterr().err
+    assert "--unit: applies to NPU sides" in err and err.count("\n") == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -320,3 +321,57 @@ def test_two_real_runs_give_byte_identical_results(tmp_path, capsys, monkeypatch
     assert json.loads(one["result.json"])["metrics"]["speedup"] > 1
     assert "decision_s" in json.loads(one["timing.json"])
     assert b"decision_s" not in one["result.json"]
+
+
+# -- an output never replaces an input, a device or a FIFO --------------------------------
+def _serve_argv(trace: Path) -> list:
+    return ["serve", "--trace", trace, "--model", "opt-1.3b", "--allocator", "paged",
+            "--system", "h2m2", "--max-requests", "4"]
+
+
+@pytest.mark.parametrize("what", ["run-config", "serve-trace", "run-out"])
+def test_output_onto_an_input_is_refused(tmp_path, capsys, what):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(EXAMPLE_YAML)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,16,4\n0.1,32,4\n")
+    argv, target = {
+        "run-config": (["run", cfg, "--timeline", cfg], cfg),
+        "serve-trace": (_serve_argv(trace) + ["--timeline", trace], trace),
+        # a stored run's config.yaml given back as the run's input, into the same folder
+        "run-out": (["run", tmp_path / "config.yaml", "--out", tmp_path, "--overwrite"],
+                    tmp_path / "config.yaml"),
+    }[what]
+    if what == "run-out":
+        target.write_text(EXAMPLE_YAML)
+    before = target.read_bytes()
+    line = one_error(capsys, argv)
+    assert "is also the input" in line and line.startswith("error: --")
+    assert target.read_bytes() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_timeline_onto_a_fifo_or_device_is_refused_and_left_alone(tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(EXAMPLE_YAML)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target in (fifo, Path(os.devnull)):
+        line = one_error(capsys, ["run", cfg, "--timeline", target])
+        assert line == (f"error: --timeline: cannot write to {target}: not a regular file "
+                        "(a device, FIFO or socket); name a regular file or a new one")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_atomic_writers_never_replace_a_fifo(tmp_path):
+    from h2m2sim.store import atomic_output_path, atomic_write_text
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        atomic_write_text(fifo, "x")
+    with pytest.raises(OSError, match="not a regular file"):
+        with atomic_output_path(fifo):
+            pass
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe"]

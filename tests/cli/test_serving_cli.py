@@ -160,3 +160,16 @@ def test_a_workload_no_prompt_of_which_fits_gets_one_answer(capsys, tmp_path):
                    f"workload: {{serving: {{trace: {trace}, max_context_tokens: 4096}}}}\n")
     assert main(["run", str(cfg)]) == 2
     assert capsys.readouterr().err == serve_err
+
+
+def test_static_allocation_with_prefix_caching_admits_a_request_alone(capsys):
+    # 1 GB holds 17,438 tokens and a static extent is 16,384: the first requests' cached
+    # prefix regions leave no contiguous extent between them, so a request that would
+    # share them is admitted without the cache once nothing else runs, not refused
+    argv = ["serve", "--trace", "mooncake2025_conv", "--system", "mlu370-x4", "--model",
+            "deepseek-r1-distill-qwen-7b", "--allocator", "static", "--evaluator",
+            "analytic", "--max-requests", "20", "--prefix-caching", "--kv-capacity",
+            "1 GB", "--max-context", "16384", "--json", "--no-cache"]
+    assert main(argv) == 0, capsys.readouterr().err
+    m = json.loads(capsys.readouterr().out)
+    assert m["requests_completed"] == 14 and 0 < m["prefix_hit_rate"] < 0.1

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import os
 import textwrap
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from dram_models import yamlio
 from dram_models.errors import ConfigError
 from h2m2sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _error(capsys, argv) -> str:
@@ -66,12 +70,27 @@ def test_text_that_is_not_utf8_is_named(tmp_path, capsys):
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 @pytest.mark.parametrize("command", [["run"], ["validate"], ["sweep"]])
-def test_devices_and_fifos_are_not_read(tmp_path, capsys, command):
+def test_endless_streams_are_refused_by_their_size(capsys, command):
+    for path in ("/dev/zero", "/dev/urandom"):
+        err = _error(capsys, [*command, path])
+        assert path in err and "is larger than 16 MiB" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_configuration_is_read_from_a_pipe(tmp_path, capsys):
+    # what a shell's process substitution, <(...), hands over: a FIFO fed by a writer
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)
-    for path in ("/dev/zero", "/dev/urandom", str(fifo)):
-        err = _error(capsys, [*command, path])
-        assert path in err and "not a regular file" in err
+    text = (ROOT / "workloads/configs/default.yaml").read_bytes()
+    writer = threading.Thread(target=fifo.write_bytes, args=(text,))
+    writer.start()
+    try:
+        assert main(["validate", str(fifo)]) == 0, capsys.readouterr().err
+    finally:
+        writer.join(timeout=10)
+    # a FIFO nobody writes to ends at once, and is an empty file, not a hang
+    err = _error(capsys, ["validate", str(fifo)])
+    assert str(fifo) in err
 
 
 def test_a_system_preset_file_naming_itself_or_a_loop_is_refused(tmp_path, capsys):

@@ -94,8 +94,11 @@ def test_a_run_timeline_is_perfetto_json_drawn_from_the_runs_metrics(tmp_path, f
 def test_the_cli_writes_it_and_refuses_what_it_cannot_draw(tmp_path, capsys):
     path = tmp_path / "t.json"
     sets = [a for s in SMALL for a in ("--set", s)]
-    assert main(["run", str(DEFAULT), *sets, "--timeline", str(path)]) == 0
-    assert "wrote the timeline" in capsys.readouterr().out and path.exists()
+    assert main(["run", str(DEFAULT), *sets, "--timeline", str(path), "--json"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["config_hash"]           # stdout: the JSON object alone
+    assert cap.err.endswith(f"wrote the timeline {path} (open it in ui.perfetto.dev)\n")
+    assert path.exists()
     assert main(["run", str(DEFAULT), *sets, "--set", "simulation.fidelity=estimate",
                  "--timeline", str(tmp_path / "e.json")]) == 2
     err = capsys.readouterr().err.strip()
@@ -186,8 +189,9 @@ def test_one_sweep_point_draws_its_timeline(tmp_path, capsys):
     sets = [a for s in SMALL for a in ("--set", s)]
     path = tmp_path / "p.json"
     assert main(["sweep", str(spec), "--point", "1", *sets, "--timeline", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("point 1: workload.seq=1024") and "wrote the timeline" in out
+    cap = capsys.readouterr()
+    assert cap.out.startswith("point 1: workload.seq=1024")
+    assert "wrote" not in cap.out and f"wrote the timeline {path}" in cap.err
     check_events(read_events(path))
     assert main(["sweep", str(spec), "--point", "4", *sets]) == 2
     assert "points 0 to 3, got 4" in capsys.readouterr().err
@@ -223,7 +227,8 @@ def test_a_dram_window_shows_each_command_and_channel_counters(tmp_path, monkeyp
     assert 0 < min(power) and max(power) < 20
     assert r.metrics == h2m2sim.run(DEFAULT, base).metrics
     monkeypatch.setattr("h2m2sim.npu.simulate.MAX_LOGGED_COMMANDS", 1000)
-    with pytest.raises(ConfigError, match="--timeline-dram-window: side .* would log"):
+    with pytest.raises(ConfigError, match="--timeline-dram-window: side .* this window "
+                                          ".* may log up to"):
         h2m2sim.run(DEFAULT, base, timeline=path, timeline_dram_window=(0, 2000))
 
 
@@ -233,7 +238,7 @@ def test_the_timeline_command_summarises_and_draws(tmp_path, capsys):
     assert main(["timeline", str(path), "--png", str(tmp_path / "t.png"),
                  "--window", "0:20000"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("h2m2: layer: 0.0 to ") and "counters DMA tiles in flight" in out
+    assert out.startswith("h2m2: layer: 0 to ") and "counters DMA tiles in flight" in out
     assert (tmp_path / "t.png").stat().st_size > 10_000
     (tmp_path / "bad.json").write_text("[1, 2")
     assert main(["timeline", str(tmp_path / "bad.json")]) == 2

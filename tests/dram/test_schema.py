@@ -92,6 +92,13 @@ def test_parse_size():
         parse_size("1.5")
 
 
+@pytest.mark.parametrize("text", ["1e999", "1e999 GB", "1e400 B", "9e308 TB"])
+def test_parse_size_refuses_what_overflows_a_float(text):
+    # a float overflows to inf, which int() cannot hold: a ValueError, not OverflowError
+    with pytest.raises(ValueError, match="not a finite number of bytes"):
+        parse_size(text)
+
+
 def test_reference_rows():
     keys = [r["key"] for r in fields_reference(System)]
     assert "sides[].timing.tRCD" in keys

@@ -1,8 +1,9 @@
 """scripts/serving_disaggregation.py, serving_kv_tiers.py and serving_h2m2_decode_pool.py:
-a point of the first two through the serving API, the third's evaluators, and their
-figures."""
+a point of the first two through the serving API, the third's evaluators and steps, and
+their figures."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.scriptmod import load_script
@@ -35,10 +36,9 @@ def test_a_tiered_point_and_the_hit_rate_figure():
     assert tiers.plot(rows, 0.2)[:4] == b"\x89PNG"
 
 
-def test_the_decode_pool_study_prices_every_pool_alike_and_draws_its_figure():
+def test_the_decode_pool_study_prices_every_pool_alike():
     """The study's evaluator: the GPU kernel model for the H200 prefill pool, a sampled
-    decode iteration of the sides for each decode pool (one code path for all three);
-    the figure from stored rows (the runs themselves take minutes)."""
+    decode iteration of the sides for each decode pool (one code path for all three)."""
     from h2m2sim.compute.gpu import GpuEvaluator
     from h2m2sim.model import load_model
     from h2m2sim.serving.deployment import resolve_device
@@ -49,6 +49,46 @@ def test_the_decode_pool_study_prices_every_pool_alike_and_draws_its_figure():
     for name in pool.DECODE_POOLS:
         ev = pool.evaluator(model, resolve_device(name), None)
         assert isinstance(ev, MappedEvaluator) and ev.fidelity == "sampled"
-    rows = [{"decode": d, "rate": r, "goodput_rps": r * 0.5, "tpot_p50_s": 0.1}
-            for d in pool.DECODE_POOLS for r in pool.RATES]
-    assert pool.plot(rows)[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_the_decode_pool_studys_steps_are_bound_by_each_pools_bandwidth():
+    """The study's decode steps (sampled, as its runs price them; a small model at batch
+    1, where a step streams the weights): none beats its bytes over its pool's summed
+    peak bandwidth, LPDDR alone runs close to its own, and H2M2's HBM side puts it
+    between LPDDR alone and eight HBM modules."""
+    from h2m2sim.memory.kv_layout import CONTIGUOUS
+    from h2m2sim.model import load_model
+    from h2m2sim.serving.deployment import resolve_device
+    pool = load_script("serving_h2m2_decode_pool")
+    model, ctx = load_model("opt-1.3b"), 256
+    nbytes = model.total_weight_bytes() + ctx * model.kv_bytes_per_token()
+    step, floor = {}, {}
+    for name in pool.DECODE_POOLS:
+        device = resolve_device(name)
+        ev = pool.evaluator(model, device, None)
+        step[name] = ev.evaluate("decode", 1, np.array([float(ctx)]), CONTIGUOUS)
+        floor[name] = nbytes / (device.system.bandwidth_gbps * 1e9)
+        assert step[name] >= floor[name], name
+    assert step["lpddr-only"] < 1.25 * floor["lpddr-only"]
+    assert step["hbm8"] < step["h2m2"] < step["lpddr-only"]
+
+
+def test_the_decode_pool_figure_draws_each_pool_against_the_rate(monkeypatch):
+    """Goodput and TPOT p50 (in ms) of each decode pool at each rate, and the TPOT SLO."""
+    pool = load_script("serving_h2m2_decode_pool")
+    drawn = []
+    monkeypatch.setattr(pool, "figure_png", lambda fig: drawn.append(fig) or b"png")
+    rows = [{"decode": d, "rate": r, "goodput_rps": r * (i + 1) / 10,
+             "tpot_p50_s": 0.01 * (i + 1) + r / 1000}
+            for i, d in enumerate(pool.DECODE_POOLS) for r in pool.RATES]
+    assert pool.plot(rows) == b"png"
+    ax_g, ax_t = drawn[0].axes
+    for ax, key, scale in ((ax_g, "goodput_rps", 1.0), (ax_t, "tpot_p50_s", 1e3)):
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        for d in pool.DECODE_POOLS:
+            want = [r for r in rows if r["decode"] == d]
+            assert list(lines[d].get_xdata()) == [r["rate"] for r in want]
+            assert list(lines[d].get_ydata()) == pytest.approx([r[key] * scale for r in want])
+    slo = [ln for ln in ax_t.get_lines() if ln.get_label() == "TPOT SLO"]
+    assert list(slo[0].get_ydata()) == [pool.SLO[1] * 1e3] * 2

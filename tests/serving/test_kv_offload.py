@@ -126,7 +126,7 @@ def test_mooncake_hits_climb_to_the_unbounded_ideal_with_a_host_tier(capsys):
 
 @pytest.mark.usefixtures("_cache")
 @pytest.mark.parametrize("extra, words", [
-    (["--kv-offload", "host-ddr5"], "kv_offload: needs serving.kv_offload_capacity_bytes"),
+    (["--kv-offload", "host-ddr5"], "--kv-offload-capacity: is needed with --kv-offload"),
     (["--kv-offload", "host-dd5", "--kv-offload-capacity", "1TB"], "did you mean"),
 ])
 def test_bad_tiers_are_refused(capsys, extra, words):

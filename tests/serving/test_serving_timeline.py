@@ -26,7 +26,9 @@ def _cache(tmp_path, monkeypatch):
 def test_request_spans_give_the_metrics_ttft_and_tpot(tmp_path, capsys):
     path = tmp_path / "t.json"
     assert main([*SERVE, "--timeline", str(path)]) == 0
-    m = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    m = json.loads(cap.out)
+    assert f"wrote the timeline {path} (open it in ui.perfetto.dev)" in cap.err
     events = read_events(path)
     check_events(events)
     requests = [e for e in events if e["ph"] == "X" and e["name"].startswith("request ")

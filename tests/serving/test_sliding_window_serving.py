@@ -48,6 +48,16 @@ def test_kv_stops_at_the_window_and_the_steps_read_it(alloc):
     assert res.finish_s.max() < full.finish_s.max()
 
 
+@pytest.mark.parametrize("alloc", ["paged", "static"])
+def test_kv_utilization_counts_the_tokens_the_window_keeps(alloc):
+    # each request holds 256 of its 500 tokens at the end: the KV in use over what was
+    # reserved never exceeds 1, and is what the window keeps (paged: 16-token blocks)
+    m = _serve(alloc, W)[0].metrics
+    assert m["kv_utilization"] <= 1.0
+    if alloc == "paged":
+        assert m["kv_utilization"] == pytest.approx(W / (W + 16) if W % 16 else 1.0)
+
+
 def test_what_needs_the_whole_context_is_refused(capsys):
     from h2m2sim.cli import main
     base = ["serve", "--trace", "alpaca", "--system", "mlu370-x4", "--model", "mistral-7b",

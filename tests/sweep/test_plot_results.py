@@ -61,14 +61,16 @@ def test_cli_writes_figure(results, tmp_path, capsys, ext, kind):
     rc = main(["plot", str(results), "--x", "workload.seq", "--y", "iteration_time_ns",
                "--hue", "system", "--baseline", "lpddr-only", "--where", "workload.batch=4",
                "--kind", kind, "--out", str(out)])
-    text = capsys.readouterr().out
+    cap = capsys.readouterr()
+    text = cap.out
     assert rc == 0
     assert out.read_bytes().startswith(MAGIC[ext])
+    assert cap.err.splitlines()[-1] == f"wrote {out}"     # information goes to stderr
     lines = text.splitlines()
     assert lines[0] == "speedup over lpddr-only (iteration time) by sequence length:"
     assert lines[1].split() == ["workload.seq", "128", "512", "2048"]
     assert lines[2].split()[1:] == ["1", "1", "1"]  # the baseline row is 1x everywhere
-    assert lines[-1] == f"wrote {out}"
+    assert not any(line.startswith("wrote") for line in lines)
 
 
 def test_plot_from_bare_csv_and_default_output(results, tmp_path, capsys):

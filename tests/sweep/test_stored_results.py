@@ -64,6 +64,14 @@ def test_load_results_flags_and_warns_about_an_unfinished_sweep(sweep_dir):
         f"{sweep_dir / 'sweep.yaml'} --out {sweep_dir} --resume"]
 
 
+def test_load_results_of_a_folders_table_reads_the_folder_with_its_flag(sweep_dir):
+    # results.csv (what a user sees in the folder) stands for its sweep folder
+    _kill_points(sweep_dir, 0, 2, 3)
+    with pytest.warns(IncompleteSweepWarning):
+        rows = h2m2sim.load_results(sweep_dir / "results.csv")
+    assert (len(rows), rows.complete, rows.missing) == (1, False, [0, 2, 3])
+
+
 def test_load_results_of_a_finished_folder_is_complete_and_quiet(sweep_dir, run_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -87,7 +95,7 @@ def test_plot_of_an_unfinished_sweep_warns_in_one_line(sweep_dir, capsys, fake_l
     assert err.splitlines() == [
         f"warning: {sweep_dir}: 1 of 4 points finished; resume with h2m2sim sweep "
         f"{sweep_dir / 'sweep.yaml'} --out {sweep_dir} --resume; the plot shows the "
-        "finished points only"]
+        "finished points only", f"wrote {sweep_dir / 'fig.png'}"]
     assert out.splitlines()[1].split() == ["workload.seq", "512"]   # what is there
 
 

@@ -1,5 +1,6 @@
-"""GPU sides of system presets: the presets load with their datasheet peaks, and a GPU
-section with nonsense is refused with one line naming the key."""
+"""GPU sides of system presets: the presets load with their datasheet peaks, a GPU
+section with nonsense is refused with one line naming the key, and a system has at most
+one GPU side."""
 from __future__ import annotations
 
 import json
@@ -56,8 +57,19 @@ def test_bad_gpu_fields_are_named(gpu, key):
         resolve_system({"preset": "h200", "sides": {"hbm": {"gpu": gpu}}})
 
 
-def test_npu_sides_are_not_gpus():
-    assert not any(s.is_gpu for s in load_system_preset("h2m2").sides)
+def test_the_gpu_side_is_the_one_with_a_gpu_section_and_two_are_refused():
+    """The kernel model prices one GPU: its side is found wherever it is, and a system
+    whose two sides both have a GPU section is refused naming the system."""
+    from dram_models.schema import to_dict
+    from h2m2sim.compute.gpu import gpu_side
+    gpu = to_dict(load_system_preset("h200").sides[0].gpu)
+    second = resolve_system({"preset": "h2m2", "sides": {"lpddr": {"gpu": gpu}}})
+    assert [s.is_gpu for s in second.sides] == [False, True]
+    assert gpu_side(second).name == "lpddr"
+    both = resolve_system({"preset": "h2m2", "sides": {"hbm": {"gpu": gpu},
+                                                       "lpddr": {"gpu": gpu}}})
+    with pytest.raises(ConfigError, match="^system: system 'h2m2' has 2 GPU sides"):
+        gpu_side(both)
 
 
 def test_a_gpu_needs_a_peak():
