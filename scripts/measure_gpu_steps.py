@@ -11,7 +11,9 @@ Sections of the JSON it writes:
   model, M = 1..8192 tokens (rotating over weight copies larger than the L2 cache);
 * ``attention``: decode attention (one query per request against S cached tokens) and
   prefill attention (causal, S queries), PyTorch's scaled_dot_product_attention, over
-  per-layer KV copies so that nothing stays in L2;
+  per-layer KV copies so that nothing stays in L2; prefill attention both launched
+  eagerly (``us``, with the host's dispatch) and replayed from a CUDA graph
+  (``graph_us``, the kernel alone);
 * ``steps``: whole decode and prefill steps of a dense decoder (RMSNorm, fused QKV and
   gate/up projections, SwiGLU, SDPA, residuals, final norm and LM head; random weights of
   the model's shapes from ``workloads/models``), decode replayed from a CUDA graph (as
@@ -187,9 +189,13 @@ def measure_attention(torch, timer, shape: dict, dtype, log) -> list[dict]:
         k = torch.randn(b, Hk, s, D, device=DEVICE, dtype=dtype)
         v = torch.randn(b, Hk, s, D, device=DEVICE, dtype=dtype)
         ms = timer.ms(lambda: attention_fn(torch, q, k, v, True, gqa))
+        # the eager time includes the host's dispatch of the kernel (the GPU idles from
+        # the start event until the launch arrives); a graph replay leaves it out
+        graph_ms = timer.ms(timer.graph(lambda: attention_fn(torch, q, k, v, True, gqa)))
         flops = 4.0 * b * H * D * s * s / 2        # causal: half the score matrix
         rows.append({"model": shape["name"], "phase": "prefill", "batch": b, "seq": s,
-                     "us": ms * 1e3, "tflops": flops / ms / 1e9})
+                     "us": ms * 1e3, "graph_us": graph_ms * 1e3,
+                     "tflops": flops / graph_ms / 1e9})
     log(f"attention {shape['name']}: " + ", ".join(
         f"{r['phase'][0]} B={r['batch']} S={r['seq']} {r['us']:.0f}us" for r in rows))
     return rows

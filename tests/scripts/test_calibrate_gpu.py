@@ -83,6 +83,22 @@ def test_gemm_fit_recovers_the_figures_it_was_made_with():
     assert fit.max_abs_error < 1e-6
 
 
+def test_prefill_attention_fit_takes_the_graph_replay_over_the_eager_time():
+    # rows made with known figures; their eager times carry 25 us of host dispatch,
+    # which a fit to them would read as a slower kernel
+    k = cal.Kernels("h200", {}, H200_STREAM)
+    rows = [{"model": "llama2-7b", "phase": "prefill", "batch": b, "seq": s}
+            for b, s in ((1, 512), (1, 2048), (4, 512), (4, 2048), (1, 8192))]
+    t = cal.prefill_attention_ns(k, rows, 0.7, 1.5)
+    for r, x in zip(rows, t):
+        r["graph_us"], r["us"] = x / 1e3, x / 1e3 + 25.0
+    fit = cal.fit_prefill_attention(k, rows, "synthetic")
+    assert fit.figures == {"attention_efficiency": 0.7, "attention_tile_overhead": 1.5}
+    assert fit.max_abs_error < 1e-6
+    eager = cal.fit_prefill_attention(k, [{**r, "graph_us": r["us"]} for r in rows], "x")
+    assert eager.max_abs_error > 0.05
+
+
 def test_hold_out_drops_the_models_and_refuses_an_empty_section():
     data = {"gemm": [{"model": "a"}, {"model": "b"}]}
     assert cal.section(data, "gemm", "f.json", ("a",)) == [{"model": "b"}]
