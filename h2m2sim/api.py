@@ -235,16 +235,34 @@ def serve(config_or_path: Any, trace: str | os.PathLike | None = None,
     ``workload.serving`` (``max_requests=200``, ``arrival_rate=2.0`` requests/s, ...).
     Metrics are seconds (``ttft_p50_s``), tokens/s and bytes, as their names say."""
     if trace is not None:
-        serving["trace"] = os.fspath(trace)
+        if not isinstance(trace, (str, os.PathLike)):
+            raise ConfigError("trace", "must be a path or a trace name (a str or "
+                                       f"os.PathLike), got {type(trace).__name__}")
+        serving["trace"] = os.fsdecode(os.fspath(trace))
     # the keywords join the settings, so the configuration is checked once, as a serving
     # run (a fixed-batch workload of several cards would be refused on its own)
-    sets = _sets(set) + [f"workload.serving.{key}={json.dumps(value)}"
+    sets = _sets(set) + [f"workload.serving.{key}={_setting(key, value)}"
                          for key, value in serving.items()]
     cfg = load(config_or_path, sets)
     if cfg.workload.serving is None:
         raise ConfigError("workload.serving", "serve needs a serving workload: set "
                                               "workload.serving in the configuration")
     return run(cfg)     # no outputs: nothing of what it reads can be overwritten
+
+
+def _setting(key: str, value: Any) -> str:
+    """``value`` of the serving keyword ``key`` as a ``--set`` value (JSON, which YAML
+    reads): a NumPy scalar as its Python number; a value JSON cannot hold (bytes, an
+    object) is refused naming the key."""
+    def plain(obj):
+        if hasattr(obj, "item") and getattr(obj, "shape", None) == ():
+            return obj.item()
+        raise TypeError
+    try:
+        return json.dumps(value, default=plain)
+    except (TypeError, ValueError):
+        raise ConfigError(f"workload.serving.{key}", "must be a number, string, bool, "
+                          f"list or mapping, got {type(value).__name__}") from None
 
 
 def sweep(spec_or_path: Any, out: str | os.PathLike, resume: bool = False,

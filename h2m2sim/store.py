@@ -819,6 +819,11 @@ class ResultStore:
         self._lock = FolderLock(self.root)
         self._checked: tuple[list[str], list[dict[str, Any]], bool] | None = None
 
+    def files(self) -> tuple[Path, ...]:
+        """The files a sweep writes at the folder's top (points apart)."""
+        return (self.plan_path, self.meta_path, self.csv_path, self.timings_path,
+                self.spec_path)
+
     # -- opening ---------------------------------------------------------------------
     def holds_sweep(self) -> bool:
         """Whether the folder holds a sweep (a plan or any finished point)."""

@@ -38,6 +38,7 @@ import argparse
 import csv
 import dataclasses
 import datetime
+import io
 import json
 import os
 
@@ -45,27 +46,43 @@ import numpy as np
 import yaml
 
 from h2m2sim.errors import ConfigError
-from h2m2sim.store import atomic_write_bytes, atomic_write_json
+from h2m2sim.store import atomic_write_bytes, atomic_write_json, remove_empty_dirs
 from h2m2sim.sweeps.reproduction import main_guard
 
 COLUMNS = ("wall_ms", "prefill_tokens", "prefill_requests", "decode_requests",
            "decode_kv_tokens")
 TERMS = ("step_us", "request_us", "prefill_us")
+PHASES = ("decode", "prefill", "mixed")
+
+
+#: Most requests one step may hold (the simulator's largest batch) and most tokens.
+MAX_STEP_REQUESTS = 65536
+MAX_STEP_TOKENS = 1 << 40
 
 
 def read_steps(path: str, select: list[str], hold_out: list[str]) -> tuple[dict, np.ndarray]:
     """(columns as arrays, held-out mask) of the rows of ``path`` matching every
     ``select`` KEY=VALUE; a row matching any ``hold_out`` KEY=VALUE is held out. A
-    ``tensor_parallel`` column, where there is one, gives each step's cards (0: not
-    given)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    ``tensor_parallel`` column, where there is one, gives each step's cards (0 or empty:
+    not given). A row that is not a step (a value that is not a number, a count that is
+    not whole, prefill tokens without prefilling requests, nothing prefilled or decoded)
+    is refused naming its line and column."""
+    from dram_models import yamlio
+    text = yamlio.read_text(path, "CSV of per-step wall times")
+    try:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as err:
+        raise ConfigError(path, f"not a CSV file: {err}") from None
     if not rows:
         raise ConfigError(path, "no steps")
     missing = [c for c in COLUMNS if c not in rows[0]]
     if missing:
         raise ConfigError(path, f"missing column(s) {', '.join(missing)}; needs "
                           f"{', '.join(COLUMNS)}")
+    for pair in select + hold_out:
+        if "=" not in pair:
+            raise ConfigError("--select" if pair in select else "--hold-out",
+                              f"expected KEY=VALUE, got {pair!r}")
 
     def match(row, pairs):
         for pair in pairs:
@@ -75,17 +92,55 @@ def read_steps(path: str, select: list[str], hold_out: list[str]) -> tuple[dict,
             if row[key] != value:
                 return False
         return True
+    lines = [i + 2 for i, r in enumerate(rows) if match(r, select)]
     rows = [r for r in rows if match(r, select)]
     if not rows:
         raise ConfigError("--select", f"no step of {path} matches {' '.join(select)}")
+    for line, row in zip(lines, rows):
+        _check_step(path, line, row)
     cols = {c: np.array([float(r[c]) for r in rows]) for c in COLUMNS}
-    bad = [c for c in COLUMNS if not np.all(np.isfinite(cols[c]) & (cols[c] >= 0))]
-    if bad or not np.all(cols["wall_ms"] > 0):
-        raise ConfigError(path, f"column(s) {', '.join(bad) or 'wall_ms'} need finite "
-                          "values >= 0 (wall_ms > 0)")
     held = np.array([any(match(r, [pair]) for pair in hold_out) for r in rows])
-    cols["tensor_parallel"] = np.array([int(r.get("tensor_parallel") or 0) for r in rows])
+    cols["tensor_parallel"] = np.array([int(float(r.get("tensor_parallel") or 0))
+                                        for r in rows])
     return cols, held
+
+
+def _check_step(path: str, line: int, row: dict) -> None:
+    """A ConfigError naming ``path``, ``line`` and the column when ``row`` is no step."""
+    def bad(col, why):
+        return ConfigError(f"{path}:{line}", f"column {col}: {why}")
+    vals = {}
+    for col in COLUMNS + (("tensor_parallel",) if "tensor_parallel" in row else ()):
+        raw = row.get(col)
+        if raw is None:
+            raise bad(col, "missing (the row is shorter than the header)")
+        if col == "tensor_parallel" and raw.strip() == "":
+            raw = "0"
+        try:
+            v = float(raw)
+        except ValueError:
+            raise bad(col, f"not a number: {raw!r}") from None
+        if not (np.isfinite(v) and v >= 0):
+            raise bad(col, f"needs a finite value >= 0, got {raw!r}")
+        if col != "wall_ms" and v != int(v):
+            raise bad(col, f"needs a whole number, got {raw!r}")
+        vals[col] = v
+    if vals["wall_ms"] <= 0:
+        raise bad("wall_ms", f"needs a time > 0, got {row['wall_ms']!r}")
+    for col, top in (("prefill_requests", MAX_STEP_REQUESTS),
+                     ("decode_requests", MAX_STEP_REQUESTS),
+                     ("prefill_tokens", MAX_STEP_TOKENS),
+                     ("decode_kv_tokens", MAX_STEP_TOKENS),
+                     ("tensor_parallel", 4096)):
+        if vals.get(col, 0) > top:
+            raise bad(col, f"at most {top}, got {row[col]!r}")
+    for tokens, requests in (("prefill_tokens", "prefill_requests"),
+                             ("decode_kv_tokens", "decode_requests")):
+        if (vals[tokens] > 0) != (vals[requests] > 0) or vals[tokens] < vals[requests]:
+            raise bad(tokens, f"{row[tokens]} tokens for {row[requests]} {requests}: each "
+                              "request holds at least one token, and tokens need requests")
+    if not (vals["prefill_requests"] or vals["decode_requests"]):
+        raise bad("decode_requests", "the step neither prefills nor decodes a request")
 
 
 def kernel_ms(cols: dict, evaluator, layout) -> np.ndarray:
@@ -125,7 +180,9 @@ def fit(cols: dict, kernels: np.ndarray, held: np.ndarray, phases: list[str]) ->
     from scipy.optimize import nnls
     fitted = ~held & np.isin(phase_of(cols), phases)
     if fitted.sum() < len(TERMS):
-        raise ConfigError("--hold-out", "leaves fewer steps to fit than host terms")
+        raise ConfigError("--hold-out", f"with --phases {','.join(phases)}, leaves "
+                          f"{int(fitted.sum())} steps to fit, fewer than the "
+                          f"{len(TERMS)} host terms")
     # relative errors weigh short and long steps alike (as DistServe's own fit did)
     w = 1.0 / cols["wall_ms"][fitted]
     x, _ = nnls(design(cols)[fitted] * w[:, None],
@@ -207,10 +264,43 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="engine profile YAML to write")
     ap.add_argument("--report", default=None, help="also write this JSON report")
     args = ap.parse_args(argv)
-    report = calibrate(args)
+    made = check_args(args)
+    try:
+        report = calibrate(args)
+    except BaseException:
+        for path, top in made:      # the folders check_args made for nothing
+            remove_empty_dirs(os.path.dirname(os.path.abspath(path)), top)
+        raise
     print(json.dumps(report["host"]), json.dumps(
         {k: round(v["mean_abs_rel_error"], 4) for k, v in report["errors"].items()}))
     return 0
+
+
+def check_args(args) -> list:
+    """The arguments' own mistakes, before any work: counts below their bounds, phases
+    that are none, outputs that are directories, devices or an input of the command.
+    Returns (output, topmost folder made for it) pairs."""
+    from h2m2sim.store import prepare_file, refuse_inputs
+    if args.tensor_parallel < 1:
+        raise ConfigError("--tensor-parallel", f"must be >= 1, got {args.tensor_parallel}")
+    if args.block_tokens < 0:
+        raise ConfigError("--block-tokens", f"must be >= 0 (0: contiguous), got "
+                          f"{args.block_tokens}")
+    phases = args.phases.split(",")
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise ConfigError("--phases", f"unknown phase(s) {', '.join(map(repr, unknown))}; "
+                          f"choose from {', '.join(PHASES)}")
+    for key in ("name", "version"):
+        if not getattr(args, key).strip():
+            raise ConfigError(f"--{key}", "must not be empty")
+    inputs, made = [("--measured", args.measured)], []
+    for key, path in (("--out", args.out), ("--report", args.report)):
+        if path is not None:
+            refuse_inputs(path, key, inputs)
+            made.append((path, prepare_file(path, key)))
+            inputs.append((key, path))
+    return made
 
 
 def calibrate(args) -> dict:

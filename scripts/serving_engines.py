@@ -38,6 +38,7 @@ import os
 
 import numpy as np
 
+from h2m2sim.errors import ConfigError
 from h2m2sim.store import atomic_write_json
 from h2m2sim.sweeps.reproduction import (add_output_arguments, main_guard, point_rows,
                                          write_table)
@@ -86,6 +87,21 @@ def serve_point(p: dict) -> dict:
             "tokens_per_s", "duration_s", "preemptions", "requests_completed",
             "kv_capacity_bytes", "mean_decode_batch")
     return {k: m[k] for k in keep}
+
+
+#: The sets of points (module docstring).
+SETS = ("fp8kv", "nim", "trtllm", "grid")
+
+
+def only_sets(text: str) -> set[str]:
+    """The sets ``--only`` names; a name that is none of :data:`SETS` is refused (it
+    would run nothing and write an empty result)."""
+    names = text.split(",")
+    unknown = [n for n in names if n not in SETS]
+    if unknown:
+        raise ConfigError("--only", f"unknown set(s) {', '.join(map(repr, unknown))}; "
+                                    f"choose from {', '.join(SETS)}")
+    return set(names)
 
 
 def points(only: set[str]) -> list[dict]:
@@ -167,10 +183,10 @@ def errors(rows: list[dict]) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_output_arguments(ap, workers=2)
-    ap.add_argument("--only", default="fp8kv,nim,trtllm,grid",
+    ap.add_argument("--only", default=",".join(SETS),
                     help="comma-separated sets (default all)")
     args = ap.parse_args(argv)
-    pts = points(set(args.only.split(",")))
+    pts = points(only_sets(args.only))
     rows = point_rows(serve_point, pts, args, "engines",
                       None if argv is None else ["serving_engines.py", *argv])
     summary = errors(rows)

@@ -47,7 +47,8 @@ def register(subparsers) -> None:
                    "sides)")
     p.add_argument("--fidelity", default="cycle", help="cycle (default) | sampled (NPU "
                    "sides)")
-    p.add_argument("--seed", default="0", help="seed of the scattered placement")
+    p.add_argument("--seed", default=None, help="seed of the scattered placement "
+                   "(default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -55,7 +56,7 @@ def register(subparsers) -> None:
 #: NPU-only options and their defaults: a GPU side refuses them when changed
 NPU_ONLY = (("page_size", "--page-size", None), ("placement", "--placement", "contiguous"),
             ("translate", "--translate", None), ("unit", "--unit", "auto"),
-            ("fidelity", "--fidelity", "cycle"))
+            ("fidelity", "--fidelity", "cycle"), ("seed", "--seed", None))
 
 #: keys printed with --json on a GPU side
 GPU_KEYS = ("op", "side", "dtype", "time_ns", "flops", "bytes", "achieved_gbps",
@@ -85,7 +86,6 @@ def _run_gpu(args, system, side, op, m, k, n, batch) -> int:
     if op == "gemv" and m != 1:
         raise ConfigError("--m", f"a gemv has m = 1, got {m}; use --op gemm")
     dtype = args.dtype or "bf16"       # the model zoo's usual weights on a GPU
-    _ = _int(args.seed, "--seed", 0)
     g = gpu_kernel(system, op, m, k, n, batch=batch, dtype=dtype, key="--dtype")
     if args.json:
         out = {"op": op, "side": side.name, "dtype": dtype, "model": g["label"], **g}
@@ -107,9 +107,11 @@ def _run_gpu(args, system, side, op, m, k, n, batch) -> int:
 def _run_npu(args, system, op, m, k, n, batch) -> int:
     """Simulate the kernel on the side's NPU chip, cycle by cycle."""
     from h2m2sim.npu.simulate import FIDELITIES, simulate_kernel
-    seed = _int(args.seed, "--seed", 0)
     fidelity = _choice(args.fidelity, "--fidelity", FIDELITIES)
     placement = _choice(args.placement, "--placement", ("contiguous", "scattered"))
+    if args.seed is not None and placement != "scattered":
+        raise ConfigError("--seed", "only meaningful with --placement scattered")
+    seed = _int(args.seed or 0, "--seed", 0)
     unit = _choice(args.unit, "--unit", ("auto", "mm", "mv"))
     translate = None if args.translate is None else \
         _choice(args.translate, "--translate", ("mmu", "ideal"))
@@ -124,7 +126,7 @@ def _run_npu(args, system, op, m, k, n, batch) -> int:
     dtype = args.dtype or "int8"
     r = simulate_kernel(system, args.side, op, m, k, n, dtype=dtype, page_size=page,
                         batch=batch, fidelity=fidelity, placement=placement, seed=seed,
-                        translate=translate, unit=unit)
+                        translate=translate, unit=unit, key="--dtype")
     d = r.as_dict()
     chip = system.side(args.side).chip
     label = f"NPU chip model ({chip.cores} cores at {chip.freq_ghz:g} GHz, cycle-level)"

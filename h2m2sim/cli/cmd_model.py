@@ -16,7 +16,7 @@ from h2m2sim.model import (DTYPE_BYTES, SUBLAYERS, build_layer_graph,
                            graph_footprint, kernels, list_models, load_model,
                            normalize_batch, partition_layer, split_units, state_bytes,
                            stored_bytes, total_flops, transfer_bytes, transfers, unique_bytes)
-from h2m2sim.model.spec import STORAGE_ONLY
+from h2m2sim.model.spec import MODELS, STORAGE_ONLY
 from h2m2sim.memory.kv_layout import CONTIGUOUS, KVLayout
 from h2m2sim.memory.layer_traffic import layer_traffic
 from h2m2sim.store import atomic_output_path, given_out, prepare_file, writing_to
@@ -44,17 +44,20 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--split", default=None, metavar="qkv=N,attention=N,fc=N",
                    help="partition the layer: N units of each sublayer on the first side")
-    p.add_argument("--sides", default="hbm,lpddr", help="the two side names (default hbm,lpddr)")
+    p.add_argument("--sides", default=None, help="with --split: the two side names (default "
+                   "hbm,lpddr)")
     p.add_argument("--export-trace", default=None, metavar="FILE",
                    help="write the layer's DRAM requests to FILE")
-    p.add_argument("--format", default="npz", help="trace format: " + " | ".join(FORMATS)
+    p.add_argument("--format", default=None, help="trace format: " + " | ".join(FORMATS)
                    + " (default npz; text is gzip-compressed if FILE ends in .gz). The "
                    "layer is an open loop: dramsim3 lines all carry cycle 0, which "
                    "replays the same as the other formats")
-    p.add_argument("--kv-layout", default="contiguous", help="contiguous | paged")
-    p.add_argument("--block-tokens", default="16", help="tokens per KV block (paged layout)")
-    p.add_argument("--request-bytes", default="32", help="bytes per DRAM request")
-    p.add_argument("--seed", default="0", help="seed of the paged block scatter")
+    p.add_argument("--kv-layout", default=None, help="contiguous (default) | paged")
+    p.add_argument("--block-tokens", default=None, help="tokens per KV block (paged "
+                   "layout; default 16)")
+    p.add_argument("--request-bytes", default=None, help="bytes per DRAM request (default "
+                   "32)")
+    p.add_argument("--seed", default=None, help="seed of the paged block scatter (default 0)")
     p.add_argument("--side", default=None, help="with --split: export only this side")
     p.add_argument("--no-activations", action="store_true",
                    help="trace only weight and KV traffic")
@@ -63,13 +66,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _int(text: str, key: str, lo: int = 0) -> int:
+#: bounds of ``--batch`` and of ``--seq`` and ``--block-tokens``: those of
+#: ``workload.batch`` and ``workload.seq`` in a run configuration
+MAX_BATCH, MAX_TOKENS = 65536, 1 << 24
+
+
+def _int(text: str, key: str, lo: int = 0, hi: int | None = None) -> int:
     try:
         v = int(str(text).strip())
     except ValueError:
         raise ConfigError(key, f"must be an integer, got {text!r}") from None
     if v < lo:
         raise ConfigError(key, f"must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(key, f"must be <= {hi}, got {v}")
     return v
 
 
@@ -86,12 +96,17 @@ def _parse_split(text: str) -> dict:
         if "=" not in item:
             raise ConfigError("--split", f"expected qkv=N,attention=N,fc=N, got {text!r}")
         k, v = item.split("=", 1)
+        if k.strip() in out:
+            raise ConfigError("--split", f"gives {k.strip()} twice in {text!r}")
         out[k.strip()] = _int(v, f"--split {k.strip()}")
     return out
 
 
 def run(args) -> int:
     if args.list:
+        if args.name:
+            raise ConfigError("--list", f"lists the zoo and takes no model name, got "
+                              f"{args.name!r}")
         for name in list_models():
             m = load_model(name)
             print(f"{name:30s} {m.total_params / 1e9:8.2f}B  {m.layers:3d} layers  "
@@ -100,10 +115,10 @@ def run(args) -> int:
     if not args.name:
         raise ConfigError("model", "give a model name (see h2m2sim model --list)")
     model = load_model(args.name)
-    batch = _int(args.batch, "--batch", 1)
+    batch = _int(args.batch, "--batch", 1, MAX_BATCH)
     seq_text = str(args.seq)
-    seq = ([_int(s, "--seq", 1) for s in seq_text.split(",")] if "," in seq_text
-           else _int(seq_text, "--seq", 1))
+    seq = ([_int(s, "--seq", 1, MAX_TOKENS) for s in seq_text.split(",")] if "," in seq_text
+           else _int(seq_text, "--seq", 1, MAX_TOKENS))
     batch, seqs = normalize_batch(batch, seq, key="--seq")
     phase = _choice(args.phase, "--phase", ("decode", "prefill"))
     compute = [d for d in DTYPE_BYTES if d not in STORAGE_ONLY]
@@ -158,7 +173,9 @@ def run(args) -> int:
     }
     timing = {"build_s": round(t_build, 6)}  # wall clock: apart from the results
     split = _parse_split(args.split) if args.split else None
-    sides = tuple(s.strip() for s in args.sides.split(","))
+    if split is None and args.sides is not None:
+        raise ConfigError("--sides", "only meaningful with --split")
+    sides = tuple(s.strip() for s in (args.sides or "hbm,lpddr").split(","))
     if split is not None:
         t0 = time.perf_counter()
         P = partition_layer(model, batch, seqs, split, phase=phase, dtype=dtype, sides=sides)
@@ -177,19 +194,22 @@ def run(args) -> int:
         timing["partition_s"] = round(t_part, 6)
     elif args.side is not None:
         raise ConfigError("--side", "only meaningful with --split")
+    _refuse_unused(args)
     if args.export_trace is not None:     # an empty one is refused, not ignored
-        fmt = _choice(args.format, "--format", FORMATS)
-        kind = _choice(args.kv_layout, "--kv-layout", ("contiguous", "paged"))
+        fmt = _choice(args.format or "npz", "--format", FORMATS)
+        kind = _choice(args.kv_layout or "contiguous", "--kv-layout", ("contiguous", "paged"))
         layout = CONTIGUOUS if kind == "contiguous" else \
-            KVLayout.paged(_int(args.block_tokens, "--block-tokens", 1))
+            KVLayout.paged(_int(args.block_tokens or 16, "--block-tokens", 1, MAX_TOKENS))
         if split is not None and args.side is None:
             raise ConfigError("--side", f"--export-trace with --split needs --side "
                               f"({' or '.join(sides)})")
         path = _trace_path(given_out(args.export_trace, "--export-trace", "file"), fmt)
-        prepare_file(path, "--export-trace")  # before the traffic, which may take seconds
+        # before the traffic, which may take seconds; never over the model file read
+        model_file = None if args.name.lower() in MODELS else args.name
+        prepare_file(path, "--export-trace", [("model", model_file)])
         tr = layer_traffic(model, batch, seqs, kv_layout=layout,
-                           request_bytes=_int(args.request_bytes, "--request-bytes", 1),
-                           dtype=dtype, seed=_int(args.seed, "--seed"), split=split,
+                           request_bytes=_int(args.request_bytes or 32, "--request-bytes", 1),
+                           dtype=dtype, seed=_int(args.seed or 0, "--seed"), split=split,
                            side=args.side, phase=phase, sides=sides,
                            activations=not args.no_activations)
         with writing_to(path, "--export-trace"), atomic_output_path(path) as tmp:
@@ -204,6 +224,25 @@ def run(args) -> int:
         return 0
     _print_text(out)
     return 0
+
+
+#: options of the trace export, and the one each needs besides --export-trace
+EXPORT_ONLY = (("format", "--format", None), ("kv_layout", "--kv-layout", None),
+               ("request_bytes", "--request-bytes", None),
+               ("no_activations", "--no-activations", None),
+               ("block_tokens", "--block-tokens", "paged"), ("seed", "--seed", "paged"))
+
+
+def _refuse_unused(args) -> None:
+    """A ConfigError for an option given that this run would not use: the export's
+    options without --export-trace, the paged layout's without ``--kv-layout paged``."""
+    for attr, flag, layout in EXPORT_ONLY:
+        if getattr(args, attr) in (None, False):
+            continue
+        if args.export_trace is None:
+            raise ConfigError(flag, "only meaningful with --export-trace")
+        if layout is not None and args.kv_layout != layout:
+            raise ConfigError(flag, f"only meaningful with --kv-layout {layout}")
 
 
 def _attention_kind(model, layer: int) -> str:

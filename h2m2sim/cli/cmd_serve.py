@@ -358,6 +358,9 @@ def run_config(args) -> dict:
     model = args.model if args.weight_dtype is None else \
         {"base": args.model, "weight_dtype": args.weight_dtype}
     system = _system(args)
+    if args.cards is not None and args.prefill_system is not None:
+        raise ConfigError("--cards", "is not used: the pools run on all the cards of "
+                          "--prefill-system and --decode-system; set cards in their files")
     if args.cards is not None:
         system = {"preset": system, "cards": args.cards}
     return {"system": system, "model": model,

@@ -67,6 +67,11 @@ def _one_point(args: argparse.Namespace) -> int:
     if args.out is not None or args.resume:
         raise ConfigError("--point", "runs one point and stores nothing: drop --out and "
                           "--resume")
+    for flag, value in (("--workers", args.workers), ("--scheduler", args.scheduler)):
+        if value is not None:
+            raise ConfigError(flag, "unused with --point, which runs one point in this "
+                              "process")
+    api.refuse_overwriting(spec.inputs, timeline=args.timeline)
     point = spec.points[args.point]
     res = api.run(point.config, **timeline_options(args))
     print(f"point {point.index}: " + ", ".join(f"{k}={v}" for k, v in point.params.items()))

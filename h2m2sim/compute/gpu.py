@@ -52,7 +52,7 @@ from dram_models.schema import to_dict
 from h2m2sim.compute.evaluator import PointCost
 from h2m2sim.compute.llm_roofline import RooflineEvaluator
 from h2m2sim.compute.roofline import RooflineDevice
-from h2m2sim.errors import ConfigError
+from h2m2sim.errors import ConfigError, OutOfMemoryError
 from h2m2sim.model import dtype_bytes, load_model
 from h2m2sim.npu.energy import stream_energy
 from h2m2sim.system import SystemSpec, resolve_system
@@ -142,6 +142,9 @@ def gpu_kernel(system: Any, op: str, m: int, k: int, n: int, *, batch: int = 1,
     else:
         flops, read, write = _matrix_operands(op, m, k, n, batch, db)
         fixed = gpu.stream_kernel_ns
+    if read + write > side.capacity_bytes:  # each operand is read or written once
+        raise OutOfMemoryError(side.name, int(read + write), side.capacity_bytes,
+                               f"the {op} kernel's operands")
     compute = float(dev.compute_ns(flops))
     memory = float(dev.memory_ns(read, write))
     time = fixed + max(compute, memory)

@@ -37,6 +37,7 @@ from h2m2sim.memory.dram import memory_system, stream_bandwidth_gbps
 from h2m2sim.memory.frames import merge_extents
 from h2m2sim.memory.system_memory import SystemMemory
 from h2m2sim.model import VECTOR_FLOPS, dtype_bytes
+from h2m2sim.model.spec import STORAGE_ONLY
 from h2m2sim.system.config import SystemSpec, resolve_system
 
 from .dma import (KIND_BARRIER, KIND_READ, UNITS, DmaLayout, build_dag_streams, build_streams,
@@ -836,7 +837,7 @@ def simulate_kernel(system: Any, side: str, op: str, m: int, k: int, n: int,
                     dtype: str = "int8", page_size: int | None = None, batch: int = 1,
                     fidelity: str = "cycle", *, placement: str = "contiguous",
                     seed: int = 0, translate: str | None = None, unit: str = "auto",
-                    memory: SystemMemory | None = None) -> KernelResult:
+                    memory: SystemMemory | None = None, key: str = "dtype") -> KernelResult:
     """Simulate one kernel given by shape on ``side`` of ``system`` (a SystemSpec or
     anything :func:`~h2m2sim.system.config.resolve_system` accepts).
 
@@ -848,12 +849,17 @@ def simulate_kernel(system: Any, side: str, op: str, m: int, k: int, n: int,
     ``memory``) on ``side``: ``placement`` contiguous or scattered frames of
     ``page_size`` bytes (default: the system's MMU page size). ``translate``: ``mmu``
     (TLB in the loop) or ``ideal`` (no translation cost); default from ``system.mmu``.
-    ``unit``: ``auto`` (faster of MM and MV per matrix product), ``mm`` or ``mv``."""
+    ``unit``: ``auto`` (faster of MM and MV per matrix product), ``mm`` or ``mv``.
+    ``dtype`` is every operand's and the compute's, so a storage-only type (int4) is
+    refused; ``key`` names it in errors."""
     _check_fidelity(fidelity)
+    if dtype in STORAGE_ONLY:
+        raise ConfigError(key, f"{dtype} is a storage type (weights, KV), not one a kernel "
+                          "computes in; use int8, fp8, fp16, bf16 or fp32")
     if unit not in ("auto", "mm", "mv"):
         raise ConfigError("unit", f"must be auto, mm or mv, got {unit!r}")
     ctx = _Ctx(system, side, memory, page_size, placement, seed, translate)
-    db = _dtype_bytes(dtype)
+    db = dtype_bytes(dtype, key)
     plans = _shape_plans(ctx, op, m, k, n, batch, db, unit)
     return _result(ctx, plans, [p.op for p in plans], fidelity, op)
 

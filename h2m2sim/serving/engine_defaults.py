@@ -2,7 +2,8 @@
 ``workload.serving``): the engine named (the system's default when the configuration
 names none, :func:`~.engine_profile.default_engine`) and its defaults in the keys the
 configuration leaves out. The engine's chunked prefill gives way to a feature the run
-uses that is not modelled with it (:mod:`.features`); asked for, the same combination is
+uses that is not modelled with it (:mod:`.features`) and to a system of several memory
+sides, whose mapped evaluator prices no mixed step; asked for, the same combination is
 refused as before.
 """
 from __future__ import annotations
@@ -39,6 +40,8 @@ def with_engine_defaults(raw: Mapping[str, Any], system, allocator, model, key: 
     for k in DEFAULTED:
         if k not in out:
             out[k] = getattr(profile.defaults, k)
+    if "chunked_prefill" not in raw and out["chunked_prefill"] and _maps_sides(system):
+        out["chunked_prefill"] = False      # its evaluator prices no mixed step
     if "chunked_prefill" not in raw and out["chunked_prefill"]:
         # the run's features, resolved without chunked prefill (so that a mistake in
         # them is reported as such), then checked with it
@@ -50,6 +53,13 @@ def with_engine_defaults(raw: Mapping[str, Any], system, allocator, model, key: 
         except ConfigError:
             out["chunked_prefill"] = False
     return out
+
+
+def _maps_sides(system) -> bool:
+    """Whether serving maps the model over several memory sides of ``system`` (an NPU
+    system of two or more sides), whose evaluator cannot price a mixed step."""
+    from .timing.mapped_eval import maps_sides
+    return system is not None and maps_sides(system)
 
 
 def _past_window(cfg, model) -> bool | None:

@@ -73,9 +73,10 @@ class CudaGraphs:
 
     def _check(self) -> None:
         for r in self.decode_ranges:
-            if len(r) != 3 or r[0] > r[1]:
+            if len(r) != 3 or r[0] > r[1] or not all(1 <= v <= 1 << 20 for v in r):
                 raise ConfigError("decode_ranges", f"each range is [first, last, step] "
-                                  f"with first <= last, got {list(r)}")
+                                  f"of whole numbers in 1..{1 << 20} with first <= last, "
+                                  f"got {list(r)}")
 
     @functools.cached_property
     def sizes(self) -> tuple[int, ...]:
@@ -158,6 +159,9 @@ class EngineProfile:
         return f"{self.name} {self.version}"
 
     def _check(self) -> None:
+        for key in ("name", "version"):
+            if not getattr(self, key).strip():
+                raise ConfigError(key, "must not be empty")
         missing = [k for k in sourced_fields(self) if not self.sources.get(k)]
         if missing:
             raise ConfigError("sources", f"engine {self.name!r} gives no source for "
@@ -189,7 +193,10 @@ for _path in sorted(ENGINES_DIR.glob("*.yaml")):
 
 @functools.lru_cache(maxsize=64)
 def _load_file(path: str, mtime: float, key: str) -> EngineProfile:
-    data = yamlio.load_file(Path(path), "engine profile")
+    try:
+        data = yamlio.load_file(Path(path), "engine profile")
+    except ConfigError as err:    # its key is the file (and line): name the setting too
+        raise ConfigError(key, str(err)) from None
     if not isinstance(data, Mapping):
         raise ConfigError(key, f"engine profile {path} must hold a mapping of fields")
     return load(EngineProfile, data, key)
@@ -198,10 +205,14 @@ def _load_file(path: str, mtime: float, key: str) -> EngineProfile:
 def load_engine(name: str, key: str = "serving.engine") -> EngineProfile:
     """The profile ``name`` (a shipped name or a YAML file); a ConfigError naming ``key``
     otherwise."""
+    if not name:
+        raise ConfigError(key, "is empty: name a serving engine or an engine profile "
+                               ".yaml file")
     p = Path(name)
     if name not in ENGINES and (p.suffix in (".yaml", ".yml") or p.exists()):
         if not p.is_file():
-            raise ConfigError(key, f"no such engine profile file: {name}")
+            raise ConfigError(key, f"{name}: not an engine profile file "
+                                   f"({'a directory' if p.is_dir() else 'not a regular file' if p.exists() else 'no such file'})")
         return _load_file(str(p.resolve()), p.stat().st_mtime, key)
     path = ENGINES.get(name, key)
     return _load_file(str(path), path.stat().st_mtime, key)

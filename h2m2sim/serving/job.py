@@ -42,6 +42,13 @@ def check_serving(cfg: Any) -> None:
                               f"serving.prefill_system ({prefill.name}) and "
                               "serving.decode_system: set it to the prefill system "
                               "(h2m2sim serve: leave --system out)")
+        if cfg.system != prefill:       # e.g. its cards: the pools run on their own
+            what = "system.cards" if cfg.system.cards != prefill.cards else "system"
+            raise ConfigError(what, f"is not used: the pools run on serving.prefill_system"
+                              f" ({prefill.name}) and serving.decode_system as their "
+                              "presets or files give them; set the system to the prefill "
+                              "system unchanged and change the pools' own files (h2m2sim "
+                              "serve: leave --cards out)")
 
 
 def _fits(cfg: Any, system: Any) -> None:

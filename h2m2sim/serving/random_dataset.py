@@ -13,6 +13,7 @@ are no arrival times: every request is ready at t = 0 (a closed loop,
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -30,6 +31,14 @@ DEFAULT_RANDOM_REQUESTS = 1000
 #: Longest prompt or output a random dataset may ask for (tokens).
 MAX_RANDOM_TOKENS = 1 << 24
 
+#: Most requests a random dataset may make (``max_concurrency``'s bound): each is held
+#: in memory, so 10^9 of them would exhaust it before the run starts.
+MAX_RANDOM_REQUESTS = 1 << 20
+
+#: A length: plain decimal digits (no sign, spaces or digit separators, which ``int``
+#: would take).
+_DIGITS = re.compile(r"[0-9]+")
+
 
 def is_random(name) -> bool:
     """Whether the trace name ``name`` is a random dataset."""
@@ -42,6 +51,8 @@ def _parse(name: str) -> tuple[int, int, float]:
     usage = "expected random:IN:OUT or random:IN:OUT:R (prompt and output tokens, " \
             "whole numbers >= 1; R a range ratio in [0, 1))"
     if len(parts) not in (2, 3):
+        raise ConfigError(name, usage)
+    if not all(_DIGITS.fullmatch(p) for p in parts[:2]):
         raise ConfigError(name, usage)
     try:
         lens = [int(p) for p in parts[:2]]
@@ -77,6 +88,9 @@ def random_lengths(name: str, max_requests: int | None = None, seed: int = 0
     n = DEFAULT_RANDOM_REQUESTS if max_requests is None else int(max_requests)
     if n <= 0:
         raise ConfigError("max_requests", f"must be > 0, got {n}")
+    if n > MAX_RANDOM_REQUESTS:
+        raise ConfigError("max_requests", f"a random dataset makes at most "
+                          f"{MAX_RANDOM_REQUESTS} requests, got {n}")
     rng = np.random.default_rng([seed, 11])
     prompts = _lengths(prompt, ratio, n, rng)
     outputs = _lengths(output, ratio, n, rng)

@@ -222,8 +222,11 @@ def deployment(dep: DeploymentConfig, device: ServingDevice) -> tuple[int, Servi
     elif r is None:
         r = cards // k
     if r * k != cards:
+        given = (f"{dep.replicas} replicas" if dep.tensor_parallel is None else
+                 f"tensor_parallel {dep.tensor_parallel}" if dep.replicas is None else
+                 f"{dep.replicas} x {dep.tensor_parallel}")
         raise ConfigError("serving.deployment", f"replicas x tensor_parallel must be the "
-                          f"system's {cards} cards, got {r} x {k}")
+                          f"system's {cards} cards, got {given}")
     return r, dataclasses.replace(device, devices=k)
 
 

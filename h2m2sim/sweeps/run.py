@@ -13,7 +13,7 @@ from h2m2sim import runner
 from h2m2sim.version import __version__
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError
-from h2m2sim.store import ResultStore, git_revision, now_iso
+from h2m2sim.store import ResultStore, git_revision, now_iso, refuse_inputs
 from h2m2sim.sweeps.execute import Backend, backend_for, run_point
 from h2m2sim.sweeps.spec import Sweep
 
@@ -72,6 +72,10 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, *, workers: int | None = Non
     plan = [{"index": p.index, "config_hash": p.config_hash, "params": p.params}
             for p in sweep.points]
     fresh = store.check(sweep.axis_paths, plan, resume)
+    for path in store.files():
+        # a resumed folder's sweep.yaml is rewritten as it is: resuming from it is fine
+        if path != store.spec_path or not store.holds_sweep():
+            refuse_inputs(path, "--out", sweep.inputs)
     done = store.finished()
     store.warn_if_other_revision(resume)
 

@@ -18,6 +18,7 @@ reported as ``grid.<path>[<i>]: <problem>``.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Iterable, Mapping
@@ -62,6 +63,9 @@ class Sweep:
     axes: tuple[Axis, ...]
     points: tuple[Point, ...]
     spec: dict[str, Any] = field(repr=False)  # normalised spec, base inlined
+    #: (key, path) of the files the sweep was read from (its file, a base file): no
+    #: output of the sweep may replace one of them
+    inputs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def axis_paths(self) -> list[str]:
@@ -138,9 +142,12 @@ def build_sweep(spec: Any, base_dir: str | os.PathLike = ".", name: str = "sweep
             raise ConfigError(str(k), "unknown key" + suggest(str(k), SWEEP_KEYS)
                               + f"; allowed: {', '.join(SWEEP_KEYS)}")
     base = spec.get("base")
+    inputs = []
     if isinstance(base, str):
         path = Path(base).expanduser()
-        base = read_yaml(path if path.is_absolute() else Path(base_dir) / path)
+        path = path if path.is_absolute() else Path(base_dir) / path
+        base = read_yaml(path)
+        inputs.append(("base", str(path)))
     if base is None:
         base = {}
     if not isinstance(base, Mapping):
@@ -189,10 +196,12 @@ def build_sweep(spec: Any, base_dir: str | os.PathLike = ".", name: str = "sweep
     for group, group_axes in (("grid", grid), ("zip", zipped)):
         if group_axes:
             norm[group] = {ax.path: list(ax.values) for ax in group_axes}
-    return Sweep(name=name, base=base, axes=tuple(axes), points=tuple(points), spec=norm)
+    return Sweep(name=name, base=base, axes=tuple(axes), points=tuple(points), spec=norm,
+                 inputs=tuple(inputs))
 
 
 def read_sweep(path: str | os.PathLike, sets: Iterable[str] = ()) -> Sweep:
     """Read and expand a sweep file (a relative ``base`` path is taken from its folder)."""
     path = Path(path)
-    return build_sweep(read_yaml(path), base_dir=path.parent, name=path.stem, sets=sets)
+    sweep = build_sweep(read_yaml(path), base_dir=path.parent, name=path.stem, sets=sets)
+    return dataclasses.replace(sweep, inputs=(("sweep", str(path)), *sweep.inputs))

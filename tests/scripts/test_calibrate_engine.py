@@ -92,3 +92,48 @@ def test_a_bad_step_file_is_named(tmp_path):
         ce.read_steps(str(path), [], [])
     with pytest.raises(ConfigError, match="select"):
         ce.read_steps(str(STEPS), ["engine=nobody"], [])
+
+
+HEADER = "wall_ms,prefill_tokens,prefill_requests,decode_requests,decode_kv_tokens"
+
+
+@pytest.mark.parametrize("row, needle", [
+    ("abc,0,0,1,5", "not a number"),             # a ValueError traceback
+    ("20,0,0,1", "shorter than the header"),     # a TypeError traceback
+    ("20,0,0,0,0", "neither prefills nor decodes"),   # a NaN kernel time
+    ("20,0,0,1.5,500", "whole number"),          # read as 1 request
+    ("20,100,0,1,500", "tokens need requests"),  # prefill tokens ignored
+    ("20,0,0,1e308,5", "at most 65536"),         # a NumPy traceback
+])
+def test_a_row_that_is_no_step_is_named_with_its_line(tmp_path, row, needle):
+    path = tmp_path / "steps.csv"
+    path.write_text(f"{HEADER}\n21,0,0,1,5\n{row}\n")
+    with pytest.raises(ConfigError, match=rf"steps.csv:3: .*{needle}"):
+        ce.read_steps(str(path), [], [])
+
+
+def test_a_step_file_that_is_no_text_file_is_named(tmp_path):
+    (tmp_path / "latin.csv").write_bytes(b"wall_ms\xff\n")
+    for path, needle in ((tmp_path, "is a directory"), (tmp_path / "none.csv", "no such"),
+                         ("/dev/zero", "larger than"), (tmp_path / "latin.csv", "UTF-8")):
+        with pytest.raises(ConfigError, match=needle):
+            ce.read_steps(str(path), [], [])
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--out", "{measured}"], "--out: .* is also the input --measured"),
+    (["--out", "{tmp}/o.yaml", "--report", "{measured}"], "--report: .* --measured"),
+    (["--out", "{tmp}"], "--out: cannot write"),
+    (["--out", "{tmp}/o.yaml", "--tensor-parallel", "0"], "--tensor-parallel"),
+    (["--out", "{tmp}/o.yaml", "--phases", "bogus"], "--phases"),
+    (["--out", "{tmp}/o.yaml", "--select", "engine"], "--select: expected KEY=VALUE"),
+])
+def test_bad_arguments_are_refused_before_any_work(tmp_path, extra, needle):
+    measured = tmp_path / "steps.csv"
+    measured.write_text(f"{HEADER}\n21,0,0,1,5\n")
+    argv = ["--system", "h200", "--model", "llama3-8b", "--measured", str(measured),
+            "--name", "mine", "--version", "1",
+            *[a.format(measured=measured, tmp=tmp_path) for a in extra]]
+    with pytest.raises(ConfigError, match=needle):
+        ce.main(argv)
+    assert measured.read_text() == f"{HEADER}\n21,0,0,1,5\n"

@@ -47,3 +47,9 @@ def test_one_benchmark_point_runs():
                         "engine": "vllm", "trace": "random:512:16", "requests": 8,
                         "concurrency": 4})
     assert m["requests_completed"] == 8 and m["ttft_mean_s"] > 0 and m["tpot_mean_s"] > 0
+
+
+def test_an_unknown_set_is_refused_rather_than_run_as_nothing():
+    from h2m2sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="--only: unknown set"):
+        se.main(["--only", "bogus", "--out", "unused"])

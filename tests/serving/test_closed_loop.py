@@ -65,11 +65,18 @@ def test_random_dataset_lengths_count_and_seed():
 
 @pytest.mark.parametrize("name", ["random:", "random:10", "random:0:5", "random:a:5",
                                   "random:5:5:1", "random:5:5:nan", "random:5:5:-0.1",
-                                  "random:5:5:0.1:2", "random:99999999999:5"])
+                                  "random:5:5:0.1:2", "random:99999999999:5",
+                                  "random:1_0:5", "random:+10:5", "random: 10:5"])
 def test_a_bad_random_dataset_is_named(name):
     with pytest.raises(ConfigError) as err:
         load_trace(name, 3)
     assert name in str(err.value)
+
+
+def test_a_random_dataset_of_more_requests_than_memory_holds_is_refused():
+    """10^9 requests would be built in memory before the run (it ran out of memory)."""
+    with pytest.raises(ConfigError, match="max_requests: a random dataset makes at most"):
+        load_trace("random:8:4", 10**9)
 
 
 def test_one_client_serves_one_request_at_a_time():
@@ -146,9 +153,42 @@ def test_the_cli_runs_the_benchmark(capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["--trace", "random:256"], "random:256"),
     (["--trace", "random:256:16", "--max-concurrency", "0"], "max_concurrency"),
+    (["--trace", "random:256:16", "--max-requests", "1000000000"], "max_requests"),
+    (["--trace", "random:256:16", "--replicas", "8"], "got 8 replicas"),
 ])
 def test_the_cli_names_a_bad_benchmark_setting(argv, needle, capsys):
     rc = main(["serve", *argv, "--system", "mlu370-x4", "--model", MODEL,
                "--allocator", "paged", "--evaluator", "analytic", "-q"])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_cards_of_pools_on_two_systems_are_not_silently_ignored(capsys):
+    """The pools run on all the cards of their own systems: --cards (or a changed
+    system.cards) used to run as if it were not given."""
+    rc = main(["serve", "--trace", "random:256:16", "--prefill-system", "h200",
+               "--decode-system", "h200", "--cards", "2", "--model", MODEL, "--allocator",
+               "paged", "--evaluator", "analytic", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: --cards: is not used")
+    from h2m2sim.config import load_config
+    with pytest.raises(ConfigError, match="system.cards: is not used"):
+        load_config({"system": {"preset": "h200", "cards": 2}, "model": MODEL,
+                     "policy": {"allocator": "paged"},
+                     "workload": {"serving": {"trace": "random:8:4",
+                                              "prefill_system": "h200",
+                                              "decode_system": "h200"}}})
+
+
+def test_api_serve_names_a_trace_or_setting_of_the_wrong_type(tmp_path):
+    import h2m2sim
+    cfg = {"system": "mlu370-x4", "model": MODEL, "policy": {"allocator": "paged"},
+           "simulation": {"fidelity": "estimate"},
+           "workload": {"serving": {"trace": "random:8:4", "max_requests": 2}}}
+    with pytest.raises(ConfigError, match="^trace: must be a path"):
+        h2m2sim.serve(cfg, trace=5)
+    with pytest.raises(ConfigError, match="^workload.serving.max_concurrency: must be"):
+        h2m2sim.serve(cfg, max_concurrency=object())
+    # a NumPy number is the number it holds
+    res = h2m2sim.serve(cfg, max_concurrency=np.int64(1))
+    assert res.metrics["max_concurrency"] == 1

@@ -137,6 +137,49 @@ def test_the_engines_chunked_prefill_gives_way_to_a_feature_not_modelled_with_it
                  speculative={"draft": "llama3-8b", "k": 2, "acceptance": 0.5})
 
 
+def test_the_engines_chunked_prefill_gives_way_on_a_system_of_several_sides():
+    """The mapped evaluator of h2m2 prices no mixed step: serve --engine vllm there
+    failed on the engine's default, which the user never set."""
+    s = _serving("h2m2", "llama2-7b", engine="vllm").workload.serving
+    assert s.engine == "vllm" and not s.chunked_prefill
+
+
+def _profile_file(tmp_path, **change):
+    import yaml
+    data = yaml.safe_load(ENGINES.get("vllm").read_text())
+    for dotted, value in change.items():
+        *path, last = dotted.split("__")
+        node = data
+        for k in path:
+            node = node[k]
+        node[last] = value
+    f = tmp_path / "engine.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return str(f)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"cuda_graphs__decode_ranges": [[1, 8, 0]]}, "decode_ranges"),     # was exit 70
+    ({"cuda_graphs__decode_ranges": [[0, 8, 1]]}, "decode_ranges"),     # a graph of 0
+    ({"cuda_graphs__decode_ranges": [[1, 8, -1]]}, "decode_ranges"),    # no size at all
+    ({"name": ""}, "name: must not be empty"),
+])
+def test_a_malformed_engine_profile_is_refused_naming_the_key(tmp_path, change, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_engine(_profile_file(tmp_path, **change))
+
+
+def test_an_engine_profile_that_is_not_yaml_or_not_a_file_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [\n")
+    with pytest.raises(ConfigError, match=r"^serving.engine: .*bad.yaml:2: invalid YAML"):
+        load_engine(str(bad))
+    with pytest.raises(ConfigError, match="a directory"):
+        load_engine(str(tmp_path))
+    with pytest.raises(ConfigError, match="is empty"):
+        load_engine("")
+
+
 def test_the_engines_prefix_caching_applies_where_there_is_a_prefix_to_find(capsys):
     def run(trace, *extra):
         assert main(["serve", "--trace", trace, "--max-requests", "12", "--system", "h200",
