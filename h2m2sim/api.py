@@ -254,12 +254,8 @@ def _setting(key: str, value: Any) -> str:
     """``value`` of the serving keyword ``key`` as a ``--set`` value (JSON, which YAML
     reads): a NumPy scalar as its Python number; a value JSON cannot hold (bytes, an
     object) is refused naming the key."""
-    def plain(obj):
-        if hasattr(obj, "item") and getattr(obj, "shape", None) == ():
-            return obj.item()
-        raise TypeError
     try:
-        return json.dumps(value, default=plain)
+        return json.dumps(plain(value))
     except (TypeError, ValueError):
         raise ConfigError(f"workload.serving.{key}", "must be a number, string, bool, "
                           f"list or mapping, got {type(value).__name__}") from None

@@ -229,12 +229,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _clean(obj):
-    """JSON-safe copy: NaN/inf -> null, NumPy scalars -> Python numbers."""
-    from h2m2sim.store import json_safe
-    return json_safe(obj)
-
-
 #: The run configuration's simulation.fidelity that each --evaluator stands for.
 FIDELITY = {"cycle": "sampled", "analytic": "estimate"}
 
@@ -382,7 +376,8 @@ def run(args) -> int:
     res = api.run(run_config(args), out=args.out, overwrite=args.overwrite,
                   **timeline_options(args))
     say_timeline_written(args)
-    m = _clean(res.metrics)
+    from h2m2sim.store import json_safe     # NaN/inf -> null, NumPy -> Python
+    m = json_safe(res.metrics)
     for key in JSON_KEYS:
         m.setdefault(key, None)
     notes = list(m.get("predictor_notes") or [])
@@ -398,7 +393,7 @@ def run(args) -> int:
         print(json.dumps({**m, "config_hash": record["config_hash"],
                           "h2m2sim_version": record["h2m2sim_version"],
                           "git_revision": record["git_revision"],
-                          "config": _clean(plain(res.config))}, sort_keys=True))
+                          "config": json_safe(plain(res.config))}, sort_keys=True))
         _say_stored(args)
         return 0
     _print_table(m)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 
-#: (symbol, size in seconds), largest first
-TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
-#: (symbol, size in joules), largest first
+from h2m2sim.quantities import TIME
+
+#: (symbol, size in seconds), largest first: the time units of result columns
+TIME_UNITS = tuple((u.symbol, u.size) for u in reversed(TIME.units))
+#: (symbol, size in joules), largest first: a serving run's totals reach MJ, which the
+#: energy columns (pJ to J, :mod:`h2m2sim.quantities`) never do
 ENERGY_UNITS = (("MJ", 1e6), ("kJ", 1e3), ("J", 1.0), ("mJ", 1e-3))
 
 

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("h2m2sim._version",),            # written by setuptools-scm at build time
     ("h2m2sim.version",),             # a leaf: every layer may stamp its results
     ("h2m2sim.errors",),
-    ("h2m2sim.registry", "h2m2sim.quantities"),
+    ("h2m2sim.registry", "h2m2sim.quantities", "h2m2sim.outputs"),
     ("h2m2sim.parallel", "h2m2sim.store"),
     ("h2m2sim.cache", "h2m2sim.trace_events"),
     ("h2m2sim.model", "h2m2sim.predictors"),
