@@ -124,6 +124,25 @@ def parse(text: str, name: str) -> Any:
         raise ConfigError(name, "invalid YAML value: " + _one_line(err)) from None
 
 
+#: How long a FIFO opened before its writer is given to start writing (s): a writer
+#: started alongside the reader (``mkfifo p; writer > p & h2m2sim run p``) opens it a
+#: moment later, and one that never comes must not hang the command
+FIFO_WRITER_WAIT_S = 2.0
+
+
+def _await_writer(fd: int) -> None:
+    """Wait up to :data:`FIFO_WRITER_WAIT_S` for the FIFO ``fd`` (opened without
+    blocking) to have data or a writer that has come and gone: until then, a read would
+    see the end of a file no writer has opened yet. (Linux reports no hang-up on a FIFO
+    that never had a writer.)"""
+    import select
+    if not hasattr(select, "poll"):
+        return
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    poller.poll(FIFO_WRITER_WAIT_S * 1000)
+
+
 def read_text(path: str | os.PathLike, what: str = "YAML file",
               limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of the file ``path``, refused with one ConfigError naming it when
@@ -143,6 +162,8 @@ def read_text(path: str | os.PathLike, what: str = "YAML file",
     if stat.S_ISDIR(mode):
         os.close(fd)
         raise ConfigError(name, f"is a directory, expected a {what}")
+    if stat.S_ISFIFO(mode):
+        _await_writer(fd)
     if not stat.S_ISREG(mode):
         # opened without blocking (a FIFO with no writer yet would hang the open); a
         # stream is read blocking, up to its end or the limit

@@ -145,7 +145,8 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
         timeline_tracks: Iterable[str] | None = None,
         timeline_window: tuple[float, float] | None = None,
         timeline_dram_window: tuple[float, float] | None = None,
-        timeline_dram_channels: str | Iterable[int] | None = None) -> Result:
+        timeline_dram_channels: str | Iterable[int] | None = None,
+        timeline_dram_kernel: str | None = None) -> Result:
     """Run one configuration (a YAML path, a RunConfig or a raw mapping; ``set`` as in
     :func:`load`) and return its :class:`Result`. With ``out``, also write
     ``out/result.json``, ``config.yaml`` and ``timing.json`` (:mod:`h2m2sim.store`);
@@ -156,8 +157,11 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
     ``timeline_tracks`` keeps some kinds of track
     (:data:`~h2m2sim.trace_events.TRACK_KINDS`), ``timeline_window`` = (start, end) ns
     keeps what happens between them, ``timeline_dram_window`` = (start, end) ns shows
-    each DRAM command issued between them, ``timeline_dram_channels`` (channel numbers,
-    or ``"0,1"``) only those of these channels of each side."""
+    each DRAM command issued between them, ``timeline_dram_kernel`` (a kernel's name as
+    the timeline draws it, ``"fc.ffn_up@hbm"``, or without its side for the first of
+    its sides) instead the commands issued during the first span of that kernel in the
+    system's simulated layer, ``timeline_dram_channels`` (channel numbers, or ``"0,1"``)
+    only those of these channels of each side."""
     if overwrite and out is None:
         raise ConfigError("--overwrite", "only meaningful with --out")
     cfg = load(config_or_path, set)
@@ -168,13 +172,15 @@ def run(config_or_path: Any, set: Iterable[str] | None = None, *,
                        "config_hash": config_hash(cfg), "fidelity": cfg.simulation.fidelity},
                       tracks=timeline_tracks, window=timeline_window,
                       dram_window=timeline_dram_window,
-                      dram_channels=timeline_dram_channels)
+                      dram_channels=timeline_dram_channels,
+                      dram_kernel=timeline_dram_kernel)
         prepare_file(timeline, "--timeline")       # before a run that may be long
     else:
         for key, value in (("--timeline-tracks", timeline_tracks),
                            ("--timeline-window", timeline_window),
                            ("--timeline-dram-window", timeline_dram_window),
-                           ("--timeline-dram-channels", timeline_dram_channels)):
+                           ("--timeline-dram-channels", timeline_dram_channels),
+                           ("--timeline-dram-kernel", timeline_dram_kernel)):
             if value is not None:
                 raise ConfigError(key, "only meaningful with --timeline")
     store = RunOutput(out) if out is not None else None    # an empty out is refused

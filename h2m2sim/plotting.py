@@ -3,9 +3,10 @@ and grouped bar charts, optionally normalised to a baseline system.
 
 The data path is plain Python over the rows of ``results.csv`` (see
 :mod:`h2m2sim.store`): :func:`load_results` -> :func:`filter_rows` ->
-:func:`add_speedup` (optional) -> :func:`axis` and :func:`rescale` (units) ->
-:func:`pivot` -> :func:`plot`. Every user mistake (unknown column, ambiguous rows,
-missing baseline, a unit the column cannot be shown in) is a one-line ConfigError.
+:func:`finite_rows` -> :func:`add_speedup` (optional) -> :func:`axis` and
+:func:`rescale` (units) -> :func:`pivot` -> :func:`plot`. Every user mistake (unknown
+column, ambiguous rows, missing baseline, a unit the column cannot be shown in, a
+column with no finite value) is a one-line ConfigError.
 
 Axes are labelled with a readable name and a unit picked from the column's unit suffix
 (:mod:`h2m2sim.quantities`): ``iteration_time_ns`` of about 5e8 is drawn as
@@ -33,7 +34,8 @@ from h2m2sim.store import ResultStore, decode_cell, encode_cell, given_out, read
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Results", "load_results", "filter_rows", "find_baseline_column", "column",
+__all__ = ["Results", "load_results", "filter_rows", "finite_rows", "find_baseline_column",
+           "column",
            "guess_better", "add_speedup", "check_out", "pivot", "plot", "format_pivot", "FORMATS",
            "Axis", "axis", "rescale", "speedup_label", "parse_size", "figure", "PAPER_SIZE"]
 
@@ -127,6 +129,27 @@ def filter_rows(res: Results, where: Iterable[str]) -> list[dict[str, Any]]:
         if not rows:
             raise ConfigError("--where", f"no rows with {col}={val}")
     return rows
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def finite_rows(rows: Sequence[dict[str, Any]], col: str, option: str
+                ) -> list[dict[str, Any]]:
+    """Rows whose number in ``col`` is finite: a ``nan`` or ``inf`` cell (a metric that
+    was not computed, a division by zero) has no place on an axis, so its rows are left
+    out with one warning saying how many. Cells that are not numbers (categories) are
+    kept. A ConfigError naming ``option`` when ``col`` holds numbers but none finite."""
+    kept = [r for r in rows if not _number(r.get(col)) or math.isfinite(r[col])]
+    left = len(rows) - len(kept)
+    if left and not any(_number(r.get(col)) for r in kept):
+        raise ConfigError(option, f"column '{col}' has no finite value (only nan or inf): "
+                                  "nothing to plot")
+    if left:
+        log.warning("%d rows with no finite %s (nan or inf) are left out of the plot",
+                    left, col)
+    return kept
 
 
 def find_baseline_column(res: Results, spec: str) -> tuple[str, Any]:

@@ -142,7 +142,7 @@ def _drawn(job: Job, cfg: Any, timeline: Timeline | None, label: str) -> dict[st
             draw_serving(timeline, result, label, float(metrics["kv_bytes_per_token"]))
         return metrics
     layers: list = []
-    with capture_layers(layers, dram_commands=timeline.dram_window is not None):
+    with capture_layers(layers, dram_commands=timeline.shows_dram_commands):
         metrics = job(cfg)
     if not layers:
         raise ConfigError("--timeline", "this run simulates no decoder layer to draw: a "

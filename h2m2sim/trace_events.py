@@ -23,7 +23,7 @@ from h2m2sim.errors import ConfigError
 from h2m2sim.store import atomic_write_text
 
 __all__ = ["Timeline", "TimelineError", "TRACK_KINDS", "read_events", "check_events",
-           "checked_tracks", "checked_window"]
+           "checked_tracks", "checked_window", "checked_kernel"]
 
 #: Tolerance of the nesting check, in the file's microseconds: float rounding of ns / 1e3.
 _EPS_US = 1e-6
@@ -51,14 +51,19 @@ class Timeline:
     comma-separated; None = all); ``window``: (start, end) ns or ``"START:END"``, events
     outside it dropped and spans cut to it; ``max_events``: beyond it the
     latest events are dropped. What was dropped is written in the file's metadata
-    (``otherData.dropped``)."""
+    (``otherData.dropped``). ``dram_window``: (start, end) ns in which the drawers show
+    each DRAM command; ``dram_kernel``: instead of it, the name of a kernel whose drawn
+    span is that window (the drawer that knows the spans sets ``dram_window`` from it,
+    :func:`h2m2sim.decode.timeline.draw_layers`); ``dram_channels``: the channels shown.
+    """
 
     def __init__(self, metadata: Mapping[str, Any] | None = None, *,
                  tracks: str | Iterable[str] | None = None,
                  window: tuple[float, float] | str | None = None,
                  max_events: int = MAX_EVENTS,
                  dram_window: tuple[float, float] | str | None = None,
-                 dram_channels: str | Iterable[int] | None = None):
+                 dram_channels: str | Iterable[int] | None = None,
+                 dram_kernel: str | None = None):
         self.events: list[dict] = []
         self._detail: list[dict] = []   # moments dropped first (see instant)
         self._flows = 0                 # flow ids given so far
@@ -70,8 +75,16 @@ class Timeline:
         self.max_events = int(max_events)
         #: (start, end) ns in which the drawers show each DRAM command (None: none)
         self.dram_window = checked_window(dram_window, "--timeline-dram-window")
+        #: the kernel whose span becomes ``dram_window`` once drawn (None: none)
+        self.dram_kernel = checked_kernel(dram_kernel, self.dram_window)
         #: the DRAM channels (of each side) whose commands are shown (None: all)
-        self.dram_channels = checked_channels(dram_channels, self.dram_window)
+        self.dram_channels = checked_channels(dram_channels, self.dram_window,
+                                              self.dram_kernel)
+
+    @property
+    def shows_dram_commands(self) -> bool:
+        """Whether DRAM commands are drawn: a DRAM window, given or from a kernel."""
+        return self.dram_window is not None or self.dram_kernel is not None
 
     def wants(self, kind: str) -> bool:
         """Whether tracks of ``kind`` (one of :data:`TRACK_KINDS`) are kept."""
@@ -181,6 +194,10 @@ class Timeline:
         other = {**self.metadata, "tracks": sorted(self.tracks)}
         if self.window is not None:
             other["window_ns"] = list(self.window)
+        if self.dram_window is not None:    # said: it may come from a kernel's span
+            other["dram_window_ns"] = list(self.dram_window)
+        if self.dram_kernel is not None:
+            other["dram_kernel"] = self.dram_kernel
         if any(dropped.values()):
             other["dropped"] = {k: v for k, v in dropped.items() if v}
         return {"traceEvents": meta + rest, "displayTimeUnit": "ns", "otherData": other}
@@ -376,17 +393,37 @@ def check_events(events: list[dict]) -> None:
         stack.append(end)
 
 
+def checked_kernel(kernel: str | None, dram_window: tuple[float, float] | None
+                   ) -> str | None:
+    """``kernel``, the name of the kernel whose span is the DRAM window (None for None);
+    TimelineError (``--timeline-dram-kernel``) unless it is a name, or with a DRAM window
+    (``dram_window``) given as well."""
+    if kernel is None:
+        return None
+    key = "--timeline-dram-kernel"
+    if not isinstance(kernel, str) or not kernel.strip():
+        shown = repr(kernel) if len(repr(kernel)) <= 40 else repr(kernel)[:37] + "..."
+        raise TimelineError(f"must be a kernel name, got {shown}", key)
+    if dram_window is not None:
+        raise TimelineError("give --timeline-dram-window or --timeline-dram-kernel, "
+                            "not both", key)
+    return kernel.strip()
+
+
 def checked_channels(channels: str | Iterable[int] | None,
-                     dram_window: tuple[float, float] | None) -> tuple[int, ...] | None:
+                     dram_window: tuple[float, float] | None,
+                     dram_kernel: str | None = None) -> tuple[int, ...] | None:
     """The DRAM channel numbers ``channels`` names (``"0,1"`` as
     ``--timeline-dram-channels`` takes them, or integers), sorted; None for None.
     TimelineError (``--timeline-dram-channels``) for anything but channel numbers >= 0,
-    or without a DRAM window (``dram_window``) to show them in."""
+    or without a DRAM window (``dram_window``, or a kernel ``dram_kernel`` whose span
+    it is) to show them in."""
     if channels is None:
         return None
     key = "--timeline-dram-channels"
-    if dram_window is None:
-        raise TimelineError("only meaningful with --timeline-dram-window", key)
+    if dram_window is None and dram_kernel is None:
+        raise TimelineError("only meaningful with --timeline-dram-window or "
+                            "--timeline-dram-kernel", key)
     items = [c for c in channels.split(",") if c.strip()] if isinstance(channels, str) \
         else channels
     try:

@@ -63,10 +63,17 @@ def pytest_sessionstart(session):
 @pytest.fixture(autouse=True, scope="session")
 def _private_result_cache(tmp_path_factory):
     """The suite keeps the pieces it simulates in a result cache of its own (shared by
-    its tests, removed with pytest's temporary folders), never in the user's
-    ``~/.cache/h2m2sim``. Spawned processes (sweep workers, scripts) inherit it."""
+    its tests and by its test processes, removed with pytest's temporary folders), never
+    in the user's ``~/.cache/h2m2sim``. Spawned processes (sweep workers, scripts)
+    inherit it. Several test processes write it at once as sweep workers do (each entry
+    renamed into place whole): what one of them simulated, the others reuse."""
     before = os.environ.get("H2M2SIM_CACHE")
-    os.environ["H2M2SIM_CACHE"] = str(tmp_path_factory.mktemp("h2m2sim-cache"))
+    base = tmp_path_factory.getbasetemp()
+    # a test process of pytest-xdist has a folder of its own in the run's folder
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / \
+        "h2m2sim-cache"
+    cache.mkdir(exist_ok=True)
+    os.environ["H2M2SIM_CACHE"] = str(cache)
     yield
     if before is None:
         os.environ.pop("H2M2SIM_CACHE", None)

@@ -63,7 +63,10 @@ def main(args: argparse.Namespace) -> int:
     y = plotting.column(res, args.y, "--y")
     hue = plotting.column(res, args.hue, "--hue")
     rows = plotting.filter_rows(res, args.where)
+    rows = plotting.finite_rows(plotting.finite_rows(rows, x, "--x"), y, "--y")
     rows, y, speedup_label = _speedup(args, res, rows, y)
+    if args.baseline:           # a zero value makes an infinite speedup
+        rows = plotting.finite_rows(rows, y, "--baseline")
     yaxis = plotting.axis(rows, y, label=args.ylabel or speedup_label, unit=args.yunit,
                           option="--yunit")
     xaxis = plotting.axis(rows, x, label=args.xlabel, unit=args.xunit, option="--xunit")

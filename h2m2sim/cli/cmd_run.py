@@ -58,9 +58,14 @@ def add_timeline_options(p: argparse.ArgumentParser, what: str) -> None:
                    help="with --timeline: show each DRAM command issued between START and "
                         "END ns, and per channel bandwidth and row hits in 100 windows of "
                         "it (up to a few million commands in the window)")
+    p.add_argument("--timeline-dram-kernel", metavar="NAME",
+                   help="with --timeline, instead of --timeline-dram-window: the window is "
+                        "the span of the first kernel NAME in the simulated layer, as "
+                        "drawn (e.g. fc.ffn_up@hbm, or fc.ffn_up for the first of its "
+                        "sides)")
     p.add_argument("--timeline-dram-channels", metavar="C,C,...",
-                   help="with --timeline-dram-window: show the commands of these DRAM "
-                        "channels of each side only (default all)")
+                   help="with --timeline-dram-window or --timeline-dram-kernel: show the "
+                        "commands of these DRAM channels of each side only (default all)")
 
 
 def parse_window(text: str | None, key: str) -> tuple[float, float] | None:
@@ -77,7 +82,8 @@ def timeline_options(args: argparse.Namespace) -> dict[str, Any]:
             "timeline_window": parse_window(args.timeline_window, "--timeline-window"),
             "timeline_dram_window": parse_window(args.timeline_dram_window,
                                             "--timeline-dram-window"),
-            "timeline_dram_channels": args.timeline_dram_channels}
+            "timeline_dram_channels": args.timeline_dram_channels,
+            "timeline_dram_kernel": args.timeline_dram_kernel}
 
 
 def say_timeline_written(args: argparse.Namespace) -> None:

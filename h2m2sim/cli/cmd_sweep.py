@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dram_models.schema import positive_int
 from h2m2sim.cli.cmd_run import add_timeline_options, say_timeline_written, timeline_options
 from h2m2sim.cli.cmd_validate import add_set_option
 from h2m2sim.errors import ConfigError
@@ -18,7 +17,7 @@ def register(subparsers) -> None:
         description=HELP[0].upper() + HELP[1:] + ". Every point is validated before "
         "anything runs; each finished point is written atomically to the result store.")
     p.add_argument("sweep", help="sweep file (YAML): base config + grid/zip axes")
-    p.add_argument("--workers", type=positive_int, metavar="N",
+    p.add_argument("--workers", metavar="N",
                    help="local worker processes (default: simulation.workers, else one per "
                         "CPU core; 1 = run in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
@@ -40,6 +39,7 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim import api
+    args.workers = _workers(args.workers)
     if args.point is not None:
         return _one_point(args)
     if args.timeline is not None:
@@ -54,6 +54,20 @@ def main(args: argparse.Namespace) -> int:
           f"finished, {rep.errors} with errors")
     print(f"results: {rep.csv_path}")
     return 0
+
+
+def _workers(text: str | None) -> int | None:
+    """``--workers N`` as a number of processes, checked as the API checks it but
+    refused under the option's name (one line, not argparse's usage text)."""
+    from h2m2sim.sweeps.run import check_workers
+    if text is None:
+        return None
+    try:
+        workers: int | str = int(text)
+    except ValueError:
+        workers = text          # refused below, as given
+    check_workers(workers, "--workers", optional=False)
+    return workers
 
 
 def _one_point(args: argparse.Namespace) -> int:

@@ -25,7 +25,8 @@ side's NPU chip (:func:`default_spec`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from dram_models import patterns
 from dram_models.memory import Streams
 from dram_models.schema import load, param, to_dict
-from h2m2sim.cache import cached, code_digest
+from h2m2sim.cache import cached, code_digest, hash_key
 from h2m2sim.errors import ConfigError
 from h2m2sim.memory.dram import channel_granularity, measure_stream, memory_system
 from h2m2sim.registry import Registry
@@ -174,6 +175,28 @@ def _salt() -> str:
     return code_digest("dram_models", "h2m2sim.memory.dram", "h2m2sim.compute.roofline")
 
 
+#: What the engine measured in this process, by the hash its cache entry has: a device
+#: made again (another evaluator, sweep point or test) with another cache folder, or
+#: one not holding it yet, gets it without running the engine (and still stores it)
+_MEASURED: dict[str, dict] = {}
+_MEASURED_LOCK = threading.Lock()
+
+
+def _once(namespace: str, key: dict, measure: Callable[[], dict]) -> Callable[[], dict]:
+    """``measure`` run at most once per process for (``namespace``, ``key``)."""
+    h = f"{namespace}/{hash_key(key, _salt())}"
+
+    def compute() -> dict:
+        with _MEASURED_LOCK:
+            hit = _MEASURED.get(h)
+        if hit is None:
+            hit = measure()
+            with _MEASURED_LOCK:
+                hit = _MEASURED.setdefault(h, hit)
+        return dict(hit)        # the caller's own copy
+    return compute
+
+
 class RooflineDevice:
     """A roofline compute device on one side of a system.
 
@@ -232,9 +255,10 @@ class RooflineDevice:
             raise ConfigError("pattern", f"must be a pattern name, got {pattern!r}")
         k = (pattern, bool(is_write))
         if k not in self._bw:
-            val = cached("roofline_bw", self._key("bw", pattern=pattern, write=bool(is_write)),
-                         lambda: {"gbps": _measure_pattern(self.side, pattern, bool(is_write),
-                                                           self.spec.measure_bytes)},
+            key = self._key("bw", pattern=pattern, write=bool(is_write))
+            measure = lambda: {"gbps": _measure_pattern(  # noqa: E731
+                self.side, pattern, bool(is_write), self.spec.measure_bytes)}
+            val = cached("roofline_bw", key, self._reused("roofline_bw", key, measure),
                          cache_dir=self._cache_dir, salt=_salt(), enabled=self._cache)
             self._bw[k] = float(val["gbps"])
         return self._bw[k]
@@ -243,10 +267,18 @@ class RooflineDevice:
         """The engine run of a DRAM-to-DRAM copy: ``copy_gbps`` (bytes copied per second,
         GB/s), ``bus_gbps`` (read + write bytes per second), ``nbytes``, ``sim_ns``."""
         if self._copy is None:
-            self._copy = cached("roofline_copy", self._key("copy"),
-                                lambda: _measure_copy(self.side, self.spec.measure_bytes),
+            key = self._key("copy")
+            measure = lambda: _measure_copy(self.side, self.spec.measure_bytes)  # noqa: E731
+            self._copy = cached("roofline_copy", key,
+                                self._reused("roofline_copy", key, measure),
                                 cache_dir=self._cache_dir, salt=_salt(), enabled=self._cache)
         return self._copy
+
+    def _reused(self, namespace: str, key: dict, measure: Callable[[], dict]
+                ) -> Callable[[], dict]:
+        """``measure``, reusing this process's earlier measurement of ``key`` (see
+        :func:`_once`) unless the cache is off: then the engine runs again, as asked."""
+        return _once(namespace, key, measure) if self._cache else measure
 
     def copy_gbps(self) -> float:
         """Measured copy rate: bytes copied per second (each read once and written once),

@@ -145,6 +145,12 @@ class PolicyConfig:
                   "Null = no comparison.")
 
 
+#: Most worker processes a sweep may ask for (``simulation.workers``, ``sweep
+#: --workers``): more than any one machine runs (each is a Python process holding the
+#: DRAM engine), yet far below what would exhaust the process table before a point ran.
+MAX_WORKERS = 4096
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
     """How the simulator runs (not what it simulates)."""
@@ -161,7 +167,7 @@ class SimulationConfig:
                                   "cache); false recomputes and stores nothing.")
     cache_dir: Optional[str] = param(None, doc="Directory of the content-hash cache. Null = "
                                               "$H2M2SIM_CACHE, else ~/.cache/h2m2sim.")
-    workers: Optional[int] = param(None, ge=1, unit="processes",
+    workers: Optional[int] = param(None, ge=1, le=MAX_WORKERS, unit="processes",
                                    doc="Worker processes for sweeps. Null = one per CPU "
                                        "core. `sweep --workers` overrides it.")
     threads: Optional[int] = param(None, ge=1, unit="threads",

@@ -28,9 +28,13 @@ channel's bandwidth and the share of its column commands that needed no activati
 hit %), ``channel C queue`` the requests waiting in its queues (time average), and
 ``channel C power`` its DRAM power (its commands' energy and its background power).
 ``Timeline(dram_channels=...)`` (``--timeline-dram-channels``) keeps only those
-channels of each side. Only the engine runs the window overlaps are simulated again,
-logging just the commands inside it on those channels (:class:`PieceRun`'s ``relog``):
-a window of a run of any length costs what its own commands cost.
+channels of each side. ``Timeline(dram_kernel=NAME)`` (``--timeline-dram-kernel``) sets
+the DRAM window to the span drawn for the first kernel NAME of the system's simulated
+layers (earliest start; NAME without ``@side`` matches the kernel on any side); a
+baseline drawn after it on the same timeline is shown in the same window. Only the
+engine runs the window overlaps are simulated again, logging just the commands inside
+it on those channels (:class:`PieceRun`'s ``relog``): a window of a run of any length
+costs what its own commands cost.
 
 ``Timeline(tracks=...)`` keeps some of these: ``layers`` (layer, sublayers, pieces),
 ``kernels``, ``units``, ``dma``, ``tlb``, ``dram``, ``energy``.
@@ -42,11 +46,13 @@ copies after its last sublayer.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from dram_models.commands import CMDS, ENQ
+from dram_models.schema import suggest
 from h2m2sim.errors import ConfigError
 from h2m2sim.mapping import SUBLAYERS
 from h2m2sim.trace_events import Timeline
@@ -65,6 +71,8 @@ def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
     ``iteration_ns``) one after another from 0; returns where the last one ends (ns)."""
     t0 = 0.0
     commands: dict[int, list] = {}
+    if tl.dram_kernel is not None and tl.dram_window is None:
+        tl.dram_window = _kernel_window(tl.dram_kernel, layers)
     _check_channels(tl, layers)
     for i, lay in enumerate(layers):
         _draw_layer(tl, lay, system, t0, {"simulated layer": f"{i + 1} of {len(layers)}",
@@ -74,6 +82,55 @@ def draw_layers(tl: Timeline, layers: Sequence[LayerTrace], system: str,
     for pid, parts in commands.items():
         _draw_channel_counters(tl, pid, parts, tl.dram_window)
     return t0
+
+
+def _kernel_window(name: str, layers: Sequence[LayerTrace]) -> tuple[float, float]:
+    """(start, end) ns of the span drawn for the first kernel called ``name`` (or
+    ``name@<side>``) of ``layers`` placed as :func:`draw_layers` places them: the one
+    that starts first, the first drawn of those that start together. A ConfigError
+    (``--timeline-dram-kernel``) listing the kernels when none is called so."""
+    first: dict[str, tuple[float, float]] = {}    # drawn name -> its earliest span
+    t0 = 0.0
+    for lay in layers:
+        for _, _, runs, t_piece in _pieces(lay, t0):
+            for run, t in _placed(runs, t_piece):
+                for kernel, (start, end) in _kernel_spans(run).items():
+                    if kernel not in first or t + start < first[kernel][0]:
+                        first[kernel] = (t + start, t + end)
+        t0 += lay.result.time_ns
+    hits = [(span, kernel) for kernel, span in first.items()
+            if name in (kernel, kernel.rpartition("@")[0])]
+    if not hits:
+        names = sorted(first, key=lambda k: (first[k][0], k))
+        bare = list(dict.fromkeys(k.rpartition("@")[0] or k for k in names))
+        raise ConfigError("--timeline-dram-kernel", f"no kernel {name!r} in the simulated "
+                          "layer" + suggest(name, names + bare) + f"; {_kernel_list(names)}")
+    (start, end), kernel = min(hits, key=lambda h: h[0][0])
+    if not end > start:
+        raise ConfigError("--timeline-dram-kernel", f"kernel {kernel!r} spans no time "
+                          f"({start:g} ns): give --timeline-dram-window START:END")
+    return start, end
+
+
+#: The request index in a kernel's name (``attention.score[r3]``).
+_REQUEST = re.compile(r"\[r(\d+)\]")
+
+
+def _kernel_list(names: Sequence[str]) -> str:
+    """``names`` (drawn kernel names, ``NAME@SIDE``) in words short enough for one line:
+    each name once whatever its sides, and the per-request kernels of a batch as one
+    range (``attention.score[r0..r31]``)."""
+    sides = sorted({k.rpartition("@")[2] for k in names if "@" in k})
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for k in dict.fromkeys(k.rpartition("@")[0] or k for k in names):
+        m = _REQUEST.search(k)
+        key = k if m is None else k[:m.start()] + "[r*]" + k[m.end():]
+        groups.setdefault(key, []).append((int(m.group(1)) if m else 0, k))
+    shown = [ks[0][1] if len(ks) == 1 else
+             key.replace("[r*]", f"[r{min(ks)[0]}..r{max(ks)[0]}]")
+             for key, ks in groups.items()]
+    where = f" (NAME or NAME@SIDE; sides {', '.join(sides)})" if sides else ""
+    return f"kernels{where}: {', '.join(shown) or 'none'}"
 
 
 def _check_channels(tl: Timeline, layers: Sequence[LayerTrace]) -> None:
@@ -98,10 +155,8 @@ def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dic
         tl.span(top, tl.thread(top, "layer"), f"decoder layer ({lay.label})", t0,
                 res.time_ns, {"layer_time_ns": res.time_ns, **args})
         subl = tl.thread(top, "sublayers")
-    t = t0
-    for sl in SUBLAYERS:
+    for sl, t, dur in _sublayers(res, t0):
         pieces = res.sublayers.get(sl, {})
-        dur = max((p.time_ns for p in pieces.values()), default=0.0)
         if layers:
             tl.span(top, subl, sl, t, dur, {f"{s}_ns": p.time_ns for s, p in pieces.items()})
         for (sl2, side), runs in lay.runs.items():
@@ -111,7 +166,47 @@ def _draw_layer(tl: Timeline, lay: LayerTrace, system: str, t0: float, args: dic
         if layers and res.boundary_ns.get(sl, 0.0) > 0:
             tl.span(top, subl, "barrier + copies", t, res.boundary_ns[sl],
                     {"interconnect_ns": res.interconnect_ns.get(sl, 0.0)})
+
+
+# Where things are placed, shared by the drawers and by _kernel_window, which must find
+# a kernel exactly where it is drawn.
+def _sublayers(res, t0: float) -> Iterable[tuple[str, float, float]]:
+    """(sublayer, start ns, duration ns) of each sublayer of a layer result ``res``
+    placed at ``t0`` ns: as long as its slower side, then the barrier and copies after
+    it."""
+    t = t0
+    for sl in SUBLAYERS:
+        dur = max((p.time_ns for p in res.sublayers.get(sl, {}).values()), default=0.0)
+        yield sl, t, dur
+        t += dur        # two sums, as the drawer adds them: the same float times
         t += res.boundary_ns.get(sl, 0.0)
+
+
+def _pieces(lay: LayerTrace, t0: float) -> Iterable[tuple[str, str, list, float]]:
+    """(sublayer, side, engine runs, start ns) of each piece of ``lay`` placed at ``t0``
+    ns, by sublayer: a piece starts with its sublayer."""
+    for sl, t, _ in _sublayers(lay.result, t0):
+        for (sl2, side), runs in lay.runs.items():
+            if sl2 == sl:
+                yield sl, side, runs, t
+
+
+def _placed(runs: Iterable[PieceRun], t0: float) -> Iterable[tuple[PieceRun, float]]:
+    """Each engine run of a piece with its start (ns): back to back from ``t0``."""
+    t = t0
+    for run in runs:
+        yield run, t
+        t += run.reported_ns
+
+
+def _kernel_spans(run: PieceRun) -> dict[str, list[float]]:
+    """Each kernel of ``run`` -> [start, end] ns from the run's start: its first DMA
+    read to its last tile's end."""
+    spans: dict[str, list[float]] = {}
+    for name, _, _, d0, _, _, end in run.rows:
+        s = spans.setdefault(name, [d0, end])
+        s[0], s[1] = min(s[0], d0), max(s[1], end)
+    return spans
 
 
 def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceRun],
@@ -120,8 +215,7 @@ def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceR
     commands in the DRAM window are drawn, and kept in ``commands[pid]`` for the
     channel counters."""
     pid = tl.process(process)
-    t = t0
-    for j, run in enumerate(runs):
+    for j, (run, t) in enumerate(_placed(runs, t0)):
         args = {"engine_ns": run.engine_ns, "reported_ns": run.reported_ns,
                 "stands_for_runs": run.times, "tiles_drawn": len(run.rows)}
         if tl.wants("layers"):
@@ -136,15 +230,11 @@ def _draw_piece(tl: Timeline, process: str, sublayer: str, runs: Iterable[PieceR
         if logged is not None:
             commands.setdefault(pid, []).append(_draw_commands(tl, pid, run, logged, t,
                                                                tl.dram_window))
-        t += run.reported_ns
 
 
 def _draw_kernels(tl: Timeline, pid: int, run: PieceRun, t0: float) -> None:
     """Each kernel's span on the first ``kernels N`` lane free at its start."""
-    spans: dict[str, list[float]] = {}
-    for name, _, _, d0, _, _, end in run.rows:
-        s = spans.setdefault(name, [d0, end])
-        s[0], s[1] = min(s[0], d0), max(s[1], end)
+    spans = _kernel_spans(run)
     lanes: list[float] = []              # when each lane is free again
     placed: dict[str, tuple[int, float, float]] = {}
     last = 0.0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Optional
@@ -666,6 +667,12 @@ def load_model(name_or_mapping, key: str = "model") -> ModelSpec:
         raise ConfigError(key, f"must be a model name or a mapping, got "
                           f"{type(name_or_mapping).__name__}")
     text = str(name_or_mapping)
+    # os.path.isdir: False for a name the file system refuses (too long), which is then
+    # an unknown model like any other
+    if text.lower() not in MODELS and os.path.isdir(text):
+        # said before the zoo's names: a path the user typed is not a misspelt name
+        raise ConfigError(key, f"{text} is a directory, not a model file (give a zoo name "
+                               "or a model YAML file)")
     if text.lower() not in MODELS and text.endswith((".yaml", ".yml")):
         path = Path(text)
         if not path.exists():

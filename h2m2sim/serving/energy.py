@@ -21,8 +21,10 @@ Units: J for energies, ns for times inside, bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,8 +79,7 @@ class EstimateEnergy:
     cards: int = 1
 
     def cache_key(self) -> Mapping[str, Any]:
-        return {"estimate_energy": energy_key(self.system, self.shard, self.cards),
-                "side": self.side}
+        return {"estimate_energy": self._key[0], "side": self.side}
 
     def iteration_j(self, phase: str, batch: int, context_tokens_per_request,
                     time_s: float) -> float:
@@ -93,10 +94,44 @@ class EstimateEnergy:
             act = stream_energy(spec, nbytes, 0.0, 0.5)
             return self.cards * card_energy_j(self.system, self.side, act, 0.0,
                                               time_s * 1e9, 0.0, 1)
-        e = estimate_energy(self.system, shard, int(batch), tuple(ctx.tolist()), {},
-                            (self.side,), None, phase=phase)
+        act = self._work(phase, int(batch), ctx)
         rows = int(ctx.sum()) if phase == "prefill" else int(batch)
         ar = 2 * int(shard.layers) * allreduce_link_bytes(
             self.cards, rows * int(shard.hidden) * shard.dtype_bytes())
-        return self.cards * card_energy_j(self.system, self.side, e.activity[self.side],
-                                          0.0, time_s * 1e9, ar, int(batch))
+        return self.cards * card_energy_j(self.system, self.side, act, 0.0, time_s * 1e9,
+                                          ar, int(batch))
+
+    def _work(self, phase: str, batch: int, ctx: np.ndarray) -> Activity:
+        """The serving side's activity in one ``phase`` iteration of ``batch`` requests
+        with contexts ``ctx`` (tokens, int64): its kernel graph's counts, which do not
+        depend on the iteration's time. Kept in this process for each shape (of this
+        system, side, model and cards): building the graph is most of a table's cost, and
+        tables ask for the same shape again (each layout's table, a mixed step's two
+        affine parts, another evaluator of the same system)."""
+        key = (self._key, phase, batch, ctx.tobytes())
+        with _WORK_LOCK:
+            hit = _WORK.get(key)
+        if hit is not None:
+            return hit
+        act = estimate_energy(self.system, self.shard, batch, tuple(ctx.tolist()), {},
+                              (self.side,), None, phase=phase).activity[self.side]
+        with _WORK_LOCK:
+            if len(_WORK) >= MAX_SHAPES:    # a long-lived process: start over
+                _WORK.clear()
+            _WORK[key] = act
+        return act
+
+    @functools.cached_property
+    def _key(self) -> tuple[str, str]:
+        """What the activities depend on (:func:`energy_key` and the side), worked out
+        once: evaluators of one system and model (each table's, each sweep point's)
+        share their shapes' activities."""
+        return energy_key(self.system, self.shard, self.cards), self.side
+
+
+#: Iteration shapes whose activity this process keeps (about 200 bytes each plus 8 per
+#: request): more than the tables of the largest grid ask for.
+MAX_SHAPES = 1 << 16
+#: (EstimateEnergy._key, phase, batch, contexts as bytes) -> the serving side's Activity
+_WORK: dict[tuple, Activity] = {}
+_WORK_LOCK = threading.Lock()

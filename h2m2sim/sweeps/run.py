@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from dram_models import console
 from h2m2sim import runner
+from h2m2sim.config.schema import MAX_WORKERS
 from h2m2sim.version import __version__
 from h2m2sim.cache import plain
 from h2m2sim.errors import ConfigError
@@ -44,12 +45,15 @@ def default_workers(sweep: Sweep) -> int:
         return os.cpu_count() or 1
 
 
-def check_workers(workers: Any, key: str = "workers") -> None:
-    """``workers`` is None or a whole number >= 1 (a bool, string or float is refused)."""
-    if workers is None:
+def check_workers(workers: Any, key: str = "workers", optional: bool = True) -> None:
+    """``workers`` is a whole number of processes, 1 to :data:`MAX_WORKERS` (or None when
+    ``optional``); a bool, string or float is refused, naming ``key``."""
+    if workers is None and optional:
         return
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(key, f"must be a whole number of processes >= 1 (or None), got "
+    if isinstance(workers, bool) or not isinstance(workers, int) \
+            or not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(key, f"must be a whole number of processes from 1 to "
+                               f"{MAX_WORKERS}{' (or None)' if optional else ''}, got "
                                f"{workers!r}")
 
 

@@ -1,7 +1,8 @@
 """Inputs given on the command line or to the API that mean nothing are refused with
 one line: a negative seed, an arrival rate that spreads a trace past the span a trace
-may have, a number of sweep workers that is not a whole number >= 1, allocator options
-of the wrong type or out of bounds, prefix caching on a trace without prefix hashes."""
+may have, a number of sweep workers that is not a whole number from 1 to 4096 (as an
+option, an API argument or simulation.workers), allocator options of the wrong type or
+out of bounds, prefix caching on a trace without prefix hashes."""
 from __future__ import annotations
 
 import json
@@ -37,6 +38,39 @@ def test_api_sweep_refuses_workers_that_are_not_a_count(tmp_path, workers):
             "grid": {"workload.seq": [64, 128]}}
     with pytest.raises(ConfigError, match="workers: must be a whole number"):
         api.sweep(spec, tmp_path / "o", workers=workers)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("workers", [4097, 10**20])
+def test_api_sweep_refuses_more_workers_than_a_machine_runs(tmp_path, workers):
+    spec = {"name": "w", "base": {"system": "h2m2", "model": "gpt3-175b",
+                                  "simulation": {"fidelity": "estimate"}},
+            "grid": {"workload.seq": [64, 128]}}
+    with pytest.raises(ConfigError, match="^workers: must be a whole number of processes "
+                                          "from 1 to 4096"):
+        api.sweep(spec, tmp_path / "o", workers=workers)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_configs_sweep_workers_are_bounded_as_the_option_is(capsys):
+    assert main(["validate", str(ROOT / "workloads" / "configs" / "default.yaml"),
+                 "--set", "simulation.workers=5000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: simulation.workers: ") and "4096" in err, err
+    assert "\n" not in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-3", "4097", "100000000000000000000", "2.5"])
+def test_sweep_workers_out_of_bounds_are_one_line(tmp_path, capsys, workers):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: w\nbase: {system: h2m2, model: gpt3-175b, simulation: "
+                    "{fidelity: estimate}}\ngrid: {workload.seq: [64, 128]}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"),
+                 "--workers", workers]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --workers: must be a whole number of processes from 1 "
+                          "to 4096") and "\n" not in err, err
+    assert workers in err
     assert not (tmp_path / "o").exists()
 
 

@@ -103,6 +103,21 @@ def test_errors_are_one_line_exit_2(capsys, argv, words):
     assert err.startswith("error: ") and err.count("\n") == 1 and words in err
 
 
+@pytest.mark.parametrize("folder", ["models", "models.yaml"])
+def test_a_folder_is_not_a_model_file(tmp_path, capsys, folder):
+    (tmp_path / folder).mkdir()
+    assert main(["model", str(tmp_path / folder)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: model: {tmp_path / folder} is a directory, not a model file "
+                   "(give a zoo name or a model YAML file)\n")
+
+
+def test_a_name_longer_than_a_file_name_is_an_unknown_model(capsys):
+    assert main(["model", "m" * 300]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model: unknown model 'mmm") and err.count("\n") == 1
+
+
 def test_fig3_script(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_fig3_footprint.py"),
                           "--out", str(tmp_path), "--no-plot"], capture_output=True, text=True,

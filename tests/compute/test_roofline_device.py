@@ -106,6 +106,29 @@ def test_measurements_are_cached_and_deterministic(tmp_path):
     assert a == b == c
 
 
+def test_a_measurement_runs_the_engine_once_per_process_and_fills_each_cache(tmp_path,
+                                                                            monkeypatch):
+    """A device made again with another cache folder (another evaluator, test or sweep
+    point in this process) reuses what the engine measured and still stores it in its
+    folder; a device without a cache measures again."""
+    import h2m2sim.compute.roofline as roofline
+    runs = []
+    for name in ("_measure_pattern", "_measure_copy"):
+        real = getattr(roofline, name)
+        monkeypatch.setattr(roofline, name,
+                            lambda *a, real=real, name=name: runs.append(name) or real(*a))
+    spec = {"measure_bytes": 1 << 20}           # not measured by any other test
+    got = []
+    for folder in ("a", "b"):
+        d = RooflineDevice("cpu-ddr5", spec=spec, cache_dir=tmp_path / folder)
+        got.append((d.bandwidth_gbps("random"), d.copy_gbps()))
+        assert len(list((tmp_path / folder).rglob("*.json"))) == 2
+    assert runs == ["_measure_pattern", "_measure_copy"] and got[0] == got[1]
+    d = RooflineDevice("cpu-ddr5", spec=spec, cache=False)
+    assert (d.bandwidth_gbps("random"), d.copy_gbps()) == got[0]
+    assert runs == ["_measure_pattern", "_measure_copy"] * 2
+
+
 def test_npu_attention_pricer_interpolates(tmp_path):
     """NPU chip-model attention: measured points reproduced, linear in between and
     beyond, more queries cost more."""

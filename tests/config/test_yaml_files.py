@@ -93,6 +93,25 @@ def test_a_configuration_is_read_from_a_pipe(tmp_path, capsys):
     assert str(fifo) in err
 
 
+def test_a_fifo_whose_writer_opens_it_late_is_read_whole(tmp_path, capsys):
+    """The writer of a named FIFO may open it after the command has (both started at
+    once by a shell): its text is read, not an empty file."""
+    import time
+    fifo = tmp_path / "late.yaml"
+    os.mkfifo(fifo)
+    text = (ROOT / "workloads/configs/default.yaml").read_bytes()
+
+    def late() -> None:
+        time.sleep(0.5)
+        fifo.write_bytes(text)
+    writer = threading.Thread(target=late)
+    writer.start()
+    try:
+        assert main(["validate", str(fifo)]) == 0, capsys.readouterr().err
+    finally:
+        writer.join(timeout=10)
+
+
 def test_a_system_preset_file_naming_itself_or_a_loop_is_refused(tmp_path, capsys):
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text(f"preset: {a}\n")

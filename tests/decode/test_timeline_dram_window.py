@@ -2,9 +2,11 @@
 commands of the runs it overlaps, issued inside it, on the channels asked for. Those are
 exactly the whole log's rows there, the queues start at their level when the window
 opens, what is refused depends on the window rather than the run, and no simulated
-number changes."""
+number changes. A window named by a kernel (``--timeline-dram-kernel``) is the span
+drawn for that kernel, and a name that is not drawn is one line listing the kernels."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +121,80 @@ def test_channels_need_a_dram_window(tmp_path):
     with pytest.raises(ConfigError, match="--timeline-dram-channels: only meaningful "
                                           "with --timeline"):
         h2m2sim.run(DEFAULT, SMALL, timeline_dram_channels=[0])
+
+
+def _kernel_spans(events, name):
+    """(start, end) ns of each span called ``name`` on a ``kernels N`` lane, by start."""
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    return sorted((e["ts"] * 1e3, (e["ts"] + e["dur"]) * 1e3) for e in events
+                  if e["ph"] == "X" and e["name"] == name
+                  and threads[(e["pid"], e["tid"])].startswith("kernels "))
+
+
+def test_a_kernels_dram_window_is_its_drawn_span(tmp_path):
+    path = tmp_path / "t.json"
+    h2m2sim.run(DEFAULT, SMALL, timeline=path, timeline_dram_kernel="fc.act@lpddr")
+    events = read_events(path)
+    check_events(events)
+    (start, end), *_ = _kernel_spans(events, "fc.act@lpddr")
+    data = json.loads(path.read_text())["otherData"]
+    assert data["dram_kernel"] == "fc.act@lpddr"
+    assert data["dram_window_ns"] == pytest.approx([start, end], abs=1e-6)
+    cmds = [e["ts"] * 1e3 for e in events if e["ph"] == "i"]
+    assert len(cmds) > 100
+    assert start - 1e-6 <= min(cmds) and max(cmds) < end + 1e-6
+    # the same file as that window given in ns
+    again = tmp_path / "again.json"
+    h2m2sim.run(DEFAULT, SMALL, timeline=again,
+                timeline_dram_window=tuple(data["dram_window_ns"]))
+    assert read_events(again) == events
+
+
+def test_a_kernel_named_without_its_side_is_the_side_that_starts_it_first(tmp_path):
+    sets = [a for s in SMALL for a in ("--set", s)]
+    path = tmp_path / "t.json"
+    assert main(["run", str(DEFAULT), *sets, "--timeline", str(path),
+                 "--timeline-dram-kernel", "fc.act", "--timeline-dram-channels", "0"]) == 0
+    events = read_events(path)
+    (start, end), *_ = _kernel_spans(events, "fc.act@hbm")
+    assert all(start < s for s, _ in _kernel_spans(events, "fc.act@lpddr"))
+    data = json.loads(path.read_text())["otherData"]
+    assert data["dram_window_ns"] == pytest.approx([start, end], abs=1e-6)
+    cmds = [e["ts"] * 1e3 for e in events if e["ph"] == "i"]
+    assert cmds and start - 1e-6 <= min(cmds) and max(cmds) < end + 1e-6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--timeline-dram-kernel", "fc.ffn_upp"],
+     "error: --timeline-dram-kernel: no kernel 'fc.ffn_upp' in the simulated layer (did "
+     "you mean 'fc.ffn_up'?); kernels (NAME or NAME@SIDE; sides hbm, lpddr): qkv.ln1, "
+     "qkv.proj, attention.kv_append, attention.score[r0..r3], attention.softmax[r0..r3], "
+     "attention.value[r0..r3], fc.o_proj, fc.residual1, fc.ln2, fc.ffn_up, fc.act, "
+     "fc.ffn_down, fc.residual2\n"),
+    (["--timeline-dram-kernel", "(extrapolated)"],
+     "error: --timeline-dram-kernel: no kernel '(extrapolated)' in the simulated layer"),
+    (["--timeline-dram-kernel", "qkv.proj", "--timeline-dram-window", "0:100"],
+     "error: --timeline-dram-kernel: give --timeline-dram-window or "
+     "--timeline-dram-kernel, not both"),
+    (["--timeline-dram-kernel", ""],
+     "error: --timeline-dram-kernel: must be a kernel name, got ''"),
+], ids=["misspelt", "not-a-kernel", "with-a-window", "empty"])
+def test_a_dram_kernel_that_cannot_be_drawn_is_one_line_exit_2(tmp_path, capsys, args,
+                                                               message):
+    sets = [a for s in SMALL for a in ("--set", s)]
+    path = tmp_path / "t.json"
+    assert main(["run", str(DEFAULT), *sets, "--timeline", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert not path.exists()
+
+
+def test_a_dram_kernel_needs_a_timeline(capsys):
+    sets = [a for s in SMALL for a in ("--set", s)]
+    assert main(["run", str(DEFAULT), *sets, "--timeline-dram-kernel", "qkv.proj"]) == 2
+    assert capsys.readouterr().err == ("error: --timeline-dram-kernel: only meaningful "
+                                       "with --timeline\n")
+    with pytest.raises(ConfigError, match="--timeline-dram-kernel: only meaningful with "
+                                          "--timeline"):
+        h2m2sim.run(DEFAULT, SMALL, timeline_dram_kernel="qkv.proj")

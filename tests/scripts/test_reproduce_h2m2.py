@@ -19,11 +19,16 @@ def _run(*args, env=None):
                           env=env, cwd=ROOT)
 
 
+# Figure 19's points include Figure 12's baseline: both modules run in one test process
+# (--dist loadgroup), whose result cache the scripts share, so it is simulated once.
+pytestmark = pytest.mark.xdist_group("reproduce_h2m2")
+
+
 @pytest.fixture(scope="module")
 def fig12(tmp_path_factory):
     import os
     out = tmp_path_factory.mktemp("h2m2")
-    env = {**os.environ, "H2M2SIM_CACHE": str(out / "cache")}
+    env = dict(os.environ)      # the session's result cache (tests/conftest.py)
     p = _run(ROOT / "scripts" / "reproduce_h2m2.py", "--figure", "12", "--fidelity",
              "estimate", "--workers", "1", "--out", out, env=env)
     assert p.returncode == 0, p.stderr

@@ -17,10 +17,15 @@ COLUMNS = ["energy_model", "system", "model", "batch", "seq", "energy_per_token_
            "relative_energy"]
 
 
+# in the test process of test_reproduce_h2m2.py (--dist loadgroup), whose Figure 12
+# baseline this figure's baseline is: the session's result cache holds its pieces
+pytestmark = pytest.mark.xdist_group("reproduce_h2m2")
+
+
 @pytest.fixture(scope="module")
 def fig19(tmp_path_factory):
     out = tmp_path_factory.mktemp("h2m2_fig19")
-    env = {**os.environ, "H2M2SIM_CACHE": str(out / "cache")}
+    env = dict(os.environ)      # the session's result cache (tests/conftest.py)
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "reproduce_h2m2.py"),
                         "--figure", "19", "--fidelity", "estimate", "--workers", "1",
                         "--out", str(out)], capture_output=True, text=True, env=env, cwd=ROOT)

@@ -155,6 +155,38 @@ def test_analytic_estimate_is_the_decode_estimate_of_the_same_iteration():
     assert got == pytest.approx(want, rel=1e-6)
 
 
+def test_an_iteration_shapes_kernels_are_counted_once_whatever_its_time(monkeypatch):
+    """The analytic energy of one (phase, batch, contexts) is its kernels' work, which
+    does not depend on the time, plus background over the time: tables ask for the same
+    shape at several times (each layout's table, a mixed step's affine parts, each
+    point's evaluator of the same system), and the kernel graph is built once for it,
+    with the same joules as built each time."""
+    import h2m2sim.serving.energy as serving_energy
+    system, model = resolve_system("h2m2", "system"), resolve_model("opt-1.3b")
+    ctx = np.array([100, 300])
+
+    def evaluator():
+        return EstimateEnergy(system, system.side_names[0], model, 1)
+
+    def alone(t):
+        monkeypatch.setattr(serving_energy, "_WORK", {})
+        return evaluator().iteration_j("decode", 2, ctx, t)
+    want = [alone(0.0), alone(1e-3)]
+    monkeypatch.setattr(serving_energy, "_WORK", {})
+    built = []
+    monkeypatch.setattr(serving_energy, "estimate_energy",
+                        lambda *a, **k: built.append(a) or estimate_energy(*a, **k))
+    est = evaluator()
+    got = [est.iteration_j("decode", 2, ctx, t) for t in (0.0, 1e-3, 0.0)]
+    got.append(evaluator().iteration_j("decode", 2, ctx, 1e-3))
+    assert got == [*want, *want] and want[1] > want[0]
+    assert len(built) == 1
+    est.iteration_j("prefill", 2, ctx, 1e-3)
+    est.iteration_j("decode", 2, np.array([100, 301]), 1e-3)
+    EstimateEnergy(system, system.side_names[0], model, 2).iteration_j("decode", 2, ctx, 0)
+    assert len(built) == 4
+
+
 def test_serve_json_has_energy(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("H2M2SIM_CACHE", str(tmp_path / "cache"))
     assert main(["serve", "--trace", "azure2023_conv", "--system", "mlu370-x4",
