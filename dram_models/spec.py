@@ -14,6 +14,7 @@ integer number of ticks. Bandwidths are GB/s = 1e9 bytes/s.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from pathlib import Path
@@ -436,7 +437,7 @@ def preset_file(name: str, folder: Path, key: str, what: str, lower: bool = Fals
     if path.suffix in (".yaml", ".yml"):
         if not path.exists():
             raise ConfigError(key, f"no such file: {name}")
-        data = yamlio.load_file(path)
+        data = _parsed(path)
     else:
         names = sorted(p.stem for p in folder.glob("*.yaml"))
         stem = name.lower() if lower else name
@@ -444,10 +445,30 @@ def preset_file(name: str, folder: Path, key: str, what: str, lower: bool = Fals
             raise ConfigError(key, f"unknown {what} '{name}'" + suggest(name, names)
                               + f"; available: {', '.join(names)} (or a path to a .yaml "
                               "file)")
-        data = yamlio.load_file(folder / f"{stem}.yaml")
+        data = _parsed(folder / f"{stem}.yaml")
     if not isinstance(data, dict):
         raise ConfigError(key, f"{what} file {name} must hold a mapping")
     return data
+
+
+#: parsed preset files by (path, modification time, size): a search or sweep loads the
+#: same few presets for every design, and parsing one costs ~20 ms
+_PARSED: dict[tuple[str, int, int], Any] = {}
+
+
+def _parsed(path: Path) -> Any:
+    """The parsed YAML of ``path``, a private copy (callers may change it), parsed once
+    while the file stays the same."""
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        return yamlio.load_file(path)   # the reader reports why it cannot be read
+    if key not in _PARSED:
+        if len(_PARSED) > 256:
+            _PARSED.clear()
+        _PARSED[key] = yamlio.load_file(path)
+    return copy.deepcopy(_PARSED[key])
 
 
 def preset_data(name: str, key: str = "standard") -> dict:

@@ -6,9 +6,9 @@ Layers (bottom up): :mod:`dram_models` (DRAM timing), :mod:`h2m2sim.memory`
 and the command line in :mod:`h2m2sim.cli`. See docs/ for the tutorial.
 
 The Python interface (:mod:`h2m2sim.api`) is available from the package itself:
-``h2m2sim.run``, ``h2m2sim.sweep``, ``h2m2sim.serve``, ``h2m2sim.load_results``,
-``h2m2sim.load``. It is imported on first use, so ``import h2m2sim`` stays fast and does
-not load Numba.
+``h2m2sim.run``, ``h2m2sim.sweep``, ``h2m2sim.serve``, ``h2m2sim.explore``,
+``h2m2sim.load_results``, ``h2m2sim.load``. It is imported on first use, so ``import
+h2m2sim`` stays fast and does not load Numba.
 """
 import importlib
 
@@ -19,7 +19,7 @@ _configure_jit_cache()      # Numba's cache outside the installed package
 from h2m2sim.version import __version__
 
 #: Names of :mod:`h2m2sim.api` offered here.
-API = ("run", "sweep", "serve", "load_results", "load", "Result", "SweepResults")
+API = ("run", "sweep", "serve", "explore", "load_results", "load", "Result", "SweepResults")
 
 __all__ = ["__version__", *API]
 

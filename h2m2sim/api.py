@@ -39,7 +39,7 @@ from h2m2sim.trace_events import Timeline
 from h2m2sim.version import __version__
 
 __all__ = ["Result", "ResultRows", "SweepResults", "IncompleteSweepWarning", "load", "run",
-           "sweep", "serve", "load_results"]
+           "sweep", "serve", "explore", "load_results"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -291,6 +291,22 @@ def _sweep_of(spec: Any, sets: list[str]) -> Sweep:
                                        "its file or mapping")
         return spec
     return build_sweep(spec, sets=sets)
+
+
+def explore(spec_or_path: Any, out: str | os.PathLike, trials: int | None = None, *,
+            workers: int | None = 1, scheduler: str | None = None, resume: bool = False,
+            progress: bool | None = False, set: Iterable[str] | None = None) -> Any:
+    """Search a design space (an explore spec file, a parsed spec mapping whose relative
+    paths are taken from the working folder, or a built spec) into the study folder
+    ``out``; return its :class:`~h2m2sim.exploration.report.ExploreResult`
+    (``trials_run``, ``trials_total``, ``objectives``, ``pareto``, ``confirmed``...).
+    ``trials``: how many the study holds when done (default: the spec's); ``resume``
+    continues the study in ``out``, running only the missing trials; ``workers`` local
+    processes (None: one per core) or the Dask cluster at ``scheduler`` evaluate each
+    batch. Needs Optuna (``pip install 'h2m2sim[explore]'``); see docs/explore.md."""
+    from h2m2sim.exploration.run import explore as search
+    return search(spec_or_path, out, trials, workers=workers, scheduler=scheduler,
+                  resume=resume, progress=progress, set=set)
 
 
 def load_results(path: str | os.PathLike, timing: bool = False) -> ResultRows:

@@ -120,7 +120,7 @@ from h2m2sim.outputs import (check_regular, given_out, not_a_dir, output_error,
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "git_revision",
            "built_revision", "environment", "cpu_model",
-           "ResultStore", "RunOutput", "encode_cell", "decode_cell", "flatten_metrics",
+           "ResultStore", "RunOutput", "encode_cell", "decode_cell", "csv_text", "flatten_metrics",
            "read_csv", "FORMAT", "output_error", "prepare_dir", "prepare_file",
            "writing_to", "atomic_output_path", "is_wall_time", "split_timing",
            "plan_digest", "now_iso", "FolderLock", "LOCK_NAME", "shown_path", "given_out",
@@ -492,7 +492,9 @@ def read_csv(path: str | os.PathLike) -> tuple[list[str], list[dict[str, Any]]]:
     return header, rows
 
 
-def _csv_text(header: list[str], lines: Iterable[list[Any]]) -> str:
+def csv_text(header: list[str], lines: Iterable[list[Any]]) -> str:
+    """A CSV table: ``header``, then one row per line, each cell as :func:`encode_cell`
+    writes it."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
@@ -873,8 +875,8 @@ class ResultStore:
         timing_lines = [[entry["index"], entry["config_hash"]]
                         + [timing.get(t) for t in timing_names]
                         for entry, _, _, timing in rows]
-        return (_csv_text(header, lines),
-                _csv_text(["point", "config_hash"] + timing_names, timing_lines))
+        return (csv_text(header, lines),
+                csv_text(["point", "config_hash"] + timing_names, timing_lines))
 
     def _write_csvs(self, texts: tuple[str, str]) -> None:
         atomic_write_text(self.csv_path, texts[0])

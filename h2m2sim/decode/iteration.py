@@ -607,7 +607,9 @@ def build_problem(system, model: ModelSpec, batch: int, seq_lens, dtype: str | N
         # all experts are stored though a batch reads only the touched ones: the fc units
         # hold the untouched experts' bytes too (capacity, not traffic)
         eu = expected_experts(model.moe_experts, model.moe_top_k, batch)
-        idle = (model.moe_experts - eu) * model.expert_params * dtype_bytes(dtype or model.dtype)
+        # stored as the graph stores weights: weight_dtype where set, else the run's dtype
+        stored = model.weight_dtype or dtype or model.dtype
+        idle = (model.moe_experts - eu) * model.expert_params * dtype_bytes(stored)
         unit_bytes["fc"] += idle * L / units["fc"]
     reserve = {s: system.mmu.table_bytes for s in sides}
     capacity = {s: system.side(s).capacity_bytes - reserve[s] for s in sides}

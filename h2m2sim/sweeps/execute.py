@@ -153,15 +153,32 @@ def exit_with_parent(parent_pid: int) -> None:
 
 
 class ProcessPool(Backend):
-    """Points on ``workers`` spawned local processes."""
+    """Points on ``workers`` spawned local processes: started for each :meth:`run`, or,
+    with ``keep``, once when the backend is entered and reused by every run until it is
+    closed (a search that runs batch after batch pays the start of the processes, an
+    import of the simulator each, once)."""
 
-    def __init__(self, workers: int):
-        self.workers = workers
+    def __init__(self, workers: int, keep: bool = False):
+        self.workers, self.keep = workers, keep
+        self._kept: cf.ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> ProcessPool:
+        if self.keep:
+            self._kept = self._start()
+        return self
+
+    def close(self) -> None:
+        if self._kept is not None:
+            self._kept.shutdown(wait=True)
+            self._kept = None
+
+    def _start(self) -> cf.ProcessPoolExecutor:
+        ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba)
+        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
+                                      initializer=start_worker, initargs=(os.getpid(),))
 
     def run(self, tasks: Sequence[Task], on_done: OnDone, call: Call = run_point) -> None:
-        ctx = multiprocessing.get_context("spawn")  # fork is unsafe with threads (numba)
-        ex = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
-                                    initializer=start_worker, initargs=(os.getpid(),))
+        ex = self._kept or self._start()
         try:
             futures = {ex.submit(call, cfg, job): h for h, cfg, job in tasks}
 
@@ -176,12 +193,19 @@ class ProcessPool(Backend):
             # the points in flight are abandoned, not waited for (finished ones are
             # stored); the stopped pool fails the rest
             stop_workers(ex)
-            ex.shutdown(wait=True)
+            self._shutdown(ex, cancel=False)
             raise
         except BaseException:
-            ex.shutdown(wait=True, cancel_futures=True)
+            self._shutdown(ex, cancel=True)
             raise
-        ex.shutdown(wait=True)
+        if ex is not self._kept:
+            ex.shutdown(wait=True)
+
+    def _shutdown(self, ex: cf.ProcessPoolExecutor, cancel: bool) -> None:
+        """Shut ``ex`` down after a failure; a kept pool is not reused after it."""
+        ex.shutdown(wait=True, cancel_futures=cancel)
+        if ex is self._kept:
+            self._kept = None
 
 
 def stop_workers(ex: cf.ProcessPoolExecutor, grace_s: float = 1.0) -> None:
@@ -260,15 +284,15 @@ def _reach(address: str) -> None:
 
 
 def backend_for(workers: int = 1, scheduler: str | None = None,
-                n_tasks: int | None = None) -> Backend:
+                n_tasks: int | None = None, keep: bool = False) -> Backend:
     """``scheduler`` (a Dask address) wins over ``workers``; ``workers == 1`` (or a
     single task) runs in this process, more use a spawn process pool of at most
-    ``n_tasks`` processes."""
+    ``n_tasks`` processes (kept between runs with ``keep``)."""
     if scheduler:
         return DaskCluster(scheduler)
     if n_tasks is not None:
         workers = min(workers, n_tasks)
-    return InProcess() if workers <= 1 else ProcessPool(workers)
+    return InProcess() if workers <= 1 else ProcessPool(workers, keep)
 
 
 def execute(tasks: Sequence[Task], on_done: OnDone, workers: int = 1,

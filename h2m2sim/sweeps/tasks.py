@@ -33,7 +33,7 @@ from h2m2sim.sweeps.execute import backend_for
 from h2m2sim.sweeps.run import PointRecorder
 
 __all__ = ["PointSpec", "TaskReport", "run_tasks", "call_function", "point_key",
-           "load_records"]
+           "append_provenance", "load_records"]
 
 PROVENANCE = "provenance.json"
 
@@ -158,7 +158,7 @@ def run_tasks(points: Sequence[PointSpec], out: str | Path, *, resume: bool = Fa
               else contextlib.nullcontext()) as backend:
             store.start(_spec_text(points, name), axes, plan)
             if provenance is not None:
-                _append_provenance(store.root / PROVENANCE, provenance)
+                append_provenance(store.root / PROVENANCE, provenance)
             if todo:
                 recorder.run(backend, [(p.key, p.params, p.fn) for p in todo], name,
                              progress, call_function)
@@ -174,7 +174,7 @@ def load_records(out: str | Path) -> dict[str, dict[str, Any]]:
     return {entry["config_hash"]: rec for entry, rec in ResultStore(out).records()}
 
 
-def _append_provenance(path: Path, entry: Mapping[str, Any]) -> None:
+def append_provenance(path: Path, entry: Mapping[str, Any]) -> None:
     """Add ``entry`` to the list of invocations in ``path`` (a resumed folder keeps
     who computed what)."""
     try:

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("h2m2sim.config",),
     ("h2m2sim.runner", "h2m2sim.catalog"),
     ("h2m2sim.sweeps", "h2m2sim.plotting", "h2m2sim.timeline_plot"),
+    ("h2m2sim.exploration",),         # searches run designs on the sweeps' backends
     ("h2m2sim.api",),                 # the Python interface (h2m2sim.run, ...)
     ("h2m2sim.cli",),
     ("h2m2sim.__main__",),

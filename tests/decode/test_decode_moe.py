@@ -52,3 +52,16 @@ def test_serving_runs_hybrid_models_through_the_api():
     m = getattr(m, "metrics", m)
     assert m["requests_completed"] + m["requests_rejected"] == 4
     assert m["state_bytes_per_request"] == 28 * 8192 * 19 * 2
+
+
+def test_experts_a_batch_does_not_touch_are_sized_as_stored_weights():
+    """Mixtral-8x7B with 8-bit weights (47 GB) fits 64 GB of memory at batch 1, where
+    six of its eight experts are untouched: they are stored in int8 like the rest, not
+    in the 16-bit compute type (93 GB would not fit)."""
+    r = api.run({"system": {"preset": "h2m2", "sides": [
+                    {"name": "hbm", "capacity_bytes": "32 GB"},
+                    {"name": "lpddr", "capacity_bytes": "32 GB"}]},
+                 "model": {"base": "mixtral-8x7b", "weight_dtype": "int8"},
+                 "workload": {"batch": 1, "seq": 512}, "policy": {"mapper": "greedy"},
+                 "simulation": {"fidelity": "estimate"}})
+    assert math.isfinite(r["iteration_ms"]) and r["iteration_ms"] > 0
