@@ -40,8 +40,8 @@ def _check_front(out, spec):
         assert all(math.isfinite(float(r[m])) for m in metrics)
 
 
-def test_the_example_searches_to_a_feasible_front(tmp_path):
-    path = ROOT / "workloads" / "explore" / "h2m2-decode.yaml"
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_bundled_spec_searches_to_a_feasible_front(tmp_path, path):
     raw = read_yaml(path)
     raw["fidelity"] = {**raw["fidelity"], "confirm": None}    # the search alone: seconds
     res = explore(raw, tmp_path / "s", 10)
