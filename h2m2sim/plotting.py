@@ -132,6 +132,7 @@ def filter_rows(res: Results, where: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def _number(v: Any) -> bool:
+    """Whether a cell holds a number (a bool does not count)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -224,8 +225,7 @@ class Axis:
 
 
 def _numbers(rows: Iterable[dict[str, Any]], col: str) -> list[float]:
-    return [float(r[col]) for r in rows if isinstance(r.get(col), (int, float))
-            and not isinstance(r.get(col), bool)]
+    return [float(r[col]) for r in rows if _number(r.get(col))]
 
 
 def axis(rows: Sequence[dict[str, Any]], col: str, *, label: str | None = None,

@@ -26,7 +26,7 @@ def register(subparsers) -> None:
                    help="trials the study holds when done (default: the spec's "
                         "search.trials); with --resume, only the missing ones run")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=positive_int, metavar="N",
+    where.add_argument("--workers", metavar="N",
                        help="local processes evaluating each batch (default: one per CPU "
                             "core; 1 = this process)")
     where.add_argument("--scheduler", metavar="ADDRESS",
@@ -46,11 +46,12 @@ def register(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from h2m2sim.cli.cmd_sweep import workers_option
     from h2m2sim.exploration.run import explore
     from h2m2sim.store import json_safe
     out = args.out if args.out is not None else \
         Path("results") / f"explore-{Path(args.spec).stem}"
-    res = explore(args.spec, out, args.trials, workers=args.workers,
+    res = explore(args.spec, out, args.trials, workers=workers_option(args.workers),
                   scheduler=args.scheduler, resume=args.resume, progress=args.progress,
                   set=args.sets)
     if args.json:

@@ -39,7 +39,7 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from h2m2sim import api
-    args.workers = _workers(args.workers)
+    args.workers = workers_option(args.workers)
     if args.point is not None:
         return _one_point(args)
     if args.timeline is not None:
@@ -56,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workers(text: str | None) -> int | None:
+def workers_option(text: str | None) -> int | None:
     """``--workers N`` as a number of processes, checked as the API checks it but
     refused under the option's name (one line, not argparse's usage text)."""
     from h2m2sim.sweeps.run import check_workers

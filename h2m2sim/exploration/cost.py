@@ -463,8 +463,6 @@ def _busy_fraction(metrics: Mapping[str, Any], seconds: float) -> float:
 def _run(cfg: Any, metrics: Mapping[str, Any]) -> dict[str, float]:
     """seconds, tokens_per_s, energy_j, tpot_p99_s and busy_fraction of a run: a
     serving run over its ``duration_s``, any other over one iteration."""
-    if isinstance(metrics.get("metrics"), Mapping) and "tokens_per_s" not in metrics:
-        metrics = metrics["metrics"]          # a run's whole JSON result
     serving = getattr(getattr(cfg, "workload", None), "serving", None) is not None
     kind = "serving" if serving else "decode"
     tokens = _number(metrics, "tokens_per_s", kind, True)

@@ -47,7 +47,7 @@ JOURNAL = "study.journal"
 #: what the folder may hold besides the study (anything else: not an explore folder)
 FOLDER_FILES = ("study.journal", "spec.yaml", "evaluations", "trials.csv", "pareto.csv",
                 "confirm.csv", "references.csv", "pareto.png", "parallel.png",
-                "provenance.json", "summary.json", ".ask.lock", ".h2m2sim.lock")
+                "provenance.json", "summary.json", ".ask.lock")
 
 
 @dataclass(frozen=True)

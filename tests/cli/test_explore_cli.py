@@ -106,3 +106,12 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, o
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert yaml.safe_load(spec.read_text())["objectives"]      # the spec is untouched
+
+
+@pytest.mark.parametrize("workers", ["0", "100000000000000000000", "two"])
+def test_workers_out_of_bounds_are_one_line_under_the_option(tmp_path, capsys, workers):
+    assert main(["explore", str(_spec(tmp_path)), "--out", str(tmp_path / "s"),
+                 "--workers", workers]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --workers: must be a whole number of processes")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "s").exists()
